@@ -1,0 +1,299 @@
+"""The columnar per-kernel table every part of Cascade shares.
+
+One row per kernel launch, one numpy array per column. Timelines (measured
+durations, host launch times, streams, steps), instruction-trace features
+(from prepare) and model predictions all live in columns of this one shape,
+so hot paths are vectorised and a bundle loads as a handful of arrays.
+
+Unknown numeric values are NaN (floats) or -1 (integers); unknown strings are
+"". The Cascade kernel-table CSV uses the column names below; every column
+but ``name`` is optional on input.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cascade.errors import TraceFormatError
+
+#: Header of the Cascade kernel-table CSV accepted by `cascade predict` (issue contract).
+CSV_HEADER: tuple[str, ...] = (
+    "name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "regs",
+    "smem_bytes", "stream", "duration_ns", "op", "dtype", "flops", "bytes", "batch",
+    "m", "n", "k",
+)
+
+#: dtypes a kernel's math can be in (``dtype`` column).
+DTYPES: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8", "fp64")
+
+_STR = np.dtype(object)
+_I64 = np.dtype(np.int64)
+_F64 = np.dtype(np.float64)
+
+#: Column name -> (numpy dtype, description). Order is the canonical order.
+COLUMNS: dict[str, tuple[np.dtype[Any], str]] = {
+    # identity and launch configuration
+    "name": (_STR, "kernel (mangled or demangled) name"),
+    "kernel_id": (_I64, "1-based kernel id in launch order (Accel-Sim kernel id)"),
+    "grid_x": (_I64, "grid dimension x"),
+    "grid_y": (_I64, "grid dimension y"),
+    "grid_z": (_I64, "grid dimension z"),
+    "block_x": (_I64, "block dimension x"),
+    "block_y": (_I64, "block dimension y"),
+    "block_z": (_I64, "block dimension z"),
+    "regs": (_I64, "registers per thread"),
+    "smem_bytes": (_I64, "shared memory per block, static + dynamic, bytes"),
+    "sm_version": (_I64, "binary sm version (e.g. 80, 90)"),
+    "stream": (_I64, "CUDA stream id"),
+    # timeline (measured on the source GPU)
+    "host_launch_ns": (_F64, "host time the launch call was made, ns since trace start"),
+    "start_ns": (_F64, "measured device start, ns since trace start"),
+    "duration_ns": (_F64, "measured device duration on the source GPU, ns"),
+    "sync_after": (_I64, "1 if the host synchronises with the device after this kernel"),
+    "step": (_I64, "step index (generation step) or -1"),
+    "step_kind": (_STR, "'prefill', 'decode' or ''"),
+    "step_tokens": (_I64, "tokens processed in this kernel's step (batch x new tokens)"),
+    "step_context": (_I64, "context length (tokens already in KV cache + new) of the step"),
+    # op annotations
+    "op": (_STR, "op name (linear, matmul, bmm, attention, layernorm, softmax, ...)"),
+    "dtype": (_STR, "math dtype: fp32, tf32, fp16, bf16, fp8, int8, fp64"),
+    "flops": (_F64, "floating-point operations of the kernel"),
+    "bytes": (_F64, "bytes moved to/from device memory (unique footprint estimate)"),
+    "batch": (_I64, "GEMM batch"),
+    "m": (_I64, "GEMM M"),
+    "n": (_I64, "GEMM N"),
+    "k": (_I64, "GEMM K"),
+    # instruction-trace features (prepare); warp-instruction counts are totals over the kernel
+    "warp_insts": (_F64, "warp instructions executed (including predicated-off)"),
+    "insts_int": (_F64, "integer ALU warp instructions"),
+    "insts_fp32": (_F64, "FP32 SIMT warp instructions"),
+    "insts_fp64": (_F64, "FP64 warp instructions"),
+    "insts_fp16": (_F64, "packed FP16 SIMT warp instructions (HADD2/HFMA2/...)"),
+    "insts_sfu": (_F64, "special-function warp instructions (MUFU)"),
+    "insts_tensor": (_F64, "tensor-core warp instructions (all kinds)"),
+    "tensor_flops": (_F64, "tensor-core FLOPs implied by the MMA shapes"),
+    "insts_ld_global": (_F64, "global loads (LDG, LD to global)"),
+    "insts_st_global": (_F64, "global stores"),
+    "insts_ld_shared": (_F64, "shared loads (LDS, LDSM)"),
+    "insts_st_shared": (_F64, "shared stores"),
+    "insts_local": (_F64, "local-memory loads and stores"),
+    "insts_atomic": (_F64, "atomics and reductions"),
+    "insts_barrier": (_F64, "barriers (BAR, DEPBAR, MEMBAR)"),
+    "insts_branch": (_F64, "branches, jumps, calls, returns, EXIT"),
+    "insts_other": (_F64, "everything else, unknown opcodes included"),
+    "insts_pred_off": (_F64, "predicated-off warp instructions (mask 0)"),
+    "insts_partial": (_F64, "partially active warp instructions"),
+    "warps": (_F64, "warps traced"),
+    "insts_per_warp_mean": (_F64, "mean warp instructions per warp"),
+    "insts_per_warp_max": (_F64, "max warp instructions per warp"),
+    "insts_per_warp_std": (_F64, "standard deviation of warp instructions per warp"),
+    "gmem_requests": (_F64, "global memory warp requests"),
+    "gmem_sectors": (_F64, "32-byte global sectors touched by those requests"),
+    "gmem_ld_sectors": (_F64, "32-byte sectors loaded"),
+    "gmem_st_sectors": (_F64, "32-byte sectors stored"),
+    "footprint_lines": (_F64, "distinct 128-byte global lines touched"),
+    "reuse_le_l1": (_F64, "fraction of sampled line reuses with distance fitting L1 (<= 1K lines)"),
+    "reuse_le_l2": (_F64, "fraction of sampled line reuses with distance <= 32K lines"),
+    "smem_accesses": (_F64, "shared-memory warp accesses"),
+    "smem_bank_conflicts": (_F64, "estimated extra shared-memory wavefronts from bank conflicts"),
+    "local_bytes": (_F64, "local-memory bytes moved"),
+    "dep_chain": (_F64, "mean per-warp dependency-chain length (instructions on the critical path)"),
+}
+
+_DEFAULT = {_STR: "", _I64: -1, _F64: math.nan}
+
+
+def column_dtype(name: str) -> np.dtype[Any]:
+    """numpy dtype of a known column (KeyError for unknown ones)."""
+    return COLUMNS[name][0]
+
+
+def _empty(name: str, n: int) -> np.ndarray:
+    dt = COLUMNS[name][0] if name in COLUMNS else _F64
+    if dt == _STR:
+        out = np.empty(n, dtype=object)
+        out[:] = ""
+        return out
+    return np.full(n, _DEFAULT[dt], dtype=dt)
+
+
+class KernelTable:
+    """A columnar table of kernels: ``table["duration_ns"]`` is a numpy array.
+
+    Missing columns read as all-unknown (NaN / -1 / ""), so consumers never
+    need to special-case absent data.
+    """
+
+    __slots__ = ("_cols", "_n")
+
+    def __init__(self, columns: Mapping[str, Any], n: int | None = None) -> None:
+        cols: dict[str, np.ndarray] = {}
+        for key, values in columns.items():
+            arr = np.asarray(values)
+            if key in COLUMNS:
+                dt = COLUMNS[key][0]
+                if dt == _STR:
+                    arr = np.asarray(values, dtype=object)
+                else:
+                    arr = arr.astype(dt, copy=False)
+            cols[key] = arr
+        lengths = {len(a) for a in cols.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"columns have different lengths: {sorted(lengths)}")
+        self._n = lengths.pop() if lengths else (n or 0)
+        self._cols = cols
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._cols
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        col = self._cols.get(name)
+        if col is None:
+            col = _empty(name, self._n)
+        return col
+
+    def __setitem__(self, name: str, values: Any) -> None:
+        arr = np.asarray(values)
+        if arr.ndim == 0:
+            arr = np.full(self._n, arr)
+        if len(arr) != self._n:
+            raise ValueError(f"column {name} has {len(arr)} rows, table has {self._n}")
+        if name in COLUMNS:
+            dt = COLUMNS[name][0]
+            arr = np.asarray(arr, dtype=object) if dt == _STR else arr.astype(dt, copy=False)
+        self._cols[name] = arr
+
+    def has(self, name: str) -> bool:
+        """True if the column is present and holds at least one known value."""
+        col = self._cols.get(name)
+        if col is None or len(col) == 0:
+            return False
+        if col.dtype == _STR:
+            return bool(np.any(col != ""))
+        if col.dtype.kind == "f":
+            return bool(np.any(~np.isnan(col)))
+        return bool(np.any(col != -1))
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self._cols)
+
+    def as_dict(self) -> dict[str, np.ndarray]:
+        return dict(self._cols)
+
+    def take(self, index: Any) -> KernelTable:
+        """Rows selected by an index array or boolean mask."""
+        return KernelTable({k: v[index] for k, v in self._cols.items()})
+
+    @classmethod
+    def concat(cls, tables: Iterable[KernelTable]) -> KernelTable:
+        tabs = list(tables)
+        names: list[str] = []
+        for t in tabs:
+            names.extend(c for c in t.columns if c not in names)
+        return cls({c: np.concatenate([t[c] for t in tabs]) for c in names} if tabs else {})
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[Mapping[str, Any]]) -> KernelTable:
+        """Build from dict rows (small tables, tests, importers)."""
+        rows = list(rows)
+        names: list[str] = []
+        for r in rows:
+            names.extend(k for k in r if k not in names)
+        cols: dict[str, Any] = {}
+        for name in names:
+            dt = COLUMNS[name][0] if name in COLUMNS else _F64
+            default = _DEFAULT.get(dt, math.nan)
+            cols[name] = [r.get(name, default) if r.get(name) is not None else default for r in rows]
+        return cls(cols, n=len(rows))
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        names = self.columns
+        for i in range(self._n):
+            yield {c: self._cols[c][i].item() if hasattr(self._cols[c][i], "item") else self._cols[c][i] for c in names}
+
+    # ---- persistence -------------------------------------------------------------------
+    def save_npz(self, path: str | Path | io.BufferedIOBase) -> None:
+        """Write as an uncompressed .npz (string columns stored as unicode arrays)."""
+        arrays = {}
+        for k, v in self._cols.items():
+            arrays[k] = v.astype(str) if v.dtype == _STR else v
+        np.savez(path, **arrays)  # type: ignore[arg-type]
+
+    @classmethod
+    def load_npz(cls, path: str | Path | io.BufferedIOBase) -> KernelTable:
+        with np.load(path, allow_pickle=False) as data:
+            cols = {k: data[k] for k in data.files}
+        for k, v in cols.items():
+            if v.dtype.kind == "U":
+                cols[k] = v.astype(object)
+        return cls(cols)
+
+    def write_csv(self, out: io.TextIOBase | Any, columns: Iterable[str] | None = None) -> None:
+        names = list(columns) if columns is not None else self.columns
+        w = csv.writer(out, lineterminator="\n")
+        w.writerow(names)
+        cols = [self[c] for c in names]
+        for i in range(self._n):
+            w.writerow([_fmt(col[i]) for col in cols])
+
+    @classmethod
+    def read_csv(cls, path: str | Path) -> KernelTable:
+        """Read a Cascade kernel-table CSV; errors name the file, line and the expected form."""
+        path = Path(path)
+        with path.open(newline="") as fh:
+            reader = csv.reader(fh)
+            try:
+                header = [h.strip() for h in next(reader)]
+            except StopIteration:
+                raise TraceFormatError(str(path), 1, "a header line starting with 'name'") from None
+            if "name" not in header:
+                raise TraceFormatError(str(path), 1, "a header with a 'name' column", ",".join(header))
+            raw: dict[str, list[Any]] = {h: [] for h in header}
+            for lineno, row in enumerate(reader, start=2):
+                if not row or all(not c.strip() for c in row):
+                    continue
+                if len(row) != len(header):
+                    raise TraceFormatError(
+                        str(path), lineno, f"{len(header)} comma-separated fields", ",".join(row)
+                    )
+                for h, cell in zip(header, row):
+                    raw[h].append(_parse_cell(h, cell.strip(), str(path), lineno))
+        return cls(raw, n=len(next(iter(raw.values()))) if raw else 0)
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float | np.floating):
+        if math.isnan(v):
+            return ""
+        return repr(float(v)) if not float(v).is_integer() else str(int(v))
+    if isinstance(v, int | np.integer) and v == -1:
+        return ""
+    return str(v)
+
+
+def _parse_cell(column: str, cell: str, file: str, line: int) -> Any:
+    dt = COLUMNS[column][0] if column in COLUMNS else None
+    if dt is None or dt == _STR:
+        if column == "dtype" and cell and cell.lower() not in DTYPES:
+            raise TraceFormatError(file, line, f"dtype one of {', '.join(DTYPES)}", cell)
+        return cell.lower() if column == "dtype" else cell
+    if cell == "":
+        return _DEFAULT[dt]
+    try:
+        if dt == _I64:
+            return int(float(cell))
+        return float(cell)
+    except ValueError:
+        kind = "an integer" if dt == _I64 else "a number"
+        raise TraceFormatError(file, line, f"{kind} in column {column!r}", cell) from None

@@ -1,0 +1,52 @@
+"""Cascade api service (``python -m services.api``): REST, progress streams, /v1, web UI."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+from cascade.bus import Bus
+from cascade.runtime import ServiceContext, serve
+from cascade.settings import Settings
+
+from services.api.app import create_app
+
+NAME = "api"
+
+
+async def start_http(ctx: ServiceContext, app: web.Application, host: str, port: int) -> web.AppRunner:
+    """Serve ``app`` on ``host:port``; the site is cleaned up first when the stack closes."""
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=ctx.settings.drain_timeout_s)
+    await runner.setup()
+    ctx.stack.push_async_callback(runner.cleanup)
+    await web.TCPSite(runner, host, port).start()
+    return runner
+
+
+async def run(
+    settings: Settings,
+    *,
+    bus: Bus | None = None,
+    storage: Any = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Run the api until ``stop`` is set or SIGTERM/SIGINT arrives."""
+
+    async def setup(ctx: ServiceContext) -> None:
+        app = create_app(
+            settings, bus=ctx.bus, storage=ctx.storage, registry=ctx.registry,
+            service_status=ctx.status,
+        )
+        await start_http(ctx, app, settings.http_host, settings.http_port)
+        if not settings.api_tokens:
+            ctx.log.warning("CASCADE_API_TOKENS is empty: write requests are not authenticated")
+        ctx.log.info("api listening", url=f"http://{settings.http_host}:{settings.http_port}")
+
+    await serve(
+        NAME, settings, setup, bus=bus, storage=storage, stop=stop, use_storage=True,
+        install_signals=stop is None,
+    )
+
+
+__all__ = ["NAME", "create_app", "run", "start_http"]

@@ -1,0 +1,36 @@
+"""Cascade ingest service (``python -m services.ingest``)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from cascade.bus import Bus
+from cascade.runtime import ServiceContext, serve
+from cascade.settings import Settings
+
+from services.ingest.service import IngestService
+
+NAME = "ingest"
+
+
+async def run(
+    settings: Settings,
+    *,
+    bus: Bus | None = None,
+    storage: Any = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Run the ingest service until ``stop`` is set or SIGTERM/SIGINT arrives."""
+
+    async def setup(ctx: ServiceContext) -> None:
+        service = IngestService(ctx)
+        await service.start()
+
+    await serve(
+        NAME, settings, setup, bus=bus, storage=storage, stop=stop, use_storage=True,
+        install_signals=stop is None,
+    )
+
+
+__all__ = ["NAME", "run"]

@@ -13,6 +13,7 @@ but ``name`` is optional on input.
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import math
 from collections.abc import Iterable, Iterator, Mapping
@@ -251,7 +252,8 @@ class KernelTable:
     def read_csv(cls, path: str | Path) -> KernelTable:
         """Read a Cascade kernel-table CSV; errors name the file, line and the expected form."""
         path = Path(path)
-        with path.open(newline="") as fh:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt", newline="") as fh:
             reader = csv.reader(fh)
             try:
                 header = [h.strip() for h in next(reader)]

@@ -1,0 +1,204 @@
+"""HTTP helpers shared by every api route module: JSON in/out, errors, auth, docs.
+
+- :func:`json_response` encodes Structs/dicts with msgspec.
+- :func:`read_json` decodes a request body into a Struct; bad input -> 400 naming the field.
+- :func:`error_middleware` turns :class:`CascadeError` into ``{error, message, ...}`` JSON
+  with its ``http_status``; unexpected errors become a 500 without any repr.
+- :func:`auth_middleware` requires ``Authorization: Bearer <token>`` (one of
+  ``settings.api_tokens``) on every write (non GET/HEAD/OPTIONS) unless the handler
+  is marked :func:`public`; :func:`require_token` does the same check on demand.
+- :func:`doc` attaches OpenAPI details (summary, request/response types, tags).
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import msgspec
+from aiohttp import web
+from cascade.errors import CascadeError, UnauthorizedError, ValidationError
+from cascade.log import get_logger
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from services.api.keys import SETTINGS
+
+T = TypeVar("T")
+HandlerT = TypeVar("HandlerT", bound=Callable[..., Awaitable[web.StreamResponse]])
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_ENCODER = msgspec.json.Encoder()
+log = get_logger("cascade.api")
+
+
+def json_response(data: Any, *, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    """A JSON response from a Struct, dict, list or scalar (msgspec-encoded)."""
+    return web.Response(
+        body=_ENCODER.encode(data), status=status, content_type="application/json", headers=headers
+    )
+
+
+def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
+    """The JSON error shape: ``{"error": code, "message": message, ...}``."""
+    return {"error": code, "message": message, **extra}
+
+
+async def read_json(request: web.Request, type_: type[T], *, max_bytes: int = 16 * 1024 * 1024) -> T:
+    """Decode the request body as ``type_``; :class:`ValidationError` names what is wrong."""
+    if request.content_length is not None and request.content_length > max_bytes:
+        from cascade.errors import TooLargeError
+
+        raise TooLargeError("request body", request.content_length, max_bytes)
+    body = await request.read()
+    if not body:
+        raise ValidationError("request body is empty: expected a JSON object", field="body")
+    try:
+        return msgspec.json.decode(body, type=type_)
+    except msgspec.ValidationError as exc:
+        raise ValidationError(str(exc), field=_path_of(str(exc))) from None
+    except msgspec.DecodeError as exc:
+        raise ValidationError(f"malformed JSON: {exc}", field="body") from None
+
+
+def _path_of(message: str) -> str:
+    marker = "at `$."
+    if marker in message:
+        return message.split(marker, 1)[1].split("`", 1)[0]
+    return "body"
+
+
+def public(handler: HandlerT) -> HandlerT:
+    """Mark a write handler as not needing a bearer token (e.g. presigned callbacks)."""
+    handler.__cascade_public__ = True  # type: ignore[attr-defined]
+    return handler
+
+
+def doc(
+    summary: str | None = None,
+    *,
+    request: Any = None,
+    response: Any = None,
+    tags: tuple[str, ...] = (),
+    description: str | None = None,
+    responses: dict[int, str] | None = None,
+    query: dict[str, str] | None = None,
+) -> Callable[[HandlerT], HandlerT]:
+    """Attach OpenAPI details to a handler (summary defaults to its docstring's first line)."""
+
+    def wrap(handler: HandlerT) -> HandlerT:
+        handler.__cascade_doc__ = {  # type: ignore[attr-defined]
+            "summary": summary,
+            "request": request,
+            "response": response,
+            "tags": tags,
+            "description": description,
+            "responses": responses or {},
+            "query": query or {},
+        }
+        return handler
+
+    return wrap
+
+
+def _token_ok(request: web.Request) -> bool:
+    tokens: list[str] = request.app[SETTINGS].api_tokens
+    if not tokens:
+        return True
+    header = request.headers.get("Authorization", "")
+    scheme, _, presented = header.partition(" ")
+    if scheme.lower() != "bearer" or not presented:
+        return False
+    presented_b = presented.strip().encode()
+    return any(hmac.compare_digest(presented_b, t.encode()) for t in tokens)
+
+
+def require_token(request: web.Request) -> None:
+    """Raise :class:`UnauthorizedError` unless the request carries a valid bearer token."""
+    if not _token_ok(request):
+        raise UnauthorizedError("a valid bearer token is required (Authorization: Bearer <token>)")
+
+
+def _handler_of(request: web.Request) -> Any:
+    match_info = request.match_info
+    return getattr(match_info, "handler", None)
+
+
+@web.middleware
+async def auth_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Writes need a bearer token unless the handler is :func:`public`."""
+    if request.method not in SAFE_METHODS:
+        target = _handler_of(request)
+        if not getattr(target, "__cascade_public__", False):
+            require_token(request)
+    return await handler(request)
+
+
+_HTTP_CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+               405: "method_not_allowed", 409: "conflict", 413: "too_large", 415: "unsupported_media_type",
+               422: "unprocessable", 429: "too_many_requests", 503: "unavailable"}
+
+
+@web.middleware
+async def error_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Domain errors -> JSON with their status; anything unexpected -> JSON 500 (logged)."""
+    try:
+        return await handler(request)
+    except CascadeError as exc:
+        headers = {"WWW-Authenticate": 'Bearer realm="cascade"'} if exc.http_status == 401 else None
+        return json_response(exc.to_dict(), status=exc.http_status, headers=headers)
+    except web.HTTPException as exc:
+        if exc.status < 400 or exc.content_type == "application/json":
+            raise
+        code = _HTTP_CODES.get(exc.status, "http_error")
+        if exc.status == 404:
+            message = f"no such resource: {request.method} {request.path}"
+        elif exc.status == 405:
+            message = f"method {request.method} not allowed on {request.path}"
+        else:
+            message = exc.reason
+        headers = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
+        return json_response(error_body(code, message), status=exc.status, headers=headers or None)
+    except Exception:
+        request_id = uuid.uuid4().hex[:12]
+        log.exception("unhandled error", method=request.method, path=request.path, request_id=request_id)
+        return json_response(
+            error_body("internal", "internal server error", request_id=request_id), status=500
+        )
+
+
+def metrics_middleware(registry: CollectorRegistry) -> Any:
+    """Count requests and time them per route template, method and status."""
+    requests = Counter(
+        "cascade_http_requests", "HTTP requests handled", ["method", "route", "status"], registry=registry
+    )
+    seconds = Histogram(
+        "cascade_http_request_seconds", "HTTP request latency", ["method", "route"], registry=registry
+    )
+
+    @web.middleware
+    async def middleware(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        started = time.perf_counter()
+        route = request.match_info.route.resource
+        template = route.canonical if route is not None else "unmatched"
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        finally:
+            requests.labels(request.method, template, str(status)).inc()
+            seconds.labels(request.method, template).observe(time.perf_counter() - started)
+
+    return middleware

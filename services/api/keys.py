@@ -1,0 +1,29 @@
+"""Typed ``web.AppKey`` state of the api application (no module globals)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+from cascade.bus import Bus
+from cascade.settings import Settings
+from prometheus_client import CollectorRegistry
+
+SETTINGS = web.AppKey("settings", Settings)
+BUS = web.AppKey("bus", Bus)
+STORAGE = web.AppKey("storage", object)
+"""The :class:`cascade.storage.Storage` (anything with ``async ping()`` in tests)."""
+REGISTRY = web.AppKey("registry", CollectorRegistry)
+"""Prometheus registry served at ``/metrics``."""
+OPENAPI = web.AppKey("openapi", dict)
+"""The generated OpenAPI document (built once by the factory)."""
+ROUTE_MODULES = web.AppKey("route_modules", list)
+"""Names of the route modules the factory loaded."""
+SERVICE_STATUS = web.AppKey("service_status", Callable)  # type: ignore[type-abstract]
+"""``() -> dict``: this api instance's own status (from the runtime), if any."""
+
+
+def get_storage(app: web.Application) -> Any:
+    """The app's storage object."""
+    return app[STORAGE]

@@ -1,0 +1,127 @@
+"""OpenAPI 3.1 document generated from the registered routes (never written per route).
+
+Each route contributes its method, path (with ``{params}``), summary (from
+:func:`services.api.http.doc` or the handler docstring's first line), request
+and response schemas (msgspec Struct types -> JSON Schema), and bearer security
+for writes. A route module may add or refine operations with a module-level
+``openapi: list[dict]`` of ``{"path", "method", ...operation fields}``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+from aiohttp import web
+from cascade import __version__
+
+from services.api.http import SAFE_METHODS
+
+_PARAM = re.compile(r"\{([^}:]+)(:[^}]*)?\}")
+ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["error", "message"],
+    "properties": {"error": {"type": "string"}, "message": {"type": "string"}},
+    "additionalProperties": True,
+}
+
+
+def _summary(handler: Any, meta: dict[str, Any]) -> tuple[str, str]:
+    docstring = inspect.getdoc(handler) or ""
+    first, _, rest = docstring.partition("\n")
+    return meta.get("summary") or first.strip() or handler.__name__, meta.get("description") or rest.strip()
+
+
+def build_openapi(
+    route_defs: Iterable[tuple[str, str, Any, str]],
+    extra: Iterable[dict[str, Any]] = (),
+    *,
+    auth_enabled: bool = True,
+) -> dict[str, Any]:
+    """The OpenAPI document for ``(method, path, handler, module)`` route definitions."""
+    types: list[Any] = []
+    operations: list[tuple[str, str, dict[str, Any], Any, Any]] = []
+    for method, path, handler, module in route_defs:
+        if method in ("HEAD", "*"):
+            continue
+        meta: dict[str, Any] = getattr(handler, "__cascade_doc__", {})
+        summary, description = _summary(handler, meta)
+        clean_path = _PARAM.sub(lambda m: "{" + m.group(1) + "}", path)
+        op: dict[str, Any] = {
+            "operationId": f"{module}.{handler.__name__}",
+            "summary": summary,
+            "tags": list(meta.get("tags") or (module,)),
+        }
+        if description:
+            op["description"] = description
+        params = [
+            {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+            for name, _ in _PARAM.findall(path)
+        ]
+        params += [
+            {"name": name, "in": "query", "required": False, "schema": {"type": "string"},
+             "description": text}
+            for name, text in (meta.get("query") or {}).items()
+        ]
+        if params:
+            op["parameters"] = params
+        if method not in SAFE_METHODS and not getattr(handler, "__cascade_public__", False) and auth_enabled:
+            op["security"] = [{"bearerAuth": []}]
+        request_t, response_t = meta.get("request"), meta.get("response")
+        types.extend(t for t in (request_t, response_t) if t is not None)
+        operations.append((clean_path, method.lower(), op, request_t, response_t))
+        for status, text in (meta.get("responses") or {}).items():
+            op.setdefault("responses", {})[str(status)] = {
+                "description": text,
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+            }
+
+    schemas, components = msgspec.json.schema_components(types, ref_template="#/components/schemas/{name}")
+    schema_of = dict(zip(map(id, types), schemas, strict=True))
+    paths: dict[str, dict[str, Any]] = {}
+    for path, method, op, request_t, response_t in operations:
+        if request_t is not None:
+            op["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": schema_of[id(request_t)]}},
+            }
+        ok: dict[str, Any] = {"description": "OK"}
+        if response_t is not None:
+            ok["content"] = {"application/json": {"schema": schema_of[id(response_t)]}}
+        responses = op.setdefault("responses", {})
+        responses.setdefault("200", ok)
+        responses.setdefault("default", {
+            "description": "Error",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+        })
+        paths.setdefault(path, {})[method] = op
+    for item in extra:
+        item = dict(item)
+        path, method = item.pop("path"), str(item.pop("method")).lower()
+        paths.setdefault(path, {}).setdefault(method, {}).update(item)
+    components["Error"] = ERROR_SCHEMA
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Cascade API",
+            "version": __version__,
+            "description": "Simulate a GPU workload traced once on GPUs you do not have.",
+        },
+        "paths": dict(sorted(paths.items())),
+        "components": {
+            "schemas": dict(sorted(components.items())),
+            "securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+def route_defs_of(module_name: str, table: web.RouteTableDef) -> list[tuple[str, str, Any, str]]:
+    """``(method, path, handler, module)`` for every plain route in a route table."""
+    out = []
+    for d in table:
+        if isinstance(d, web.RouteDef):
+            out.append((d.method.upper(), d.path, d.handler, module_name))
+    return out

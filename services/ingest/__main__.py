@@ -1,0 +1,9 @@
+"""``python -m services.ingest``: settings from CASCADE_* variables, then run until SIGTERM."""
+
+import sys
+
+from cascade.runtime import main
+
+from services.ingest import run
+
+sys.exit(main("ingest", run))

@@ -1,0 +1,9 @@
+"""``python -m services.orchestrator``: settings from CASCADE_* variables, then run until SIGTERM."""
+
+import sys
+
+from cascade.runtime import main
+
+from services.orchestrator import run
+
+sys.exit(main("orchestrator", run))

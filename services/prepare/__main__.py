@@ -1,0 +1,9 @@
+"""``python -m services.prepare``: settings from CASCADE_* variables, then run until SIGTERM."""
+
+import sys
+
+from cascade.runtime import main
+
+from services.prepare import run
+
+sys.exit(main("prepare", run))

@@ -1,0 +1,90 @@
+"""Simulation events (``cascade.sim.{sim_id}.{kind}``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from cascade.messages.base import Codec, Message
+
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class _SimMessage(Message, frozen=True, kw_only=True):
+    sim_id: str
+    """Id of the simulation (one configuration x replica of a run)."""
+    run_id: str
+    """Run the sim belongs to."""
+
+
+class SimQueued(_SimMessage, frozen=True, kw_only=True, tag="sim.queued.v1"):
+    """The orchestrator queued the sim's job."""
+
+    config: str = ""
+    """GPU spec id (or custom spec name)."""
+    replica: int = 0
+
+
+class SimStarted(_SimMessage, frozen=True, kw_only=True, tag="sim.started.v1"):
+    """A simulator picked the job up."""
+
+    attempt: Annotated[int, msgspec.Meta(ge=1)] = 1
+    """Delivery attempt (1 = first)."""
+    worker: str = ""
+    """Identity of the simulator process / pod."""
+    kernels_total: NonNegative = 0
+
+
+class SimProgress(_SimMessage, frozen=True, kw_only=True, tag="sim.progress.v1"):
+    """Periodic progress of a running sim."""
+
+    kernels_done: NonNegative
+    kernels_total: NonNegative
+    percent: Annotated[float, msgspec.Meta(ge=0, le=100)]
+    simulated_ns: float = 0.0
+    """Simulated GPU time so far, in nanoseconds."""
+    eta_s: float | None = None
+    """Estimated seconds to completion, when known."""
+    attempt: Annotated[int, msgspec.Meta(ge=1)] = 1
+
+
+class SimCompleted(_SimMessage, frozen=True, kw_only=True, tag="sim.completed.v1"):
+    """The sim finished; its result is in S3."""
+
+    result_key: str
+    """S3 key of the result (``results/{run}/{sim}/...``)."""
+    simulated_ns: float = 0.0
+    """Total simulated GPU time."""
+    wall_s: float = 0.0
+    """Wall-clock seconds the simulation took."""
+    attempt: Annotated[int, msgspec.Meta(ge=1)] = 1
+
+
+class SimFailed(_SimMessage, frozen=True, kw_only=True, tag="sim.failed.v1"):
+    """The sim failed for good (after its last attempt)."""
+
+    error: str
+    attempts: NonNegative = 1
+
+
+class SimCancelled(_SimMessage, frozen=True, kw_only=True, tag="sim.cancelled.v1"):
+    """The sim was cancelled on request."""
+
+    reason: str = ""
+
+
+SimEvent = SimQueued | SimStarted | SimProgress | SimCompleted | SimFailed | SimCancelled
+"""Tagged union of every sim event."""
+
+SIM_CODEC: Codec[SimEvent] = Codec(SimEvent)
+
+
+def encode_sim_event(event: SimEvent) -> bytes:
+    """JSON bytes of a sim event."""
+    return SIM_CODEC.encode(event)
+
+
+def decode_sim_event(data: bytes) -> SimEvent:
+    """Typed sim event from JSON bytes."""
+    return SIM_CODEC.decode(data, what="sim event")

@@ -1,0 +1,595 @@
+"""Discrete-event serving simulator: N replicas behind a router.
+
+Events are ordered by ``(time_ns, priority, seq)``: step ends (and request
+finishes) first, then arrivals, then scheduling decisions, so a step that ends
+at the instant a request arrives frees its resources before the arrival is
+routed, and the next step is planned with both. The simulator owns no clock
+but its own event times and draws nothing at random (arrivals and lengths are
+drawn before it starts).
+
+A run of pure-decode steps whose composition cannot change (no admission
+possible, no request finishing, enough free blocks) is planned as one chunk of
+k steps with closed-form step times; an arrival routed to that replica cuts the
+chunk at the step in flight, so results are identical to stepping one at a time.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import msgspec
+import numpy as np
+
+from cascade.errors import CascadeError
+from cascade.serving.registry import Registry
+from cascade.serving.routers import Router
+from cascade.serving.schedulers import Static, Vllm
+from cascade.serving.stepmodel import StepCost
+
+PRIO_END = 0
+PRIO_ARRIVE = 1
+PRIO_SCHEDULE = 2
+
+_EV_END = 0
+_EV_FINISH = 1
+_EV_SCHEDULE = 2
+
+Progress = Callable[[int, int], None]
+
+
+class SimulationInvariantError(CascadeError, RuntimeError):
+    """The simulator's own bookkeeping went wrong (a bug, never bad input)."""
+
+
+class _Plan:
+    __slots__ = ("sched", "k", "starts", "ends", "chunk", "used_start", "comps")
+
+    def __init__(self, sched: list[tuple[int, int]], starts: list[float], ends: list[float],
+                 chunk: bool, used_start: int, comps: list[int] | None = None) -> None:
+        self.sched = sched
+        self.k = len(ends)
+        self.starts = starts
+        self.ends = ends
+        self.chunk = chunk
+        self.used_start = used_start
+        self.comps = comps
+
+
+class Replica:
+    """State of one replica (engine) during a simulation."""
+
+    __slots__ = ("index", "num_blocks", "free", "running", "waiting", "busy", "plan", "version",
+                 "ends", "kv_area", "kv_max", "busy_ns", "preemptions", "steps_log")
+
+    def __init__(self, index: int, num_blocks: int) -> None:
+        self.index = index
+        self.num_blocks = num_blocks
+        self.free = num_blocks
+        self.running: list[int] = []
+        self.waiting: deque[int] = deque()
+        self.busy = False
+        self.plan: _Plan | None = None
+        self.version = 0
+        self.ends: list[float] = []
+        self.kv_area = 0.0
+        self.kv_max = 0
+        self.busy_ns = 0.0
+        self.preemptions = 0
+        self.steps_log: list[tuple[float, float, int, int, int]] = []
+
+
+@dataclass
+class StepExtents:
+    """Smallest and largest step shapes the simulation asked the step model for."""
+
+    prefill_tokens: list[int] = field(default_factory=lambda: [1 << 62, 0])
+    decode_batch: list[int] = field(default_factory=lambda: [1 << 62, 0])
+    decode_context: list[int] = field(default_factory=lambda: [1 << 62, 0])
+
+
+@dataclass
+class SimOutcome:
+    """Raw per-request and per-replica results (times in ns from the start)."""
+
+    arrival_ns: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    replica: np.ndarray
+    first_scheduled_ns: np.ndarray
+    first_token_ns: np.ndarray
+    finished_ns: np.ndarray
+    tokens_emitted: np.ndarray
+    preemptions: np.ndarray
+    itl_ns: np.ndarray
+    """Every inter-token gap of every request, pooled."""
+    step_ends: list[np.ndarray]
+    token_ranges: list[list[int]]
+    """Per request: flat [start, end, start, end, ...] step indices on its replica."""
+    replicas: list[Replica]
+    extents: StepExtents
+    num_blocks: int
+    block_size: int
+
+    def token_times_ns(self, rid: int) -> np.ndarray:
+        """Emission time of every output token of request ``rid``."""
+        ends = self.step_ends[int(self.replica[rid])]
+        rg = self.token_ranges[rid]
+        return np.concatenate([ends[rg[i]: rg[i + 1] + 1] for i in range(0, len(rg), 2)]) \
+            if rg else np.zeros(0)
+
+
+class SchedulerImpl(Protocol):
+    truncatable: bool
+
+    def schedule(self, rep: Replica, t: float) -> _Plan | None: ...
+
+    def complete(self, rep: Replica, plan: _Plan, t: float) -> None: ...
+
+
+class Simulation:
+    """One serving simulation over pre-drawn arrivals and lengths."""
+
+    def __init__(self, *, arrival_ns: np.ndarray, prompt_tokens: np.ndarray,
+                 output_tokens: np.ndarray, replicas: int, router: Router,
+                 scheduler: msgspec.Struct, cost: StepCost, num_blocks: int, block_size: int,
+                 record_steps: bool = False, progress: Progress | None = None,
+                 progress_every: int = 1000) -> None:
+        n = len(arrival_ns)
+        self.n = n
+        self.arrival = np.asarray(arrival_ns, dtype=float).tolist()
+        self.prompt = np.asarray(prompt_tokens, dtype=np.int64).tolist()
+        self.target = np.asarray(output_tokens, dtype=np.int64).tolist()
+        self.comp = [0] * n
+        self.ntok = list(self.prompt)
+        self.out = [0] * n
+        self.held = [0] * n
+        self.first_sched = [-1.0] * n
+        self.finish = [-1.0] * n
+        self.npre = [0] * n
+        self.req_replica = [-1] * n
+        self.ranges: list[list[int]] = [[] for _ in range(n)]
+        self.reps = [Replica(i, num_blocks) for i in range(replicas)]
+        self.outstanding = [0] * replicas
+        self.router = router
+        self.cost = cost
+        self.bs = block_size
+        self.num_blocks = num_blocks
+        self.record_steps = record_steps
+        self.progress = progress
+        self.progress_every = max(1, progress_every)
+        self.done = 0
+        self.extents = StepExtents()
+        self._heap: list[tuple[float, int, int, int, int, int]] = []
+        self._seq = 0
+        _, factory = SCHEDULERS.get(str(type(scheduler).__struct_config__.tag))
+        self.sched: SchedulerImpl = factory(scheduler, self)
+
+    # ---- event plumbing ------------------------------------------------------------------
+    def push(self, t: float, prio: int, kind: int, a: int, b: int) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, prio, self._seq, kind, a, b))
+
+    def finish_request(self, rid: int, t: float) -> None:
+        self.finish[rid] = t
+        self.outstanding[self.req_replica[rid]] -= 1
+        self.done += 1
+        if self.progress is not None and self.done % self.progress_every == 0:
+            self.progress(self.done, self.n)
+
+    def run(self) -> SimOutcome:
+        """Simulate until every request has finished."""
+        heap = self._heap
+        arrival = self.arrival
+        n = self.n
+        ai = 0
+        reps = self.reps
+        sched = self.sched
+        while True:
+            if ai < n:
+                ta = arrival[ai]
+                if not heap or ta < heap[0][0] or (ta == heap[0][0] and heap[0][1] > PRIO_ARRIVE):
+                    self._arrive(ai, ta)
+                    ai += 1
+                    continue
+            if not heap:
+                break
+            t, _prio, _s, kind, a, b = heapq.heappop(heap)
+            if kind == _EV_END:
+                rep = reps[a]
+                if b != rep.version or rep.plan is None:
+                    continue
+                plan = rep.plan
+                rep.plan = None
+                sched.complete(rep, plan, t)
+                self.push(t, PRIO_SCHEDULE, _EV_SCHEDULE, a, 0)
+            elif kind == _EV_SCHEDULE:
+                rep = reps[a]
+                plan = sched.schedule(rep, t)
+                if plan is None:
+                    rep.busy = False
+                else:
+                    rep.plan = plan
+                    rep.version += 1
+                    self.push(plan.ends[-1], PRIO_END, _EV_END, a, rep.version)
+            else:
+                self.finish_request(a, t)
+        if self.done != n:
+            raise SimulationInvariantError(f"{n - self.done} requests never finished")
+        if self.progress is not None and n % self.progress_every:
+            self.progress(self.done, n)
+        return self._outcome()
+
+    def _arrive(self, rid: int, t: float) -> None:
+        r = self.router.choose(self.outstanding)
+        rep = self.reps[r]
+        self.req_replica[rid] = r
+        self.outstanding[r] += 1
+        rep.waiting.append(rid)
+        if not rep.busy:
+            rep.busy = True
+            self.push(t, PRIO_SCHEDULE, _EV_SCHEDULE, r, 0)
+            return
+        plan = rep.plan
+        if plan is not None and plan.k > 1 and self.sched.truncatable:
+            keep = bisect_left(plan.starts, t)
+            if keep < plan.k:
+                plan.k = keep
+                del plan.ends[keep:]
+                del plan.starts[keep:]
+                rep.version += 1
+                self.push(plan.ends[-1], PRIO_END, _EV_END, r, rep.version)
+
+    # ---- shared bookkeeping for schedulers --------------------------------------------------
+    def emit(self, rid: int, first: int, last: int) -> None:
+        """Request ``rid`` emitted one token at each step index first..last of its replica."""
+        rg = self.ranges[rid]
+        if rg and rg[-1] == first - 1:
+            rg[-1] = last
+        else:
+            rg.append(first)
+            rg.append(last)
+
+    def account(self, rep: Replica, plan: _Plan, used_end: int) -> None:
+        dt = plan.ends[plan.k - 1] - plan.starts[0]
+        rep.busy_ns += dt
+        rep.kv_area += 0.5 * (plan.used_start + used_end) * dt
+        if used_end > rep.kv_max:
+            rep.kv_max = used_end
+        if plan.used_start > rep.kv_max:
+            rep.kv_max = plan.used_start
+        if rep.free < 0 or used_end > rep.num_blocks:
+            raise SimulationInvariantError(
+                f"replica {rep.index}: {rep.num_blocks - rep.free} KV blocks in use, "
+                f"capacity {rep.num_blocks}")
+
+    def _outcome(self) -> SimOutcome:
+        n = self.n
+        step_ends = [np.asarray(rep.ends, dtype=float) for rep in self.reps]
+        first = np.empty(n)
+        last = np.empty(n)
+        emitted = np.zeros(n, dtype=np.int64)
+        pieces: list[np.ndarray] = []
+        counts = [np.zeros(len(e) + 1, dtype=np.int64) for e in step_ends]
+        for rid in range(n):
+            rg = self.ranges[rid]
+            ends = step_ends[self.req_replica[rid]]
+            if not rg:
+                first[rid] = last[rid] = np.nan
+                continue
+            first[rid] = ends[rg[0]]
+            last[rid] = ends[rg[-1]]
+            cnt = counts[self.req_replica[rid]]
+            tot = 0
+            for i in range(0, len(rg), 2):
+                s, e = rg[i], rg[i + 1]
+                tot += e - s + 1
+                cnt[s + 1] += 1
+                cnt[e + 1] -= 1
+                if i:
+                    pieces.append(np.array([ends[s] - ends[rg[i - 1]]]))
+            emitted[rid] = tot
+        for ends, cnt in zip(step_ends, counts):
+            mult = np.cumsum(cnt)[1:len(ends)]
+            if len(ends) > 1:
+                pieces.append(np.repeat(np.diff(ends), mult))
+        itl = np.concatenate(pieces) if pieces else np.zeros(0)
+        return SimOutcome(
+            arrival_ns=np.asarray(self.arrival), prompt_tokens=np.asarray(self.prompt),
+            output_tokens=np.asarray(self.target), replica=np.asarray(self.req_replica),
+            first_scheduled_ns=np.asarray(self.first_sched), first_token_ns=first,
+            finished_ns=np.asarray(self.finish), tokens_emitted=emitted,
+            preemptions=np.asarray(self.npre), itl_ns=itl, step_ends=step_ends,
+            token_ranges=self.ranges, replicas=self.reps, extents=self.extents,
+            num_blocks=self.num_blocks, block_size=self.bs)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class VllmScheduler:
+    """vLLM v1 continuous batching (see :class:`cascade.serving.schedulers.Vllm`)."""
+
+    truncatable = True
+
+    def __init__(self, cfg: Vllm, sim: Simulation) -> None:
+        self.cfg = cfg
+        self.sim = sim
+
+    def schedule(self, rep: Replica, t: float) -> _Plan | None:  # noqa: C901
+        sim = self.sim
+        cfg = self.cfg
+        bs = sim.bs
+        comp, ntok, held, out = sim.comp, sim.ntok, sim.held, sim.out
+        budget = cfg.max_num_batched_tokens
+        thr = cfg.long_prefill_token_threshold
+        free = rep.free
+        running = rep.running
+        waiting = rep.waiting
+        sched: list[tuple[int, int]] = []
+        preempted = False
+        i = 0
+        while i < len(running) and budget > 0:
+            rid = running[i]
+            nt = ntok[rid] - comp[rid]
+            if thr and nt > thr:
+                nt = thr
+            if nt > budget:
+                nt = budget
+            need = _cdiv(comp[rid] + nt, bs) - held[rid]
+            ok = True
+            while need > free:
+                victim = running.pop()
+                free += held[victim]
+                held[victim] = 0
+                comp[victim] = 0
+                sim.npre[victim] += 1
+                rep.preemptions += 1
+                waiting.appendleft(victim)
+                preempted = True
+                if victim == rid:
+                    ok = False
+                    break
+            if not ok:
+                break
+            free -= need
+            held[rid] += need
+            sched.append((rid, nt))
+            budget -= nt
+            i += 1
+        admitted = False
+        if not preempted:
+            max_seqs = cfg.max_num_seqs
+            chunked = cfg.enable_chunked_prefill
+            while waiting and budget > 0 and len(running) < max_seqs:
+                rid = waiting[0]
+                nt = ntok[rid] - comp[rid]
+                if not chunked and nt > budget:
+                    break
+                if thr and nt > thr:
+                    nt = thr
+                if nt > budget:
+                    nt = budget
+                need = _cdiv(comp[rid] + nt, bs) - held[rid]
+                if need > free:
+                    break
+                waiting.popleft()
+                running.append(rid)
+                free -= need
+                held[rid] += need
+                sched.append((rid, nt))
+                budget -= nt
+                admitted = True
+                if sim.first_sched[rid] < 0:
+                    sim.first_sched[rid] = t
+        rep.free = free
+        if not sched:
+            return None
+        ext = sim.extents
+        ptok = 0
+        patt = 0
+        nb = 0
+        bctx = 0
+        for rid, nt in sched:
+            c = comp[rid] + nt
+            if nt == 1 and out[rid] > 0:
+                nb += 1
+                bctx += c
+                if c > ext.decode_context[1]:
+                    ext.decode_context[1] = c
+                if c < ext.decode_context[0]:
+                    ext.decode_context[0] = c
+            else:
+                ptok += nt
+                patt += nt * c
+                if nt > ext.prefill_tokens[1]:
+                    ext.prefill_tokens[1] = nt
+                if nt < ext.prefill_tokens[0]:
+                    ext.prefill_tokens[0] = nt
+        if nb:
+            if nb > ext.decode_batch[1]:
+                ext.decode_batch[1] = nb
+            if nb < ext.decode_batch[0]:
+                ext.decode_batch[0] = nb
+        cost = sim.cost
+        used = rep.num_blocks - free
+        if preempted or admitted or ptok or nb != len(running):
+            d = cost.step_ns(ptok, patt, nb, bctx)
+            return _Plan(sched, [t], [t + d], False, used)
+        # Pure decode of every running request: extend while nothing can change.
+        target = sim.target
+        k_fin = min(target[rid] - out[rid] for rid in running)
+        comps = [comp[rid] for rid in running]
+        k = 1
+        if k_fin > 1:
+            held_now = sum(held[rid] for rid in running)
+            lo, hi = 1, k_fin
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                extra = sum(_cdiv(c + mid, bs) for c in comps) - held_now
+                if extra <= free:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            k = lo
+        if k == 1:
+            d = cost.step_ns(0, 0, nb, bctx)
+            return _Plan(sched, [t], [t + d], True, used, comps)
+        fixed = cost.d0 + cost.d1 * nb + cost.d2 * bctx
+        incr = cost.d2 * nb
+        durs = fixed + incr * np.arange(k, dtype=float)
+        ends = t + np.cumsum(durs)
+        starts = ends - durs
+        top = max(comps) + k
+        if top > ext.decode_context[1]:
+            ext.decode_context[1] = top
+        return _Plan(sched, starts.tolist(), ends.tolist(), True, used, comps)
+
+    def complete(self, rep: Replica, plan: _Plan, t: float) -> None:
+        sim = self.sim
+        comp, ntok, held, out, target = sim.comp, sim.ntok, sim.held, sim.out, sim.target
+        bs = sim.bs
+        k = plan.k
+        idx0 = len(rep.ends)
+        rep.ends.extend(plan.ends[:k])
+        finished: list[int] = []
+        if plan.chunk:
+            free = rep.free
+            for rid, _ in plan.sched:
+                c = comp[rid] + k
+                comp[rid] = c
+                out[rid] += k
+                ntok[rid] += k
+                nh = _cdiv(c, bs)
+                free -= nh - held[rid]
+                held[rid] = nh
+                sim.emit(rid, idx0, idx0 + k - 1)
+                if out[rid] == target[rid]:
+                    finished.append(rid)
+            rep.free = free
+        else:
+            for rid, nt in plan.sched:
+                c = comp[rid] + nt
+                comp[rid] = c
+                if c >= ntok[rid]:
+                    out[rid] += 1
+                    ntok[rid] += 1
+                    sim.emit(rid, idx0, idx0)
+                    if out[rid] == target[rid]:
+                        finished.append(rid)
+        used_end = rep.num_blocks - rep.free
+        if sim.record_steps:
+            self._log(rep, plan, idx0)
+        sim.account(rep, plan, used_end)
+        if finished:
+            gone = set(finished)
+            rep.running = [r for r in rep.running if r not in gone]
+            for rid in finished:
+                rep.free += held[rid]
+                held[rid] = 0
+                sim.finish_request(rid, t)
+
+    def _log(self, rep: Replica, plan: _Plan, idx0: int) -> None:
+        bs = self.sim.bs
+        if plan.chunk and plan.comps is not None:
+            for j in range(plan.k):
+                used = sum(_cdiv(c + j + 1, bs) for c in plan.comps)
+                rep.steps_log.append((plan.starts[j], plan.ends[j], len(plan.comps),
+                                      len(plan.comps), used))
+        else:
+            toks = sum(nt for _, nt in plan.sched)
+            rep.steps_log.append((plan.starts[0], plan.ends[0], toks, len(plan.sched),
+                                  rep.num_blocks - rep.free))
+
+
+class StaticScheduler:
+    """Fixed batches run to completion (see :class:`cascade.serving.schedulers.Static`)."""
+
+    truncatable = False
+
+    def __init__(self, cfg: Static, sim: Simulation) -> None:
+        self.cfg = cfg
+        self.sim = sim
+
+    def schedule(self, rep: Replica, t: float) -> _Plan | None:
+        sim = self.sim
+        waiting = rep.waiting
+        batch: list[int] = []
+        free = rep.free
+        while waiting and len(batch) < self.cfg.batch_size:
+            rid = waiting[0]
+            need = _cdiv(sim.prompt[rid] + sim.target[rid], sim.bs)
+            if need > free:
+                break
+            waiting.popleft()
+            free -= need
+            sim.held[rid] = need
+            batch.append(rid)
+            sim.first_sched[rid] = t
+        if not batch:
+            return None
+        rep.free = free
+        p = np.array([sim.prompt[r] for r in batch], dtype=float)
+        o = np.array([sim.target[r] for r in batch], dtype=np.int64)
+        cost = sim.cost
+        steps = int(o.max())
+        durs = np.empty(steps)
+        durs[0] = cost.step_ns(float(p.sum()), float((p * p).sum()), 0, 0)
+        if steps > 1:
+            j = np.arange(1, steps, dtype=float)
+            if self.cfg.drop_finished:
+                order = np.argsort(o, kind="stable")
+                o_sorted = o[order]
+                p_suffix = np.concatenate([np.cumsum(p[order][::-1])[::-1], [0.0]])
+                first_active = np.searchsorted(o_sorted, j, side="right")
+                nb = len(o) - first_active
+                bctx = p_suffix[first_active] + nb * j
+            else:
+                nb = np.full(steps - 1, len(o), dtype=float)
+                bctx = p.sum() + len(o) * j
+            durs[1:] = cost.d0 + cost.d1 * nb + cost.d2 * bctx
+        ends = t + np.cumsum(durs)
+        starts = ends - durs
+        ext = sim.extents
+        ext.prefill_tokens[0] = min(ext.prefill_tokens[0], int(p.min()))
+        ext.prefill_tokens[1] = max(ext.prefill_tokens[1], int(p.max()))
+        if steps > 1:
+            ext.decode_batch[0] = min(ext.decode_batch[0], len(o) if not self.cfg.drop_finished
+                                      else 1)
+            ext.decode_batch[1] = max(ext.decode_batch[1], len(o))
+            ext.decode_context[0] = min(ext.decode_context[0], int(p.min()) + 1)
+            ext.decode_context[1] = max(ext.decode_context[1], int(p.max()) + steps - 1)
+        endl = ends.tolist()
+        for rid, oi in zip(batch, o.tolist()):
+            sim.push(endl[oi - 1], PRIO_END, _EV_FINISH, rid, 0)
+        used = rep.num_blocks - free
+        return _Plan([(rid, 0) for rid in batch], starts.tolist(), endl, False, used)
+
+    def complete(self, rep: Replica, plan: _Plan, t: float) -> None:
+        sim = self.sim
+        idx0 = len(rep.ends)
+        rep.ends.extend(plan.ends)
+        for rid, _ in plan.sched:
+            o = sim.target[rid]
+            sim.out[rid] = o
+            sim.emit(rid, idx0, idx0 + o - 1)
+        if sim.record_steps:
+            used = rep.num_blocks - rep.free
+            for j in range(plan.k):
+                rep.steps_log.append((plan.starts[j], plan.ends[j], 0, len(plan.sched), used))
+        sim.account(rep, plan, plan.used_start)
+        for rid, _ in plan.sched:
+            rep.free += sim.held[rid]
+            sim.held[rid] = 0
+
+
+SchedulerFactory = Callable[[msgspec.Struct, Simulation], SchedulerImpl]
+
+SCHEDULERS: Registry[SchedulerFactory] = Registry("scheduler")
+SCHEDULERS.register("vllm", Vllm, VllmScheduler)  # type: ignore[arg-type]
+SCHEDULERS.register("static", Static, StaticScheduler)  # type: ignore[arg-type]

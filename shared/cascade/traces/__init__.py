@@ -1,0 +1,1 @@
+"""Accel-Sim instruction traces and kernel timelines -> per-kernel features and bundles."""

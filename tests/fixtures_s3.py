@@ -1,0 +1,144 @@
+"""Session fixture: a real SeaweedFS S3 server (``weed mini``) on random ports.
+
+Loaded by ``tests/conftest.py`` (``pytest_plugins``). Signature checks are
+on (credentials come from a generated S3 identities file), data lives in a
+temporary directory, and the process is stopped at the end of the session.
+
+Fixtures:
+
+- ``s3_server`` (session): an :class:`S3Server` with ``endpoint``,
+  ``access_key``, ``secret_key``, ``region``, ``data_dir``, ``log_path``, ``pid``.
+- ``storage`` (function): an open :class:`cascade.storage.Storage` on a fresh,
+  empty bucket of its own.
+
+Helper: :func:`s3_settings` builds a real :class:`cascade.settings.Settings`
+pointing at the server.
+"""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+from botocore.session import get_session
+
+from cascade.embedded.binaries import weed_binary
+from cascade.embedded.ports import can_connect
+from cascade.embedded.procs import spawn, stop_popen, tail, wait_until
+from cascade.embedded.seaweed import generate_credentials, pick_ports, weed_mini_argv, write_s3_config
+from cascade.settings import Settings, load_settings
+from cascade.storage import Storage
+
+START_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class S3Server:
+    """A running SeaweedFS S3 endpoint with signature checks on."""
+
+    endpoint: str
+    access_key: str
+    secret_key: str
+    region: str
+    data_dir: Path
+    log_path: Path
+    pid: int
+    startup_s: float = field(default=0.0, compare=False)
+
+    def settings(self, **overrides: Any) -> Settings:
+        """Settings pointing at this server (see :func:`s3_settings`)."""
+        return s3_settings(self, **overrides)
+
+
+def s3_settings(server: S3Server, **overrides: Any) -> Settings:
+    """Real Settings with the S3 fields pointing at ``server`` (environment ignored)."""
+    values: dict[str, Any] = {
+        "s3_endpoint": server.endpoint,
+        "s3_access_key": server.access_key,
+        "s3_secret_key": server.secret_key,
+        "s3_region": server.region,
+    }
+    values.update(overrides)
+    return load_settings({}, **values)
+
+
+def _signed_request_works(endpoint: str, access: str, secret: str) -> bool:
+    client = get_session().create_client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=access,
+        aws_secret_access_key=secret,
+        region_name="us-east-1",
+        config=Config(connect_timeout=1, read_timeout=2, retries={"max_attempts": 1},
+                      s3={"addressing_style": "path"}),
+    )
+    try:
+        client.list_buckets()
+        return True
+    except (BotoCoreError, ClientError):
+        return False
+    finally:
+        client.close()
+
+
+def start_s3_server(base: Path, timeout: float = START_TIMEOUT_S) -> tuple[S3Server, subprocess.Popen[bytes]]:
+    """Start ``weed mini`` with data under ``base``; return once signed S3 requests succeed."""
+    t0 = time.monotonic()
+    base.mkdir(parents=True, exist_ok=True)
+    access, secret = generate_credentials()
+    config = write_s3_config(base / "s3-identities.json", access, secret)
+    data = base / "data"
+    data.mkdir(exist_ok=True)
+    log_path = base / "weed.log"
+    ports = pick_ports()
+    proc = spawn(weed_mini_argv(weed_binary(), data, ports, config), log_path)
+    endpoint = f"http://127.0.0.1:{ports.s3}"
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(
+                f"weed mini exited with code {proc.returncode}; log {log_path}:\n{tail(log_path)}"
+            )
+        return can_connect("127.0.0.1", ports.s3, 0.2) and _signed_request_works(endpoint, access, secret)
+
+    try:
+        if not wait_until(ready, timeout):
+            raise RuntimeError(
+                f"SeaweedFS S3 did not answer on {endpoint} within {timeout} s; log {log_path}:\n"
+                f"{tail(log_path)}"
+            )
+    except BaseException:
+        stop_popen(proc, 5)
+        raise
+    server = S3Server(
+        endpoint=endpoint, access_key=access, secret_key=secret, region="us-east-1",
+        data_dir=data, log_path=log_path, pid=proc.pid, startup_s=time.monotonic() - t0,
+    )
+    return server, proc
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """A SeaweedFS S3 server shared by the whole session."""
+    server, proc = start_s3_server(tmp_path_factory.mktemp("seaweedfs"))
+    try:
+        yield server
+    finally:
+        stop_popen(proc, 10)
+
+
+@pytest.fixture
+async def storage(s3_server: S3Server) -> AsyncIterator[Storage]:
+    """An open Storage on a new bucket that no other test uses."""
+    bucket = f"test-{secrets.token_hex(6)}"
+    async with Storage.from_settings(s3_server.settings(bucket=bucket)) as st:
+        await st.ensure_bucket()
+        yield st

@@ -23,7 +23,7 @@ import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 import msgspec
 import nats
@@ -101,7 +101,7 @@ async def connect(settings: Settings, *, name: str | None = None) -> Bus:
             ),
             timeout=budget + 0.5,
         )
-    except (TimeoutError, Exception) as exc:
+    except Exception as exc:  # noqa: BLE001 - every failure becomes BusUnavailableError
         with contextlib.suppress(Exception):
             await nc.close()
         cause = last_error[-1] if last_error else exc
@@ -261,7 +261,7 @@ class Consumer(Generic[T]):
                 for _ in range(free):
                     self._slots.release()
                 return
-            except Exception as exc:  # reconnecting, server restarting...
+            except Exception as exc:  # noqa: BLE001 - reconnecting, server restarting: retry
                 self._log.warning("fetch failed", error=str(exc) or type(exc).__name__)
                 msgs = []
                 await asyncio.sleep(0.5)
@@ -324,7 +324,7 @@ class Consumer(Generic[T]):
             raise
         except self.permanent as exc:
             await self._exhaust(msg, message, exc, attempt)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any handler failure is retried or reported
             if attempt >= self.max_deliver:
                 await self._exhaust(msg, message, exc, attempt)
             else:
@@ -355,7 +355,7 @@ class Consumer(Generic[T]):
         if self.on_exhausted is not None:
             try:
                 await self.on_exhausted(message, error, attempts)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - reported again on a later delivery
                 # Leave it to a later delivery (two spare ones) to report again.
                 self._log.error("on_exhausted failed", error=str(exc) or type(exc).__name__)
                 await msg.nak(delay=self.backoff[-1] or None)
@@ -374,7 +374,7 @@ class Consumer(Generic[T]):
         if self._loop_task is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(self._loop_task), timeout=1.5)
-            except (TimeoutError, Exception):
+            except Exception:  # noqa: BLE001 - a stuck or failed loop is cancelled either way
                 self._loop_task.cancel()
                 with contextlib.suppress(BaseException):
                     await self._loop_task
@@ -391,7 +391,7 @@ class Consumer(Generic[T]):
             with contextlib.suppress(Exception):
                 await self.bus.jsm.delete_consumer(self.stream, self.name)
 
-    async def __aenter__(self) -> Consumer[T]:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -583,7 +583,7 @@ class Bus:
         started = time.perf_counter()
         try:
             await asyncio.wait_for(self.jsm.account_info(), timeout)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure means not ready
             raise BusUnavailableError(
                 f"NATS JetStream at {self.settings.nats_url} did not answer: {exc or type(exc).__name__}"
             ) from None
@@ -601,7 +601,7 @@ class Bus:
             with contextlib.suppress(Exception):
                 await self.nc.close()
 
-    async def __aenter__(self) -> Bus:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

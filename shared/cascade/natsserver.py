@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Self
 
 from cascade.errors import BusUnavailableError, ConfigError
 
@@ -116,7 +117,7 @@ class NatsServer:
             self.proc.kill()
             self.proc.wait()
 
-    def __enter__(self) -> NatsServer:
+    def __enter__(self) -> Self:
         self.start()
         return self
 

@@ -82,15 +82,6 @@ class RequestRecord(msgspec.Struct, frozen=True, kw_only=True):
 RECORD_FIELDS = tuple(RequestRecord.__struct_fields__)
 
 
-class RequestMetrics(msgspec.Struct, frozen=True, kw_only=True):
-    """Per-request latency arrays in ms (columnar, for metrics and exports)."""
-
-    ttft_ms: list[float]
-    tpot_ms: list[float]
-    e2el_ms: list[float]
-    queue_ms: list[float]
-
-
 def per_request(outcome: SimOutcome) -> dict[str, np.ndarray]:
     """Columnar per-request latencies in ms (tpot NaN for single-token outputs)."""
     arr = outcome.arrival_ns

@@ -1,0 +1,149 @@
+"""GPU spec registry: lookup by id or driver-reported device name, user-added specs."""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from collections.abc import Iterable, Iterator
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from cascade.errors import ConfigError, DuplicateNameError, UnknownGPUError
+from cascade.gpus.spec import ARCHES, GPUSpec
+
+
+def normalize_name(name: str) -> str:
+    """Canonical lookup key: case-insensitive, ``_``/``-``/spaces treated alike."""
+    return re.sub(r"[\s_\-]+", " ", name.strip().lower())
+
+
+def spec_from_mapping(data: dict[str, Any], source: str = "<mapping>") -> GPUSpec:
+    """Validate a decoded TOML/JSON mapping into a :class:`GPUSpec` (errors name the source)."""
+    data = {k: v for k, v in data.items() if k != "notes"}
+    try:
+        spec = msgspec.convert(data, GPUSpec, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"GPU spec {source}", data.get("id", "?"), str(exc)) from None
+    if spec.arch not in ARCHES:
+        raise ConfigError(f"GPU spec {source}: arch", spec.arch, f"one of {', '.join(ARCHES)}")
+    return spec
+
+
+def load_spec_file(path: str | Path) -> GPUSpec:
+    """Load one spec from a ``.toml`` or ``.json`` file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+        if path.suffix == ".toml":
+            data = tomllib.loads(text)
+        elif path.suffix == ".json":
+            data = json.loads(text)
+        else:
+            raise ConfigError("GPU spec file", str(path), "a .toml or .json file")
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError("GPU spec file", str(path), f"valid {path.suffix[1:].upper()} ({exc})") from None
+    return spec_from_mapping(data, str(path))
+
+
+class GPURegistry:
+    """GPU specs by id, with case-insensitive lookup by id or alias."""
+
+    def __init__(self, specs: Iterable[GPUSpec] = ()) -> None:
+        self._specs: dict[str, GPUSpec] = {}
+        self._keys: dict[str, str] = {}
+        for spec in specs:
+            self.add(spec)
+
+    def add(self, spec: GPUSpec, *, replace: bool = False) -> GPUSpec:
+        """Register a spec; an id or alias already taken by another spec is an error."""
+        keys = [normalize_name(spec.id), *(normalize_name(a) for a in spec.aliases)]
+        for key in keys:
+            owner = self._keys.get(key)
+            if owner is not None and owner != spec.id and not replace:
+                raise DuplicateNameError(f"GPU name {key!r} of {spec.id} is already used by {owner}")
+        if spec.id in self._specs and not replace:
+            raise DuplicateNameError(f"GPU spec {spec.id} is already registered")
+        if spec.id in self._specs:
+            self.remove(spec.id)
+        self._specs[spec.id] = spec
+        for key in keys:
+            self._keys[key] = spec.id
+        return spec
+
+    def remove(self, spec_id: str) -> None:
+        """Drop a spec and its aliases."""
+        spec = self.get(spec_id)
+        del self._specs[spec.id]
+        self._keys = {k: v for k, v in self._keys.items() if v != spec.id}
+
+    def get(self, name: str | GPUSpec) -> GPUSpec:
+        """Spec by id or alias (case-insensitive); :class:`UnknownGPUError` lists known ids."""
+        if isinstance(name, GPUSpec):
+            return name
+        spec_id = self._keys.get(normalize_name(name))
+        if spec_id is None:
+            raise UnknownGPUError(name, self._specs)
+        return self._specs[spec_id]
+
+    __getitem__ = get
+
+    def resolve(self, name: str) -> GPUSpec | None:
+        """Like :meth:`get` but ``None`` for unknown names."""
+        spec_id = self._keys.get(normalize_name(name))
+        return self._specs[spec_id] if spec_id else None
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and normalize_name(name) in self._keys
+
+    def __iter__(self) -> Iterator[GPUSpec]:
+        return iter(sorted(self._specs.values(), key=lambda s: (s.sm_version, s.id)))
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def ids(self) -> list[str]:
+        """Known spec ids, sorted."""
+        return sorted(self._specs)
+
+    def load_dir(self, directory: str | Path, *, replace: bool = False) -> list[GPUSpec]:
+        """Load every ``*.toml`` / ``*.json`` spec in a directory; returns them."""
+        directory = Path(directory)
+        if not directory.is_dir():
+            raise ConfigError("GPU spec directory", str(directory), "an existing directory")
+        loaded = []
+        for path in sorted([*directory.glob("*.toml"), *directory.glob("*.json")]):
+            loaded.append(self.add(load_spec_file(path), replace=replace))
+        return loaded
+
+    def add_file(self, path: str | Path, *, replace: bool = False) -> GPUSpec:
+        """Load and register one user spec file."""
+        return self.add(load_spec_file(path), replace=replace)
+
+
+def builtin_specs() -> list[GPUSpec]:
+    """The specs shipped in ``cascade/gpus/specs/*.toml``."""
+    out = []
+    for entry in sorted(resources.files("cascade.gpus").joinpath("specs").iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".toml"):
+            out.append(spec_from_mapping(tomllib.loads(entry.read_text()), f"specs/{entry.name}"))
+    return out
+
+
+_DEFAULT: GPURegistry | None = None
+
+
+def default_registry() -> GPURegistry:
+    """The process-wide registry holding the built-in specs (built on first use)."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = GPURegistry(builtin_specs())
+    return _DEFAULT
+
+
+def get_gpu(name: str | GPUSpec) -> GPUSpec:
+    """Shortcut for ``default_registry().get(name)``."""
+    return default_registry().get(name)

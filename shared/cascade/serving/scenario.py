@@ -1,0 +1,326 @@
+"""Scenarios: what traffic hits which replicas, and the metrics that come out."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import msgspec
+import numpy as np
+
+from cascade.errors import ValidationError
+from cascade.serving.arrivals import (
+    ARRIVALS,
+    LENGTHS,
+    Fixed,
+    FromTrace,
+    Poisson,
+    Trace,
+    read_trace,
+)
+from cascade.serving.kv import KVConfig
+from cascade.serving.metrics import (
+    LatencyStats,
+    RequestRecord,
+    Slo,
+    latency_stats,
+    per_request,
+    records,
+    slo_mask,
+)
+from cascade.serving.routers import ROUTERS, RoundRobin
+from cascade.serving.schedulers import Static, Vllm
+from cascade.serving.sim import SCHEDULERS, Progress, SimOutcome, Simulation
+from cascade.serving.stepmodel import OutOfRange, StepTimeModel, _out_of_range
+
+MAX_REPLICAS = 4096
+MAX_REQUESTS = 2_000_000
+
+
+class Scenario(msgspec.Struct, frozen=True, kw_only=True):
+    """Traffic, lengths and the serving setup to simulate.
+
+    ``arrival``, ``prompt``, ``output``, ``router`` and ``scheduler`` take a config
+    Struct or an object ``{"kind": NAME, ...settings}`` of a registered plug-in.
+    """
+
+    arrival: Any = Poisson(rate=1.0)
+    """poisson{rate} | gamma{rate, cv} | constant{rate} | burst{} | trace{path, time_scale}."""
+    prompt: Any = None
+    """Prompt length law: fixed{tokens} | uniform{lo, hi} | lognormal{mean, sigma | median, p90}
+    | trace{}; default: from the trace when replaying one, else 128."""
+    output: Any = None
+    """Output length law (same kinds); default: from the trace, else 128."""
+    n_requests: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """How many requests; or give duration_s (default: 1000, or all rows of a trace)."""
+    duration_s: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    """Send requests arriving before this time (instead of n_requests)."""
+    replicas: Annotated[int, msgspec.Meta(ge=1)] = 1
+    router: Any = RoundRobin()
+    """round_robin{} | least_outstanding{}."""
+    scheduler: Any = Vllm()
+    """vllm{max_num_batched_tokens, max_num_seqs, enable_chunked_prefill, ...} | static{batch_size}."""
+    slo: Slo = Slo()
+    seed: int = 0
+    include_records: bool = False
+    """Return one RequestRecord per request."""
+
+
+@dataclass(frozen=True)
+class ResolvedScenario:
+    """A validated scenario with its plug-in configs as typed Structs."""
+
+    scenario: Scenario
+    arrival: msgspec.Struct
+    prompt: msgspec.Struct
+    output: msgspec.Struct
+    router: msgspec.Struct
+    scheduler: msgspec.Struct
+
+
+def resolve(scenario: Scenario | dict[str, Any]) -> ResolvedScenario:
+    """Validate; ValidationError names the field and why."""
+    if isinstance(scenario, dict):
+        try:
+            scenario = msgspec.convert(scenario, Scenario)
+        except msgspec.ValidationError as exc:
+            text = str(exc)
+            fld = text.split("at `$.", 1)[1].rstrip("`") if "at `$." in text else "scenario"
+            raise ValidationError(text.split(" - at `", 1)[0], field=fld) from None
+    else:
+        try:
+            scenario = msgspec.convert(msgspec.to_builtins(scenario), Scenario)
+        except msgspec.ValidationError as exc:
+            text = str(exc)
+            fld = text.split("at `$.", 1)[1].rstrip("`") if "at `$." in text else "scenario"
+            raise ValidationError(text.split(" - at `", 1)[0], field=fld) from None
+    arrival = ARRIVALS.resolve(scenario.arrival, "arrival")
+    is_trace = isinstance(arrival, Trace)
+    default_len = FromTrace() if is_trace else Fixed(tokens=128)
+    prompt = LENGTHS.resolve(scenario.prompt if scenario.prompt is not None else default_len,
+                             "prompt")
+    output = LENGTHS.resolve(scenario.output if scenario.output is not None else default_len,
+                             "output")
+    for name, law in (("prompt", prompt), ("output", output)):
+        if isinstance(law, FromTrace) and not is_trace:
+            raise ValidationError("lengths 'trace' need arrival kind 'trace'", field=name)
+        if hasattr(law, "hi") and law.hi < law.lo:
+            raise ValidationError("hi must be >= lo", field=f"{name}.hi")
+        if type(law).__name__ == "LogNormal":
+            from cascade.serving.arrivals import lognormal_params
+
+            lognormal_params(law, name)  # type: ignore[arg-type]
+    if scenario.n_requests is not None and scenario.duration_s is not None:
+        raise ValidationError("give n_requests or duration_s, not both", field="duration_s")
+    if scenario.n_requests is not None and scenario.n_requests > MAX_REQUESTS:
+        raise ValidationError(f"at most {MAX_REQUESTS}", field="n_requests")
+    if scenario.replicas > MAX_REPLICAS:
+        raise ValidationError(f"at most {MAX_REPLICAS}", field="replicas")
+    for name in ("ttft_ms", "tpot_ms", "e2e_ms"):
+        v = getattr(scenario.slo, name)
+        if v is not None and not (v > 0 and math.isfinite(v)):
+            raise ValidationError("must be a positive number of ms", field=f"slo.{name}")
+    if not 0 < scenario.slo.attainment <= 1:
+        raise ValidationError("must be in (0, 1]", field="slo.attainment")
+    router = ROUTERS.resolve(scenario.router, "router")
+    scheduler = SCHEDULERS.resolve(scenario.scheduler, "scheduler")
+    return ResolvedScenario(scenario, arrival, prompt, output, router, scheduler)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Drawn requests: arrival times (s) and lengths."""
+
+    arrived_at: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+
+
+def draw_workload(rs: ResolvedScenario) -> Workload:
+    """Arrivals and lengths for a scenario (independent RNG streams per quantity, from the seed)."""
+    sc = rs.scenario
+    s_arr, s_prompt, s_out = np.random.SeedSequence(sc.seed).spawn(3)
+    n = sc.n_requests
+    if n is None and sc.duration_s is None and not isinstance(rs.arrival, Trace):
+        n = 1000
+    _, arrive = ARRIVALS.get(str(type(rs.arrival).__struct_config__.tag))
+    times = arrive(rs.arrival, n, sc.duration_s, np.random.default_rng(s_arr))
+    count = len(times)
+    if count == 0:
+        raise ValidationError("no request arrives within duration_s", field="duration_s")
+    if count > MAX_REQUESTS:
+        raise ValidationError(f"{count} requests, more than {MAX_REQUESTS}", field="duration_s")
+    lens = []
+    for name, law, ss in (("prompt", rs.prompt, s_prompt), ("output", rs.output, s_out)):
+        if isinstance(law, FromTrace):
+            assert isinstance(rs.arrival, Trace)
+            rows = read_trace(rs.arrival.path)
+            col = rows.prompt_tokens if name == "prompt" else rows.output_tokens
+            lens.append(col[:count])
+        else:
+            _, draw = LENGTHS.get(str(type(law).__struct_config__.tag))
+            lens.append(np.maximum(1, draw(law, count, np.random.default_rng(ss))))
+    return Workload(np.asarray(times, dtype=float), lens[0].astype(np.int64),
+                    lens[1].astype(np.int64))
+
+
+class KVStats(msgspec.Struct, frozen=True, kw_only=True):
+    """KV-cache use per replica (fractions of capacity)."""
+
+    capacity_blocks: int
+    block_size: int
+    mean_utilisation: float
+    """Time-weighted over the benchmark duration, averaged over replicas."""
+    max_utilisation: float
+    max_blocks_used: int
+
+
+class ReplicaStats(msgspec.Struct, frozen=True, kw_only=True):
+    replica: int
+    requests: int
+    steps: int
+    busy_fraction: float
+    preemptions: int
+    kv_mean_utilisation: float
+    kv_max_utilisation: float
+
+
+class ScenarioResult(msgspec.Struct, frozen=True, kw_only=True):
+    """Metrics of one simulated scenario, named as `vllm bench serve` names them."""
+
+    completed: int
+    duration_s: float
+    """First arrival to last token."""
+    total_input_tokens: int
+    total_output_tokens: int
+    request_throughput: float
+    output_throughput: float
+    total_token_throughput: float
+    ttft_ms: LatencyStats
+    tpot_ms: LatencyStats
+    itl_ms: LatencyStats
+    e2el_ms: LatencyStats
+    queue_ms: LatencyStats
+    preemptions: int
+    kv_cache: KVStats
+    steps: int
+    replicas: list[ReplicaStats]
+    request_goodput: float | None = None
+    """Requests per second meeting every SLO (None without SLOs)."""
+    slo_attainment: float | None = None
+    """Fraction of requests meeting every SLO."""
+    slo: Slo = Slo()
+    extrapolated: bool = False
+    extrapolation: dict[str, OutOfRange] = {}
+    """Step shapes used outside the step model's calibration range."""
+    step_model_source: str = ""
+    scenario: dict[str, Any] = {}
+    """The resolved scenario as JSON-able builtins."""
+    records: list[RequestRecord] | None = None
+
+
+def simulate(rs: ResolvedScenario, step_model: StepTimeModel, kv_config: KVConfig, *,
+             workload: Workload | None = None, record_steps: bool = False,
+             progress: Progress | None = None) -> SimOutcome:
+    """Run the simulation of a resolved scenario and return the raw outcome."""
+    wl = workload if workload is not None else draw_workload(rs)
+    num_blocks = kv_config.num_blocks()
+    bs = kv_config.block_size
+    biggest = int(np.max(wl.prompt_tokens + wl.output_tokens))
+    if biggest > num_blocks * bs:
+        raise ValidationError(
+            f"a request of {biggest} tokens (prompt + output) does not fit the KV cache of "
+            f"{num_blocks * bs} tokens", field="prompt")
+    sched = rs.scheduler
+    if isinstance(sched, Vllm) and not sched.enable_chunked_prefill \
+            and biggest > sched.max_num_batched_tokens:
+        raise ValidationError(
+            f"without chunked prefill a request of {biggest} tokens needs "
+            f"max_num_batched_tokens >= {biggest}", field="scheduler.max_num_batched_tokens")
+    if isinstance(sched, Static):
+        need = int(np.max((wl.prompt_tokens + wl.output_tokens + bs - 1) // bs))
+        if need > num_blocks:
+            raise ValidationError("a request does not fit the KV cache", field="prompt")
+    _, router_factory = ROUTERS.get(str(type(rs.router).__struct_config__.tag))
+    sim = Simulation(
+        arrival_ns=wl.arrived_at * 1e9, prompt_tokens=wl.prompt_tokens,
+        output_tokens=wl.output_tokens, replicas=rs.scenario.replicas,
+        router=router_factory(rs.router, rs.scenario.replicas), scheduler=sched,
+        cost=step_model.step_cost(), num_blocks=num_blocks, block_size=bs,
+        record_steps=record_steps, progress=progress,
+        progress_every=max(1000, len(wl.arrived_at) // 100))
+    return sim.run()
+
+
+def summarise(rs: ResolvedScenario, outcome: SimOutcome, step_model: StepTimeModel) -> ScenarioResult:
+    """Metrics of a finished simulation."""
+    sc = rs.scenario
+    lat = per_request(outcome)
+    start = float(np.min(outcome.arrival_ns))
+    end = float(np.max(outcome.finished_ns))
+    duration_s = max(end - start, 1e-9) / 1e9
+    n = len(outcome.arrival_ns)
+    tin = int(outcome.prompt_tokens.sum())
+    tout = int(outcome.output_tokens.sum())
+    goodput = attainment = None
+    if not sc.slo.is_empty():
+        ok = slo_mask(lat, sc.slo)
+        goodput = float(ok.sum()) / duration_s
+        attainment = float(ok.mean())
+    span_ns = duration_s * 1e9
+    reps = []
+    cap = outcome.num_blocks
+    for rep in outcome.replicas:
+        reps.append(ReplicaStats(
+            replica=rep.index, requests=int(np.sum(outcome.replica == rep.index)),
+            steps=len(rep.ends), busy_fraction=rep.busy_ns / span_ns,
+            preemptions=rep.preemptions, kv_mean_utilisation=rep.kv_area / span_ns / cap,
+            kv_max_utilisation=rep.kv_max / cap))
+    kv = KVStats(capacity_blocks=cap, block_size=outcome.block_size,
+                 mean_utilisation=float(np.mean([r.kv_mean_utilisation for r in reps])),
+                 max_utilisation=max(r.kv_max_utilisation for r in reps),
+                 max_blocks_used=max(rep.kv_max for rep in outcome.replicas))
+    gaps = _extrapolation(outcome, step_model)
+    return ScenarioResult(
+        completed=n, duration_s=duration_s, total_input_tokens=tin, total_output_tokens=tout,
+        request_throughput=n / duration_s, output_throughput=tout / duration_s,
+        total_token_throughput=(tin + tout) / duration_s,
+        ttft_ms=latency_stats(lat["ttft_ms"]), tpot_ms=latency_stats(lat["tpot_ms"]),
+        itl_ms=latency_stats(outcome.itl_ns / 1e6), e2el_ms=latency_stats(lat["e2el_ms"]),
+        queue_ms=latency_stats(lat["queue_ms"]), preemptions=int(outcome.preemptions.sum()),
+        kv_cache=kv, steps=sum(len(r.ends) for r in outcome.replicas), replicas=reps,
+        request_goodput=goodput, slo_attainment=attainment, slo=sc.slo,
+        extrapolated=bool(gaps), extrapolation=gaps, step_model_source=step_model.source,
+        scenario=msgspec.to_builtins(msgspec.structs.replace(
+            sc, arrival=rs.arrival, prompt=rs.prompt, output=rs.output, router=rs.router,
+            scheduler=rs.scheduler)),
+        records=records(outcome, sc.slo) if sc.include_records else None)
+
+
+def _extrapolation(outcome: SimOutcome, m: StepTimeModel) -> dict[str, OutOfRange]:
+    cal = m.calibration
+    ext = outcome.extents
+    out: dict[str, OutOfRange] = {}
+    for dim, (lo, hi), (clo, chi) in (
+        ("prefill_tokens", ext.prefill_tokens, (cal.prefill_tokens_min, cal.prefill_tokens_max)),
+        ("decode_batch", ext.decode_batch, (cal.decode_batch_min, cal.decode_batch_max)),
+        ("decode_context", ext.decode_context, (cal.decode_context_min, cal.decode_context_max)),
+    ):
+        if hi == 0:
+            continue
+        far = _out_of_range(hi, clo, chi) or _out_of_range(lo, clo, chi)
+        if far is not None:
+            out[dim] = far
+    return out
+
+
+def run_scenario(scenario: Scenario | dict[str, Any], step_model: StepTimeModel,
+                 kv_config: KVConfig, *, progress: Progress | None = None) -> ScenarioResult:
+    """Validate, simulate and summarise one scenario.
+
+    ``progress(done, total)`` is called every ~1% of requests (at least every 1000).
+    """
+    rs = resolve(scenario)
+    outcome = simulate(rs, step_model, kv_config, progress=progress)
+    return summarise(rs, outcome, step_model)

@@ -20,7 +20,6 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-
 from cascade.bus import Bus, connect
 from cascade.natsserver import NatsServer
 from cascade.settings import Settings, load_settings

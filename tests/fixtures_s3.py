@@ -29,11 +29,15 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from botocore.session import get_session
-
 from cascade.embedded.binaries import weed_binary
 from cascade.embedded.ports import can_connect
 from cascade.embedded.procs import spawn, stop_popen, tail, wait_until
-from cascade.embedded.seaweed import generate_credentials, pick_ports, weed_mini_argv, write_s3_config
+from cascade.embedded.seaweed import (
+    generate_credentials,
+    pick_ports,
+    weed_mini_argv,
+    write_s3_config,
+)
 from cascade.settings import Settings, load_settings
 from cascade.storage import Storage
 

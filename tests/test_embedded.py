@@ -6,6 +6,7 @@ against a deadline; nothing relies on a fixed sleep.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -20,7 +21,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-
 from cascade.bus import connect
 from cascade.embedded.nats import nats_host_port, render_config
 from cascade.embedded.ports import GRPC_OFFSET, free_port_pairs
@@ -32,7 +32,7 @@ from cascade.embedded.stack import (
     load_state,
     read_credentials,
 )
-from cascade.settings import load_settings
+from cascade.settings import Settings, load_settings
 from cascade.storage import Storage
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,6 +87,7 @@ class Stack:
             return _http_status(f"{self.http}/readyz") == 200
 
         _wait(ready, START_DEADLINE_S, "/readyz 200")
+        _wait(lambda: "Cascade is up" in self.output(), 10, "the banner")
 
     def output(self) -> str:
         return (self.workdir / f"up-{self.runs}.log").read_text(errors="replace")[-4000:]
@@ -105,7 +106,7 @@ class Stack:
             self.proc.kill()
             raise AssertionError(f"cascade up did not stop within {STOP_DEADLINE_S} s") from None
 
-    def settings(self):  # type: ignore[no-untyped-def]
+    def settings(self) -> Settings:
         creds = read_credentials(self.layout)
         assert creds is not None
         return load_settings(
@@ -142,8 +143,36 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
             st.proc.wait()
 
 
+async def _write_data(settings: Settings) -> int:
+    """Put an object in S3, a KV value and a stream message; returns the message's sequence."""
+    async with Storage.from_settings(settings) as storage:
+        await storage.put_bytes("traces/persist/raw/stats.csv", b"kernel,cycles\n1,2\n")
+    bus = await connect(settings)
+    try:
+        kv = await bus.kv("cascade-meta")
+        await kv.put("test-persist", {"kept": True})
+        ack = await bus.publish("cascade.trace.persist.test", b"hello")
+    finally:
+        await bus.close()
+    return int(ack.seq)
+
+
+async def _check_data(settings: Settings, seq: int) -> None:
+    async with Storage.from_settings(settings) as storage:
+        assert await storage.get_bytes("traces/persist/raw/stats.csv") == b"kernel,cycles\n1,2\n"
+    bus = await connect(settings)
+    try:
+        kv = await bus.kv("cascade-meta")
+        entry = await kv.get("test-persist", dict)
+        assert entry is not None and entry.value == {"kept": True}
+        msg = await bus.jsm.get_msg("CASCADE", seq)
+        assert msg.data == b"hello" and msg.subject == "cascade.trace.persist.test"
+    finally:
+        await bus.close()
+
+
 @pytest.mark.integration
-async def test_up_stop_and_restart_keeps_data(stack: Stack) -> None:
+def test_up_stop_and_restart_keeps_data(stack: Stack) -> None:
     stack.start()
     first_output = stack.output()
     creds = read_credentials(stack.layout)
@@ -158,40 +187,22 @@ async def test_up_stop_and_restart_keeps_data(stack: Stack) -> None:
     assert all(pid_alive(p) for p in pids)
 
     status = subprocess.run([*CASCADE, "status", "--json"], env=stack.env, cwd=REPO,
-                            capture_output=True, timeout=30)
+                            capture_output=True, timeout=30, check=False)
     report = json.loads(status.stdout)
     assert status.returncode == 0, status.stdout
     assert report["running"] is True and "services" in report["api"]
 
     settings = stack.settings()
-    async with Storage.from_settings(settings) as storage:
-        await storage.put_bytes("traces/persist/raw/stats.csv", b"kernel,cycles\n1,2\n")
-    bus = await connect(settings)
-    try:
-        kv = await bus.kv("cascade-meta")
-        await kv.put("test-persist", b'{"kept": true}')
-        ack = await bus.publish("cascade.trace.persist.test", b"hello")
-    finally:
-        await bus.close()
+    seq = asyncio.run(_write_data(settings))
 
     assert stack.stop() == 0
     _wait(lambda: not any(pid_alive(p) for p in pids), 10, "every child to exit")
     assert load_state(stack.layout).status == "stopped"  # type: ignore[union-attr]
+    assert not any(c.pid for c in load_state(stack.layout).components)  # type: ignore[union-attr]
 
     stack.start()
     assert read_credentials(stack.layout) == creds
-    async with Storage.from_settings(settings) as storage:
-        assert await storage.get_bytes("traces/persist/raw/stats.csv") == b"kernel,cycles\n1,2\n"
-    bus = await connect(settings)
-    try:
-        kv = await bus.kv("cascade-meta")
-        entry = await bus.nc.jetstream().key_value("cascade-meta")
-        assert (await entry.get("test-persist")).value == b'{"kept": true}'
-        msg = await bus.jsm.get_msg("CASCADE", ack.seq)
-        assert msg.data == b"hello" and msg.subject == "cascade.trace.persist.test"
-        assert kv is not None
-    finally:
-        await bus.close()
+    asyncio.run(_check_data(settings, seq))
     assert stack.stop() == 0
 
 
@@ -212,6 +223,14 @@ def test_killed_service_is_restarted(stack: Stack) -> None:
     log = stack.output()
     assert "service exited; restarting" in log and "orchestrator" in log
     assert _http_status(f"{stack.http}/readyz") == 200
+
+    # A killed `cascade up` takes its children with it (or the next start reaps them).
+    pids = [int(c["pid"]) for c in stack.state().values()]  # type: ignore[call-overload]
+    assert stack.proc is not None
+    stack.proc.kill()
+    stack.proc.wait()
+    stack.start()
+    assert all(not pid_alive(p) for p in pids)
     assert stack.stop() == 0
 
 
@@ -222,7 +241,7 @@ def test_busy_port_fails_with_clear_message(stack: Stack) -> None:
         holder.bind((host, port))
         holder.listen(1)
         proc = subprocess.run([*CASCADE, "up"], env=stack.env, cwd=REPO, capture_output=True,
-                              timeout=60, stdin=subprocess.DEVNULL)
+                              timeout=60, stdin=subprocess.DEVNULL, check=False)
     assert proc.returncode == 1
     err = proc.stderr.decode()
     assert f"port {port} needed by NATS" in err and "already in use" in err
@@ -230,19 +249,20 @@ def test_busy_port_fails_with_clear_message(stack: Stack) -> None:
 
 def test_status_before_first_start(tmp_path: Path) -> None:
     env = _stack_env(tmp_path)
-    proc = subprocess.run([*CASCADE, "status"], env=env, cwd=REPO, capture_output=True, timeout=30)
+    proc = subprocess.run([*CASCADE, "status"], env=env, cwd=REPO, capture_output=True, timeout=30,
+                          check=False)
     assert proc.returncode == 1
     assert b"never started" in proc.stdout
 
 
 def test_child_environment_round_trips_settings() -> None:
     settings = load_settings(
-        {}, api_tokens=["a", "b"], samples=False, http_port=9999, s3_secret_key="s3cr=t,x"[:6],
+        {}, api_tokens=["a", "b"], samples=False, http_port=9999, s3_secret_key="s3cr=t",
         nats_url="nats://127.0.0.1:4333", max_local_sims=3,
     )
     env = child_environment(settings, base={"PATH": "/bin", "CASCADE_CONFIG": "/nope.toml"})
     assert env["PATH"] == "/bin" and env["CASCADE_API_TOKENS"] == "a,b"
-    assert env["CASCADE_CONFIG"] != "/nope.toml" if "CASCADE_CONFIG" in env else True
+    assert "CASCADE_CONFIG" not in env
     assert load_settings(env) == settings
 
 

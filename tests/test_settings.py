@@ -9,7 +9,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-
 from cascade.errors import ConfigError
 from cascade.settings import Settings, env_var, load_settings, settings_doc
 
@@ -123,7 +122,7 @@ def test_service_main_exits_2_on_invalid_setting(service: str) -> None:
     env["CASCADE_JOB_MAX_DELIVER"] = "lots"
     proc = subprocess.run(
         [sys.executable, "-m", f"services.{service}"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+        check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 2
     assert "CASCADE_JOB_MAX_DELIVER" in proc.stderr

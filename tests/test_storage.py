@@ -9,7 +9,6 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import aiohttp
 import pytest
-
 from cascade.errors import NotFoundError, StorageError, TooLargeError, ValidationError
 from cascade.storage import MIN_PART_SIZE, Storage
 

@@ -70,6 +70,7 @@ async def connect(settings: Settings, *, name: str | None = None) -> Bus:
     wait = 0.25
     attempts = max(1, int(budget / wait))
     connected = asyncio.Event()
+    closing = asyncio.Event()
     last_error: list[BaseException] = []
 
     async def error_cb(exc: Exception) -> None:
@@ -79,7 +80,7 @@ async def connect(settings: Settings, *, name: str | None = None) -> Bus:
             last_error.append(exc)
 
     async def disconnected_cb() -> None:
-        if connected.is_set():
+        if connected.is_set() and not closing.is_set():
             log.warning("nats disconnected", url=settings.nats_url)
 
     async def reconnected_cb() -> None:
@@ -113,7 +114,9 @@ async def connect(settings: Settings, *, name: str | None = None) -> Bus:
     connected.set()
     nc.options["max_reconnect_attempts"] = -1
     nc.options["reconnect_time_wait"] = 1
-    return Bus(nc, settings)
+    bus = Bus(nc, settings)
+    bus._closing = closing
+    return bus
 
 
 # --------------------------------------------------------------------------- deliveries
@@ -570,6 +573,7 @@ class Bus:
         self._consumers: list[Consumer[Any]] = []
         self._listeners: list[Listener] = []
         self._kv: dict[str, KV] = {}
+        self._closing = asyncio.Event()
 
     # -- lifecycle --------------------------------------------------------
 
@@ -591,6 +595,7 @@ class Bus:
 
     async def close(self) -> None:
         """Stop every consumer (draining in-flight work), then drain and close. Idempotent."""
+        self._closing.set()
         for consumer in reversed(self._consumers):
             await consumer.stop()
         for listener in self._listeners:

@@ -32,7 +32,7 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from cascade import __version__, subjects
-from cascade.bus import Bus, connect
+from cascade.bus import Bus, Consumer, Listener, connect
 from cascade.errors import BusUnavailableError, CascadeError, ConfigError
 from cascade.log import configure_logging
 from cascade.settings import Settings, load_settings
@@ -176,6 +176,24 @@ class ServiceContext:
         await self.micro.add_endpoint(name=endpoint, subject=subject, handler=handler)
         return subject
 
+    async def run_worker(self, *args: Any, **kwargs: Any) -> Consumer[Any]:
+        """:meth:`Bus.run_worker` whose drain runs when the service stops (same arguments)."""
+        consumer = await self.bus.run_worker(*args, **kwargs)
+        self.stack.push_async_callback(consumer.stop)
+        return consumer
+
+    async def subscribe(self, *args: Any, **kwargs: Any) -> Consumer[Any]:
+        """:meth:`Bus.subscribe` whose drain runs when the service stops (same arguments)."""
+        consumer = await self.bus.subscribe(*args, **kwargs)
+        self.stack.push_async_callback(consumer.stop)
+        return consumer
+
+    async def listen(self, *args: Any, **kwargs: Any) -> Listener:
+        """:meth:`Bus.listen`, unsubscribed when the service stops (same arguments)."""
+        listener = await self.bus.listen(*args, **kwargs)
+        self.stack.push_async_callback(listener.stop)
+        return listener
+
     def metrics_text(self) -> tuple[bytes, str]:
         """Prometheus exposition of this service's registry: ``(body, content type)``."""
         assert self.registry is not None
@@ -277,7 +295,7 @@ async def serve(
             loop.remove_signal_handler(sig)
 
 
-def main(name: str, run: Callable[[Settings], Awaitable[None]]) -> int:
+def main(name: str, run: Callable[[Settings], Coroutine[Any, Any, None]]) -> int:
     """Body of ``python -m services.<name>``: settings -> ``asyncio.run(run(settings))``.
 
     Exit codes: 0 after a clean stop, 2 for invalid settings (message names the

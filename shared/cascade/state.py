@@ -64,6 +64,10 @@ class TraceRecord(msgspec.Struct, frozen=True, kw_only=True):
     baseline: dict[str, float] = {}
     """Measured baseline timings on the source GPU (e.g. e2e_ms, step means)."""
     provenance: Provenance = Provenance()
+    sealed_at: float | None = None
+    """Unix time the upload was sealed (start of the grace period for missing files)."""
+    bundle_kernels: int = 0
+    """Kernels in the ready bundle."""
 
 
 class SimRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -87,6 +91,8 @@ class SimRecord(msgspec.Struct, frozen=True, kw_only=True):
     result_key: str | None = None
     predicted_e2e_ns: float | None = None
     model: str | None = None
+    worker: str = ""
+    """Simulator process (host:pid or pod) holding the sim's current attempt."""
 
 
 class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -107,3 +113,9 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
     provenance: Provenance = Provenance()
     custom_specs: dict[str, dict[str, object]] = {}
     """Custom GPU specs supplied inline with the request, by name."""
+    jobs_published: bool = False
+    """True once the orchestrator queued every sim's job (on restart it re-publishes otherwise)."""
+    name: str = ""
+    """Human label of the run."""
+    finished_at: float | None = None
+    """When the run reached a terminal state."""

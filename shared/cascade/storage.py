@@ -21,6 +21,7 @@ refused request), with the bucket, key and server answer in the message.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import datetime as dt
 import os
@@ -63,11 +64,20 @@ _NOT_FOUND_CODES = frozenset({"404", "NoSuchKey", "NoSuchBucket", "NotFound", "N
 class StorageSettings(Protocol):
     """The settings fields :meth:`Storage.from_settings` reads."""
 
-    s3_endpoint: str
-    s3_access_key: str
-    s3_secret_key: str
-    s3_region: str
-    bucket: str
+    @property
+    def s3_endpoint(self) -> str: ...
+
+    @property
+    def s3_access_key(self) -> str: ...
+
+    @property
+    def s3_secret_key(self) -> str: ...
+
+    @property
+    def s3_region(self) -> str: ...
+
+    @property
+    def bucket(self) -> str: ...
 
 
 class ObjectInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -274,7 +284,7 @@ class Storage:
     async def _translate(self, action: str, key: str | None = None) -> AsyncIterator[None]:
         try:
             yield
-        except (ClientError, BotoCoreError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, ClientError, BotoCoreError, OSError) as exc:
             if isinstance(exc, (NotFoundError, StorageError)):
                 raise
             raise self._error(exc, action, key) from exc
@@ -492,9 +502,12 @@ class Storage:
         read_size = part_size or self.part_size
 
         async def chunks() -> AsyncIterator[bytes]:
-            with path.open("rb") as fh:
+            fh = await asyncio.to_thread(path.open, "rb")
+            try:
                 while piece := await asyncio.to_thread(fh.read, read_size):
                     yield piece
+            finally:
+                await asyncio.to_thread(fh.close)
 
         return await self.put_stream(key, chunks(), content_type=content_type, part_size=part_size)
 
@@ -592,10 +605,10 @@ class Storage:
                 Bucket=self.bucket, Key=key, UploadId=upload_id
             )
 
-    async def list_parts(self, key: str, upload_id: str) -> list[UploadedPart]:
+    async def list_parts(self, key: str, upload_id: str) -> builtins.list[UploadedPart]:
         """Parts uploaded so far (for instance through presigned part URLs)."""
         _check_key(key)
-        parts: list[UploadedPart] = []
+        parts: builtins.list[UploadedPart] = []
         marker = 0
         while True:
             async with self._translate("list parts", key):

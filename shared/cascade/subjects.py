@@ -73,6 +73,7 @@ DURABLE_PREPARE_JOBS = "prepare-jobs"
 DURABLE_SIM_JOBS = "sim-jobs"
 DURABLE_INGEST_S3 = "ingest-s3-events"
 DURABLE_INGEST_TRACES = "ingest-trace-events"
+DURABLE_INGEST_SEALS = "ingest-seal-events"
 DURABLE_ORCHESTRATOR_RUNS = "orchestrator-run-events"
 DURABLE_ORCHESTRATOR_SIMS = "orchestrator-sim-events"
 DURABLE_API_EVENTS = "api-events"
@@ -80,6 +81,7 @@ DURABLE_API_EVENTS = "api-events"
 # --- event kinds ------------------------------------------------------------
 TRACE_KINDS: tuple[str, ...] = (
     "created", "file", "kernel", "kernel-failed", "sealed", "bundle", "state", "failed", "deleted",
+    "uploaded",
 )
 RUN_KINDS: tuple[str, ...] = ("cancel", "state", "completed", "failed")
 SIM_KINDS: tuple[str, ...] = ("queued", "started", "progress", "completed", "failed", "cancelled")

@@ -32,6 +32,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     status.add_argument("--json", action="store_true", help="print the report as JSON")
     status.set_defaults(func=run_status)
 
+    boot = subparsers.add_parser(
+        "bootstrap",
+        help="create the bucket, streams and KV buckets on the configured NATS and S3",
+        description=(
+            "Idempotent bootstrap against CASCADE_NATS_URL and CASCADE_S3_ENDPOINT (used by "
+            "docker-compose and clusters; `cascade up` does it itself). Retries until --wait "
+            "seconds have passed."
+        ),
+    )
+    boot.add_argument("--wait", type=float, default=60.0,
+                      help="seconds to keep retrying while NATS or S3 are not reachable (default 60)")
+    boot.set_defaults(func=run_bootstrap)
+
 
 def _settings(args: argparse.Namespace) -> Any:
     overrides: dict[str, Any] = {}
@@ -93,3 +106,15 @@ def run_status(args: argparse.Namespace) -> int:
             print("api /api/status:", file=out)
             print(json.dumps(api, indent=2, default=str), file=out)
     return 0 if report["running"] else 1
+
+
+def run_bootstrap(args: argparse.Namespace) -> int:
+    """Ensure bucket, streams and KV buckets exist; retry until ``--wait`` runs out."""
+    from cascade.embedded.stack import bootstrap
+    from cascade.log import configure_logging
+
+    settings = load_settings()
+    configure_logging(settings, "cascade-bootstrap")
+    outcome = asyncio.run(bootstrap(settings, wait_s=args.wait))
+    print(json.dumps(outcome, indent=2))
+    return 0

@@ -362,7 +362,7 @@ class EmbeddedStack:
 
     # -- preparation ---------------------------------------------------------------
 
-    def _check_not_running(self) -> None:
+    async def _check_not_running(self) -> None:
         state = load_state(self.layout)
         if state is None or state.supervisor_pid == os.getpid():
             return
@@ -372,6 +372,34 @@ class EmbeddedStack:
                 f"{state.supervisor_pid}); stop it first (Ctrl-C there, or kill "
                 f"{state.supervisor_pid})"
             )
+        await self._reap_stale(state)
+
+    async def _reap_stale(self, state: StackState) -> None:
+        """Stop children left behind by a ``cascade up`` that was killed."""
+        markers = {"nats": b"nats-server", "s3": b"weed"}
+        stale: list[int] = []
+        for comp in state.components:
+            if comp.pid is None or not pid_alive(comp.pid):
+                continue
+            try:
+                cmdline = Path(f"/proc/{comp.pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if markers.get(comp.name, f"services.{comp.name}".encode()) in cmdline:
+                stale.append(comp.pid)
+        if not stale:
+            return
+        self.log.warning("stopping processes left by a previous cascade up", pids=stale)
+        for pid in stale:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_grace_s
+        while any(pid_alive(p) for p in stale) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        for pid in stale:
+            if pid_alive(pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
 
     def _seaweed_ports(self, s3_port: int) -> SeaweedPorts:
         if self.layout.s3_ports.exists():
@@ -464,7 +492,7 @@ class EmbeddedStack:
 
     async def start(self) -> None:
         """Bring up NATS, S3, the bootstrap and the services; raise naming what failed."""
-        self._check_not_running()
+        await self._check_not_running()
         self.layout.create()
         self.status = "starting"
         creds, created = ensure_credentials(self.layout)
@@ -637,6 +665,37 @@ class EmbeddedStack:
         return 0
 
 
+async def bootstrap(settings: Settings, *, wait_s: float = 60.0) -> dict[str, Any]:
+    """Create the bucket, streams and KV buckets (idempotent), retrying for ``wait_s`` seconds.
+
+    Returns ``{"bucket": "created" | "ok", <stream or KV name>: "created" | "updated" | "ok"}``.
+    Raises the last :class:`BusUnavailableError` / :class:`StorageError` when time runs out.
+    """
+    from cascade.bus import connect
+    from cascade.errors import BusUnavailableError
+
+    log = get_logger("cascade.bootstrap")
+    deadline = time.monotonic() + wait_s
+    delay = 0.25
+    while True:
+        try:
+            async with Storage.from_settings(settings, max_attempts=1) as storage:
+                created = await storage.ensure_bucket()
+            bus = await connect(settings, name="cascade-bootstrap")
+            try:
+                outcome: dict[str, Any] = {"bucket": "created" if created else "ok"}
+                outcome.update(await bus.ensure_streams())
+            finally:
+                await bus.close()
+            return outcome
+        except (BusUnavailableError, StorageError) as exc:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.info("bootstrap waiting for dependencies", error=str(exc), retry_in_s=delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
 def status_report(settings: Settings, *, timeout: float = 2.0) -> dict[str, Any]:
     """What ``cascade status`` shows: recorded state, live pids and the api's /api/status."""
     layout = StackLayout(settings.data_dir)
@@ -674,7 +733,7 @@ def _fetch_json(url: str, timeout: float) -> Any:
     import urllib.request
 
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (loopback URL)
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
             return json.loads(resp.read().decode("utf-8"))
     except (urllib.error.URLError, OSError, ValueError) as exc:
         return {"error": f"{url} unreachable: {exc}"}

@@ -48,6 +48,10 @@ class Codec(Generic[T]):
 
 
 @functools.cache
+def _cached_codec(type_: Any) -> Codec[Any]:
+    return Codec(type_)
+
+
 def codec(type_: Any) -> Codec[Any]:
     """The shared :class:`Codec` for a message type or union (cached)."""
-    return Codec(type_)
+    return _cached_codec(type_)

@@ -22,6 +22,14 @@ class PrepareJob(Message, frozen=True, kw_only=True, tag="job.prepare.v1"):
     """Object size in bytes."""
 
 
+class BundleJob(Message, frozen=True, kw_only=True, tag="job.bundle.v1"):
+    """Assemble a trace's bundle once every expected kernel is prepared (idempotent)."""
+
+    trace_id: str
+    reason: str = ""
+    """Why the job was queued (last kernel prepared, seal, reconcile), for logs."""
+
+
 class SimJob(Message, frozen=True, kw_only=True, tag="job.sim.v1"):
     """Simulate one (configuration, replica) of a run."""
 
@@ -39,7 +47,7 @@ class SimJob(Message, frozen=True, kw_only=True, tag="job.sim.v1"):
     """Model / replay options."""
 
 
-Job = PrepareJob | SimJob
+Job = PrepareJob | SimJob | BundleJob
 """Tagged union of every job."""
 
 JOB_CODEC: Codec[Job] = Codec(Job)

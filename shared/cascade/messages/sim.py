@@ -59,6 +59,10 @@ class SimCompleted(_SimMessage, frozen=True, kw_only=True, tag="sim.completed.v1
     wall_s: float = 0.0
     """Wall-clock seconds the simulation took."""
     attempt: Annotated[int, msgspec.Meta(ge=1)] = 1
+    predicted_e2e_ns: float | None = None
+    """Predicted end-to-end time of the traced workload on this configuration."""
+    model: str = ""
+    """Kernel model the simulation used."""
 
 
 class SimFailed(_SimMessage, frozen=True, kw_only=True, tag="sim.failed.v1"):

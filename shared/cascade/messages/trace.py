@@ -117,6 +117,19 @@ class TraceDeleted(_TraceMessage, frozen=True, kw_only=True, tag="trace.deleted.
     """The trace and its objects were deleted."""
 
 
+class UploadReported(_TraceMessage, frozen=True, kw_only=True, tag="trace.uploaded.v1"):
+    """A client reported a finished upload to the api (checked there with a HEAD request)."""
+
+    key: str
+    """Full S3 object key."""
+    etag: str
+    """Object ETag as S3 reported it."""
+    size: NonNegative
+    """Object size in bytes."""
+    file: str = ""
+    """Path of the file relative to the trace's raw/ prefix."""
+
+
 TraceEvent = (
     TraceCreated
     | FileReceived
@@ -127,6 +140,7 @@ TraceEvent = (
     | TraceStateChanged
     | TraceFailed
     | TraceDeleted
+    | UploadReported
 )
 """Tagged union of every trace event."""
 

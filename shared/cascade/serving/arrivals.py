@@ -282,9 +282,9 @@ def parse_length(text: str, field: str) -> msgspec.Struct:
             return _check(Uniform(lo=int(lo), hi=int(hi)), field)
         if kind == "lognormal":
             kv = dict(p.split("=") for p in rest.split(",") if p)
-            return LogNormal(**{k: float(v) if k not in ("min", "max") else int(v)
-                                for k, v in kv.items()})
-    except (ValueError, TypeError) as exc:
+            conv = {k: float(v) if k not in ("min", "max") else int(v) for k, v in kv.items()}
+            return msgspec.convert(conv, LogNormal)
+    except (ValueError, TypeError, msgspec.ValidationError) as exc:
         raise ValidationError(f"cannot parse {text!r}: {exc}", field=field) from None
     raise ValidationError(
         f"cannot parse {text!r}; expected N, uniform:LO:HI, lognormal:mean=M,sigma=S, "

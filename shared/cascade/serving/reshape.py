@@ -25,6 +25,8 @@ longer applies; the original is kept in ``source_duration_ns``) and their
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from cascade.errors import ValidationError
@@ -134,7 +136,8 @@ def reshape_kernels(table: KernelTable, tokens: int, context: int, batch: int,
     return out
 
 
-def roofline_predictor(flops_per_s: float, bytes_per_s: float, launch_ns: float = 0.0):  # type: ignore[no-untyped-def]
+def roofline_predictor(flops_per_s: float, bytes_per_s: float,
+                       launch_ns: float = 0.0) -> Callable[[KernelTable], np.ndarray]:
     """A simple kernel model: max(flops / peak, bytes / bandwidth) + launch overhead per row.
 
     Rows with neither FLOPs nor bytes known keep their ``duration_ns`` (or
@@ -151,6 +154,7 @@ def roofline_predictor(flops_per_s: float, bytes_per_s: float, launch_ns: float 
         fallback = table["duration_ns"].astype(float)
         if "source_duration_ns" in table:
             fallback = np.where(np.isnan(fallback), table["source_duration_ns"], fallback)
-        return np.where(unknown, np.nan_to_num(fallback), t)
+        out: np.ndarray = np.where(unknown, np.nan_to_num(fallback), t)
+        return out
 
     return predict

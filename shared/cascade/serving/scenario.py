@@ -15,8 +15,11 @@ from cascade.serving.arrivals import (
     LENGTHS,
     Fixed,
     FromTrace,
+    LogNormal,
     Poisson,
     Trace,
+    Uniform,
+    lognormal_params,
     read_trace,
 )
 from cascade.serving.kv import KVConfig
@@ -105,12 +108,10 @@ def resolve(scenario: Scenario | dict[str, Any]) -> ResolvedScenario:
     for name, law in (("prompt", prompt), ("output", output)):
         if isinstance(law, FromTrace) and not is_trace:
             raise ValidationError("lengths 'trace' need arrival kind 'trace'", field=name)
-        if hasattr(law, "hi") and law.hi < law.lo:
+        if isinstance(law, Uniform) and law.hi < law.lo:
             raise ValidationError("hi must be >= lo", field=f"{name}.hi")
-        if type(law).__name__ == "LogNormal":
-            from cascade.serving.arrivals import lognormal_params
-
-            lognormal_params(law, name)  # type: ignore[arg-type]
+        if isinstance(law, LogNormal):
+            lognormal_params(law, name)
     if scenario.n_requests is not None and scenario.duration_s is not None:
         raise ValidationError("give n_requests or duration_s, not both", field="duration_s")
     if scenario.n_requests is not None and scenario.n_requests > MAX_REQUESTS:
@@ -222,7 +223,7 @@ class ScenarioResult(msgspec.Struct, frozen=True, kw_only=True):
 
 def simulate(rs: ResolvedScenario, step_model: StepTimeModel, kv_config: KVConfig, *,
              workload: Workload | None = None, record_steps: bool = False,
-             progress: Progress | None = None) -> SimOutcome:
+             progress: Progress | None = None, fast_forward: bool = True) -> SimOutcome:
     """Run the simulation of a resolved scenario and return the raw outcome."""
     wl = workload if workload is not None else draw_workload(rs)
     num_blocks = kv_config.num_blocks()
@@ -248,7 +249,7 @@ def simulate(rs: ResolvedScenario, step_model: StepTimeModel, kv_config: KVConfi
         output_tokens=wl.output_tokens, replicas=rs.scenario.replicas,
         router=router_factory(rs.router, rs.scenario.replicas), scheduler=sched,
         cost=step_model.step_cost(), num_blocks=num_blocks, block_size=bs,
-        record_steps=record_steps, progress=progress,
+        record_steps=record_steps, progress=progress, fast_forward=fast_forward,
         progress_every=max(1000, len(wl.arrived_at) // 100))
     return sim.run()
 

@@ -47,7 +47,7 @@ class SimulationInvariantError(CascadeError, RuntimeError):
 
 
 class _Plan:
-    __slots__ = ("sched", "k", "starts", "ends", "chunk", "used_start", "comps")
+    __slots__ = ("chunk", "comps", "ends", "k", "sched", "starts", "used_start")
 
     def __init__(self, sched: list[tuple[int, int]], starts: list[float], ends: list[float],
                  chunk: bool, used_start: int, comps: list[int] | None = None) -> None:
@@ -63,8 +63,22 @@ class _Plan:
 class Replica:
     """State of one replica (engine) during a simulation."""
 
-    __slots__ = ("index", "num_blocks", "free", "running", "waiting", "busy", "plan", "version",
-                 "ends", "kv_area", "kv_max", "busy_ns", "preemptions", "steps_log")
+    __slots__ = (
+        "busy",
+        "busy_ns",
+        "ends",
+        "free",
+        "index",
+        "kv_area",
+        "kv_max",
+        "num_blocks",
+        "plan",
+        "preemptions",
+        "running",
+        "steps_log",
+        "version",
+        "waiting",
+    )
 
     def __init__(self, index: int, num_blocks: int) -> None:
         self.index = index
@@ -138,7 +152,7 @@ class Simulation:
                  output_tokens: np.ndarray, replicas: int, router: Router,
                  scheduler: msgspec.Struct, cost: StepCost, num_blocks: int, block_size: int,
                  record_steps: bool = False, progress: Progress | None = None,
-                 progress_every: int = 1000) -> None:
+                 progress_every: int = 1000, fast_forward: bool = True) -> None:
         n = len(arrival_ns)
         self.n = n
         self.arrival = np.asarray(arrival_ns, dtype=float).tolist()
@@ -160,6 +174,7 @@ class Simulation:
         self.bs = block_size
         self.num_blocks = num_blocks
         self.record_steps = record_steps
+        self.fast_forward = fast_forward
         self.progress = progress
         self.progress_every = max(1, progress_every)
         self.done = 0
@@ -201,11 +216,11 @@ class Simulation:
             t, _prio, _s, kind, a, b = heapq.heappop(heap)
             if kind == _EV_END:
                 rep = reps[a]
-                if b != rep.version or rep.plan is None:
+                done = rep.plan
+                if b != rep.version or done is None:
                     continue
-                plan = rep.plan
                 rep.plan = None
-                sched.complete(rep, plan, t)
+                sched.complete(rep, done, t)
                 self.push(t, PRIO_SCHEDULE, _EV_SCHEDULE, a, 0)
             elif kind == _EV_SCHEDULE:
                 rep = reps[a]
@@ -258,10 +273,8 @@ class Simulation:
         dt = plan.ends[plan.k - 1] - plan.starts[0]
         rep.busy_ns += dt
         rep.kv_area += 0.5 * (plan.used_start + used_end) * dt
-        if used_end > rep.kv_max:
-            rep.kv_max = used_end
-        if plan.used_start > rep.kv_max:
-            rep.kv_max = plan.used_start
+        rep.kv_max = max(rep.kv_max, used_end)
+        rep.kv_max = max(rep.kv_max, plan.used_start)
         if rep.free < 0 or used_end > rep.num_blocks:
             raise SimulationInvariantError(
                 f"replica {rep.index}: {rep.num_blocks - rep.free} KV blocks in use, "
@@ -321,7 +334,7 @@ class VllmScheduler:
         self.cfg = cfg
         self.sim = sim
 
-    def schedule(self, rep: Replica, t: float) -> _Plan | None:  # noqa: C901
+    def schedule(self, rep: Replica, t: float) -> _Plan | None:
         sim = self.sim
         cfg = self.cfg
         bs = sim.bs
@@ -334,14 +347,23 @@ class VllmScheduler:
         sched: list[tuple[int, int]] = []
         preempted = False
         i = 0
-        while i < len(running) and budget > 0:
+        nrun = len(running)
+        while i < nrun and budget > 0:
             rid = running[i]
-            nt = ntok[rid] - comp[rid]
-            if thr and nt > thr:
-                nt = thr
-            if nt > budget:
-                nt = budget
-            need = _cdiv(comp[rid] + nt, bs) - held[rid]
+            c = comp[rid]
+            nt = ntok[rid] - c
+            if nt == 1:
+                if c % bs:
+                    sched.append((rid, 1))
+                    budget -= 1
+                    i += 1
+                    continue
+                need = 1
+            else:
+                if thr and nt > thr:
+                    nt = thr
+                nt = min(nt, budget)
+                need = -(-(c + nt) // bs) - held[rid]
             ok = True
             while need > free:
                 victim = running.pop()
@@ -357,6 +379,7 @@ class VllmScheduler:
                     break
             if not ok:
                 break
+            nrun = len(running)
             free -= need
             held[rid] += need
             sched.append((rid, nt))
@@ -373,8 +396,7 @@ class VllmScheduler:
                     break
                 if thr and nt > thr:
                     nt = thr
-                if nt > budget:
-                    nt = budget
+                nt = min(nt, budget)
                 need = _cdiv(comp[rid] + nt, bs) - held[rid]
                 if need > free:
                     break
@@ -400,25 +422,19 @@ class VllmScheduler:
             if nt == 1 and out[rid] > 0:
                 nb += 1
                 bctx += c
-                if c > ext.decode_context[1]:
-                    ext.decode_context[1] = c
-                if c < ext.decode_context[0]:
-                    ext.decode_context[0] = c
+                ext.decode_context[1] = max(ext.decode_context[1], c)
+                ext.decode_context[0] = min(ext.decode_context[0], c)
             else:
                 ptok += nt
                 patt += nt * c
-                if nt > ext.prefill_tokens[1]:
-                    ext.prefill_tokens[1] = nt
-                if nt < ext.prefill_tokens[0]:
-                    ext.prefill_tokens[0] = nt
+                ext.prefill_tokens[1] = max(ext.prefill_tokens[1], nt)
+                ext.prefill_tokens[0] = min(ext.prefill_tokens[0], nt)
         if nb:
-            if nb > ext.decode_batch[1]:
-                ext.decode_batch[1] = nb
-            if nb < ext.decode_batch[0]:
-                ext.decode_batch[0] = nb
+            ext.decode_batch[1] = max(ext.decode_batch[1], nb)
+            ext.decode_batch[0] = min(ext.decode_batch[0], nb)
         cost = sim.cost
         used = rep.num_blocks - free
-        if preempted or admitted or ptok or nb != len(running):
+        if preempted or admitted or ptok or nb != len(running) or not sim.fast_forward:
             d = cost.step_ns(ptok, patt, nb, bctx)
             return _Plan(sched, [t], [t + d], False, used)
         # Pure decode of every running request: extend while nothing can change.
@@ -444,10 +460,9 @@ class VllmScheduler:
         incr = cost.d2 * nb
         durs = fixed + incr * np.arange(k, dtype=float)
         ends = t + np.cumsum(durs)
-        starts = ends - durs
+        starts = np.concatenate(([t], ends[:-1]))
         top = max(comps) + k
-        if top > ext.decode_context[1]:
-            ext.decode_context[1] = top
+        ext.decode_context[1] = max(ext.decode_context[1], top)
         return _Plan(sched, starts.tolist(), ends.tolist(), True, used, comps)
 
     def complete(self, rep: Replica, plan: _Plan, t: float) -> None:
@@ -473,14 +488,22 @@ class VllmScheduler:
                     finished.append(rid)
             rep.free = free
         else:
+            ranges = sim.ranges
+            prev = idx0 - 1
             for rid, nt in plan.sched:
                 c = comp[rid] + nt
                 comp[rid] = c
                 if c >= ntok[rid]:
-                    out[rid] += 1
+                    o = out[rid] + 1
+                    out[rid] = o
                     ntok[rid] += 1
-                    sim.emit(rid, idx0, idx0)
-                    if out[rid] == target[rid]:
+                    rg = ranges[rid]
+                    if rg and rg[-1] == prev:
+                        rg[-1] = idx0
+                    else:
+                        rg.append(idx0)
+                        rg.append(idx0)
+                    if o == target[rid]:
                         finished.append(rid)
         used_end = rep.num_blocks - rep.free
         if sim.record_steps:
@@ -554,7 +577,7 @@ class StaticScheduler:
                 bctx = p.sum() + len(o) * j
             durs[1:] = cost.d0 + cost.d1 * nb + cost.d2 * bctx
         ends = t + np.cumsum(durs)
-        starts = ends - durs
+        starts = np.concatenate(([t], ends[:-1]))
         ext = sim.extents
         ext.prefill_tokens[0] = min(ext.prefill_tokens[0], int(p.min()))
         ext.prefill_tokens[1] = max(ext.prefill_tokens[1], int(p.max()))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import lzma
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -50,6 +51,8 @@ MAX_LINE_BYTES = 1 << 20
 #: Blocks whose warps get the (order-dependent) dependency-chain analysis.
 DEP_SAMPLE_BLOCKS = 16
 _CACHE_MAX = 1 << 17
+_PREFIX = re.compile(rb"^\d+ \d+ \d+ \d+(?= )", re.M)
+_PREFIX_SP = re.compile(rb"^\d+ \d+ \d+ \d+ ", re.M)
 _FULL = 0xFFFFFFFF
 
 
@@ -129,6 +132,7 @@ class KernelTraceParser:
         self._cache: dict[bytes, tuple[str, int, int]] = {}
         self._agg: dict[tuple[str, int, int], int] = {}
         self._regcache: dict[bytes, tuple[int, tuple[int, ...]]] = {}
+        self._heads: dict[bytes, tuple[str, int, int, int, int]] = {}
         self._inst_lines = 0
         # warps
         self._w_n = 0
@@ -195,10 +199,13 @@ class KernelTraceParser:
 
     def _add_text(self, text: bytes) -> None:
         self._text_bytes += len(text)
-        self._pending.append(text)
-        self._pending_len += len(text)
-        if self._pending_len >= self.chunk_bytes:
-            self._flush(final=False)
+        step = self.chunk_bytes
+        for off in range(0, len(text), step):
+            piece = text[off : off + step] if len(text) > step else text
+            self._pending.append(piece)
+            self._pending_len += len(piece)
+            if self._pending_len >= step:
+                self._flush(final=False)
 
     def _flush(self, final: bool) -> None:
         buf = self._carry + b"".join(self._pending)
@@ -279,7 +286,6 @@ class KernelTraceParser:
                         break
                     continue
                 self._format = "trace"
-                self._prefixed = True
                 self._setup_raw()
                 break
             else:
@@ -434,8 +440,41 @@ class KernelTraceParser:
 
     # ---- raw traces ------------------------------------------------------------------------
     def _body_raw(self, lines: list[bytes], base: int) -> None:
-        counter = Counter(lines)
-        self._count_lines(counter, lines, base)
+        """Raw lines: strip the location prefixes in C (regex over the chunk), count the
+        per-warp instructions from the prefixes, then count distinct instruction texts."""
+        buf = b"\n".join(lines)
+        prefixes = Counter(_PREFIX.findall(buf))
+        if sum(prefixes.values()) != len(lines) - lines.count(b""):
+            for idx, line in enumerate(lines):
+                if line and not _PREFIX.match(line):
+                    raise TraceFormatError(
+                        self.file, base + idx + 1,
+                        "a raw trace line starting 'cta_x cta_y cta_z warp '", _t(line)
+                    )
+        warps = self._raw_warps
+        for key, c in prefixes.items():
+            st = warps.get(key)
+            if st is None:
+                warps[key] = [c, 0]
+            else:
+                st[0] += c
+        rests = _PREFIX_SP.sub(b"", buf).split(b"\n")
+        self._count_lines(Counter(rests), rests, base, allow_blank=True)
+        pos = buf.find(b" EXIT")
+        while pos >= 0:
+            start = buf.rfind(b"\n", 0, pos) + 1
+            end = buf.find(b"\n", pos)
+            line = buf[start : end if end >= 0 else len(buf)]
+            toks = line.split()
+            try:
+                op_at = toks.index(b"EXIT") if b"EXIT" in toks else -1
+                if op_at >= 6:
+                    key = b" ".join(toks[:4])
+                    mask = int(toks[5 + (1 if self._lineinfo else 0)], 16)
+                    self._raw_exits.append((key, mask))
+            except ValueError:
+                pass
+            pos = buf.find(b" EXIT", pos + 5)
         sel = [ln for ln in lines if ln.startswith(self._raw_prefixes)]
         if sel:
             self._raw_dep_chain(sel)
@@ -493,12 +532,13 @@ class KernelTraceParser:
             self._chains.append(dep[1])
 
     # ---- per distinct line -----------------------------------------------------------------
-    def _count_lines(self, counter: Counter[bytes], lines: list[bytes], base: int) -> None:
+    def _count_lines(
+        self, counter: Counter[bytes], lines: list[bytes], base: int, allow_blank: bool = False
+    ) -> None:
         cache = self._cache
         agg = self._agg
-        raw = self._format == "trace"
         prefixed = self._prefixed
-        warps = self._raw_warps
+        heads = self._heads
         total = 0
         line = b""
         try:
@@ -508,28 +548,21 @@ class KernelTraceParser:
                 if prefixed:
                     p = _fourth_space(line)
                     if p < 0:
-                        if not line.strip():
-                            total -= c
-                            continue
-                        raise _BadLine("a 'cta_x cta_y cta_z warp' prefix", line)
-                    key = line[:p]
+                        raise _BadLine("a 'tb_x tb_y tb_z warp' prefix", line)
                     rest = line[p + 1 :]
-                    if raw:
-                        st = warps.get(key)
-                        if st is None:
-                            try:
-                                parse_prefix(key.split())
-                            except ValueError:
-                                raise _BadLine("a 'cta_x cta_y cta_z warp' prefix", line) from None
-                            st = warps[key] = [0, 0]
-                        st[0] += c
+                elif not line and allow_blank:
+                    total -= c
+                    continue
                 rec = cache.get(rest)
                 if rec is None:
-                    rec = self._new_line(rest, c, line)
+                    p = rest.find(b" 0x")
+                    head = heads.get(rest[:p]) if p > 0 else None
+                    if head is None:
+                        rec = self._new_line(rest, c, line)
+                    else:
+                        rec = self._known_head(head, rest[p + 1 :], c, line)
                 else:
                     agg[rec] = agg.get(rec, 0) + c
-                if raw and rec[0][:4] == "EXIT" and rec[1]:
-                    self._raw_exits.append((key, rec[1]))
         except _BadLine as bad:
             idx = _index(lines, bad.line)
             raise TraceFormatError(
@@ -555,10 +588,53 @@ class KernelTraceParser:
             rec = (opcode, mask, -1)
             self._cache[rest] = rec
         else:
+            p = rest.find(b" 0x")
+            if p > 0 and len(self._heads) < _CACHE_MAX:
+                self._heads[rest[:p]] = (opcode, mask, info.mem, width, mode)
             cls = self._memory(info.mem, mask, width, mode, base, addr, c)
             rec = (opcode, mask, cls)
         self._agg[rec] = self._agg.get(rec, 0) + c
         return rec
+
+    def _known_head(
+        self, head: tuple[str, int, int, int, int], tail: bytes, c: int, full: bytes
+    ) -> tuple[str, int, int]:
+        """A memory line whose fields up to the address mode were seen before: parse the tail."""
+        opcode, mask, mem, width, mode = head
+        t = tail.split()
+        n = mask.bit_count()
+        try:
+            base = int(t[0], 16)
+            if mode == 1:
+                addr: object = int(t[1])
+                used = 2
+            elif mode == 2:
+                used = n if n > 0 else 1
+                addr = [int(x) for x in t[1:used]]
+                if len(addr) != used - 1:  # type: ignore[arg-type]
+                    raise ValueError
+            else:
+                addr = [int(x, 16) for x in t[:n]]
+                used = n
+                if len(addr) != n or any(x[:2] != b"0x" for x in t[:n]):  # type: ignore[arg-type]
+                    raise ValueError
+            if len(t) > used:
+                int(t[used])
+                if len(t) > used + 1 and t[used + 1] != b"STORE_DATA":
+                    raise ValueError
+        except (ValueError, IndexError):
+            return self._reparse(full, c)
+        cls = self._memory(mem, mask, width, mode, base, addr, c)
+        rec = (opcode, mask, cls)
+        self._agg[rec] = self._agg.get(rec, 0) + c
+        return rec
+
+    def _reparse(self, full: bytes, c: int) -> tuple[str, int, int]:
+        rest = full
+        if self._prefixed:
+            p = _fourth_space(full)
+            rest = full[p + 1 :]
+        return self._new_line(rest, c, full)
 
     def _space(self, addr: int) -> int:
         """0 global, 1 shared, 2 local for a generic address."""

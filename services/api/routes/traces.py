@@ -1,0 +1,474 @@
+"""Traces: create, presigned uploads, upload callbacks, seal, progress, kernels, delete.
+
+Uploads go straight to S3 with short-lived presigned URLs scoped to
+``traces/{id}/raw/{name}`` (multipart part URLs above
+``multipart_threshold_bytes``). The api never writes trace state that the
+ingest service owns: an upload callback is verified with a HEAD request and
+published as an ``UploadReported`` event; ingest records it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from typing import Annotated, Any, Literal
+
+import msgspec
+from aiohttp import web
+from cascade import subjects
+from cascade.errors import ConflictError, NotFoundError, TooLargeError, ValidationError
+from cascade.gpus import get_gpu
+from cascade.messages.trace import TraceCreated, TraceDeleted, TraceSealed, UploadReported
+from cascade.state import TraceRecord
+from cascade.storage import MAX_PARTS, MIN_PART_SIZE, UploadedPart
+from cascade.tracefiles import (
+    bundles_prefix,
+    check_name,
+    raw_key,
+    trace_prefix,
+)
+from cascade.tracestore import ExpectedSet, TraceStore, replace
+
+from services.api.http import doc, json_response, read_json
+from services.api.keys import BUS, SETTINGS, STORAGE
+
+routes = web.RouteTableDef()
+
+TRACE_STORE = web.AppKey("trace_store", TraceStore)
+
+MiB = 1024 * 1024
+#: Columns of the per-kernel summaries (GET /api/traces/{id}/kernels).
+SUMMARY_COLUMNS: tuple[str, ...] = (
+    "kernel_id", "name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+    "regs", "smem_bytes", "stream", "warps", "warp_insts", "gmem_requests", "gmem_sectors",
+    "footprint_lines", "smem_accesses", "tensor_flops", "duration_ns",
+)
+
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+
+
+class CreateTrace(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Body of POST /api/traces."""
+
+    name: Name
+    """Human name of the trace."""
+    source_gpu: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+    """GPU spec id (SM90_H100) or the device name a driver reports (NVIDIA H100 80GB HBM3)."""
+    workload: Annotated[str, msgspec.Meta(max_length=4000)] = ""
+    """Free-form workload description."""
+    kind: Literal["instructions", "timeline", "both"] = "instructions"
+    """What the trace will hold."""
+
+
+class UploadFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One file the client wants to upload."""
+
+    name: str
+    size: Annotated[int, msgspec.Meta(ge=0)]
+
+
+class UploadsRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Body of POST /api/traces/{id}/uploads."""
+
+    files: Annotated[list[UploadFile], msgspec.Meta(min_length=1, max_length=20000)]
+
+
+class PartUrl(msgspec.Struct, frozen=True, kw_only=True):
+    """A presigned URL for one part of a multipart upload."""
+
+    part_number: int
+    url: str
+    size: int
+    """Bytes this part must carry."""
+
+
+class MultipartUpload(msgspec.Struct, frozen=True, kw_only=True):
+    """Presigned multipart upload: PUT each part, then POST .../uploads/complete."""
+
+    upload_id: str
+    part_size: int
+    parts: list[PartUrl]
+
+
+class UploadTarget(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Where one file goes: a single presigned PUT or a multipart upload."""
+
+    name: str
+    key: str
+    size: int
+    method: str = "PUT"
+    url: str | None = None
+    multipart: MultipartUpload | None = None
+
+
+class UploadsResponse(msgspec.Struct, frozen=True, kw_only=True):
+    """Answer of POST /api/traces/{id}/uploads."""
+
+    trace_id: str
+    expires_in: int
+    uploads: list[UploadTarget]
+
+
+class CompletedPart(msgspec.Struct, frozen=True, kw_only=True):
+    """One uploaded part (its ETag from the PUT response)."""
+
+    part_number: Annotated[int, msgspec.Meta(ge=1, le=MAX_PARTS)]
+    etag: Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class CompleteRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Body of POST /api/traces/{id}/uploads/complete."""
+
+    name: str
+    upload_id: Annotated[str, msgspec.Meta(min_length=1)]
+    parts: Annotated[list[CompletedPart], msgspec.Meta(min_length=1, max_length=MAX_PARTS)]
+
+
+class UploadedRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Body of POST /api/traces/{id}/uploaded."""
+
+    name: str
+    etag: str = ""
+    """ETag the client got from S3 (checked against the object when given)."""
+
+
+class UploadedResponse(msgspec.Struct, frozen=True, kw_only=True):
+    """A verified upload, reported to ingest."""
+
+    name: str
+    key: str
+    etag: str
+    size: int
+
+
+class SealRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Body of POST /api/traces/{id}/seal: nothing more is coming."""
+
+    expected_files: list[str] | None = None
+    """Every file of the trace (else kernelslist[.g] says which kernels to expect)."""
+    expected_kernels: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    """Number of kernels traced."""
+
+
+class TraceList(msgspec.Struct, frozen=True, kw_only=True):
+    """Answer of GET /api/traces."""
+
+    traces: list[TraceRecord]
+
+
+def _store(request: web.Request) -> TraceStore:
+    return request.app[TRACE_STORE]
+
+
+async def setup(app: web.Application) -> None:
+    """Open the trace store on the app's bus (startup)."""
+    app[TRACE_STORE] = await TraceStore.open(app[BUS])
+
+
+def _trace_id(request: web.Request) -> str:
+    tid = request.match_info["trace_id"]
+    try:
+        return subjects.check_token(tid, "trace_id")
+    except ValidationError:
+        raise NotFoundError(f"no trace {tid!r}") from None
+
+
+def _part_size(size: int) -> int:
+    """Part size for a multipart upload of ``size`` bytes (whole MiB, <= MAX_PARTS parts)."""
+    need = max(MIN_PART_SIZE, math.ceil(size / MAX_PARTS))
+    return max(8 * MiB, math.ceil(need / MiB) * MiB)
+
+
+@routes.post("/api/traces")
+@doc(request=CreateTrace, response=TraceRecord, tags=("traces",),
+     responses={400: "invalid body or unknown source GPU (the answer lists the known ones)"})
+async def create_trace(request: web.Request) -> web.Response:
+    """Register a new trace (an upload session); returns its record with the new id."""
+    body = await read_json(request, CreateTrace)
+    spec = get_gpu(body.source_gpu)
+    now = time.time()
+    record = TraceRecord(
+        id=f"tr-{uuid.uuid4().hex[:16]}", name=body.name.strip() or body.name, source_gpu=spec.id,
+        kind=body.kind, workload=body.workload, state="receiving", created_at=now, updated_at=now,
+    )
+    await _store(request).create(record)
+    await request.app[BUS].publish(
+        subjects.trace_event(record.id, "created"),
+        TraceCreated(trace_id=record.id, name=record.name, source_gpu=record.source_gpu,
+                     kind=record.kind, workload=record.workload),
+        msg_id=f"created:{record.id}",
+    )
+    return json_response(record, status=201)
+
+
+@routes.get("/api/traces")
+@doc(response=TraceList, tags=("traces",))
+async def list_traces(request: web.Request) -> web.Response:
+    """Every trace, newest first."""
+    return json_response(TraceList(traces=await _store(request).list()))
+
+
+@routes.post("/api/traces/{trace_id}/uploads")
+@doc(request=UploadsRequest, response=UploadsResponse, tags=("traces",),
+     responses={400: "bad file name", 404: "no such trace", 409: "trace already ready",
+                413: "file over max_upload_bytes"})
+async def request_uploads(request: web.Request) -> web.Response:
+    """Presigned PUT URLs (multipart part URLs for big files) under traces/{id}/raw/."""
+    tid = _trace_id(request)
+    body = await read_json(request, UploadsRequest)
+    settings = request.app[SETTINGS]
+    record = await _store(request).require(tid)
+    if record.state == "ready":
+        raise ConflictError(f"trace {tid} is ready: it takes no more uploads", state=record.state)
+    seen: set[str] = set()
+    for i, f in enumerate(body.files):
+        check_name(f.name, field=f"files[{i}].name")
+        if f.name in seen:
+            raise ValidationError(f"{f.name!r} is listed twice", field=f"files[{i}].name")
+        seen.add(f.name)
+        if f.size > settings.max_upload_bytes:
+            raise TooLargeError(f"files[{i}] ({f.name})", f.size, settings.max_upload_bytes)
+    storage = request.app[STORAGE]
+    ttl = settings.presign_ttl_s
+    targets: list[UploadTarget] = []
+    for f in body.files:
+        key = raw_key(tid, f.name)
+        if f.size < settings.multipart_threshold_bytes:
+            targets.append(UploadTarget(name=f.name, key=key, size=f.size,
+                                        url=await storage.presign_put(key, ttl=ttl)))
+            continue
+        part_size = _part_size(f.size)
+        count = max(1, math.ceil(f.size / part_size))
+        upload_id = await storage.create_multipart(key)
+        parts = [
+            PartUrl(
+                part_number=n,
+                url=await storage.presign_upload_part(key, upload_id, n, ttl=ttl),
+                size=min(part_size, f.size - (n - 1) * part_size),
+            )
+            for n in range(1, count + 1)
+        ]
+        targets.append(UploadTarget(
+            name=f.name, key=key, size=f.size,
+            multipart=MultipartUpload(upload_id=upload_id, part_size=part_size, parts=parts),
+        ))
+    return json_response(UploadsResponse(trace_id=tid, expires_in=ttl, uploads=targets))
+
+
+async def _report(request: web.Request, tid: str, name: str, key: str, etag: str,
+                  size: int) -> UploadedResponse:
+    await request.app[BUS].publish(
+        subjects.trace_event(tid, "uploaded"),
+        UploadReported(trace_id=tid, key=key, etag=etag, size=size, file=name),
+        msg_id=f"uploaded:{tid}:{name}:{etag}",
+    )
+    return UploadedResponse(name=name, key=key, etag=etag, size=size)
+
+
+@routes.post("/api/traces/{trace_id}/uploads/complete")
+@doc(request=CompleteRequest, response=UploadedResponse, tags=("traces",))
+async def complete_upload(request: web.Request) -> web.Response:
+    """Assemble a multipart upload from its parts; counts as the upload callback too."""
+    tid = _trace_id(request)
+    body = await read_json(request, CompleteRequest)
+    check_name(body.name, field="name")
+    await _store(request).require(tid)
+    key = raw_key(tid, body.name)
+    storage = request.app[STORAGE]
+    etag = await storage.complete_multipart(
+        key, body.upload_id,
+        [UploadedPart(part_number=p.part_number, etag=p.etag) for p in body.parts],
+    )
+    info = await storage.head(key)
+    if info is None:
+        raise NotFoundError(f"s3 object {key} is missing after completing its upload")
+    settings = request.app[SETTINGS]
+    if info.size > settings.max_upload_bytes:
+        await storage.delete(key)
+        raise TooLargeError(f"{body.name}", info.size, settings.max_upload_bytes)
+    answer = await _report(request, tid, body.name, key, info.etag or etag, info.size)
+    return json_response(answer, status=202)
+
+
+@routes.post("/api/traces/{trace_id}/uploaded")
+@doc(request=UploadedRequest, response=UploadedResponse, tags=("traces",),
+     responses={404: "no such trace or the object was not uploaded", 409: "ETag mismatch"})
+async def report_uploaded(request: web.Request) -> web.Response:
+    """Upload callback: the object is checked with HEAD and handed to ingest."""
+    tid = _trace_id(request)
+    body = await read_json(request, UploadedRequest)
+    check_name(body.name, field="name")
+    await _store(request).require(tid)
+    key = raw_key(tid, body.name)
+    info = await request.app[STORAGE].head(key)
+    if info is None:
+        raise NotFoundError(f"name: {body.name!r} has not been uploaded (no object {key})")
+    claimed = body.etag.strip('"')
+    if claimed and claimed != info.etag:
+        raise ConflictError(
+            f"etag: {body.name!r} is stored with ETag {info.etag}, not {claimed} "
+            "(the upload was replaced or did not finish)"
+        )
+    answer = await _report(request, tid, body.name, key, info.etag, info.size)
+    return json_response(answer, status=202)
+
+
+@routes.post("/api/traces/{trace_id}/seal")
+@doc(request=SealRequest, response=TraceRecord, tags=("traces",))
+async def seal_trace(request: web.Request) -> web.Response:
+    """Declare the upload complete (optionally listing every file or the kernel count)."""
+    tid = _trace_id(request)
+    body = await read_json(request, SealRequest) if await request.read() else SealRequest()
+    files = list(dict.fromkeys(body.expected_files or []))
+    for i, name in enumerate(files):
+        check_name(name, field=f"expected_files[{i}]")
+    store = _store(request)
+    record = await store.require(tid)
+    if files or body.expected_kernels is not None:
+        await store.set_expected(
+            tid, ExpectedSet(files=files, kernels=body.expected_kernels, source="seal"), override=True
+        )
+
+    def seal(current: TraceRecord) -> TraceRecord | None:
+        changes: dict[str, Any] = {}
+        if not current.sealed:
+            changes.update(sealed=True, sealed_at=time.time())
+        if current.state == "receiving":
+            changes["state"] = "preparing"
+        if body.expected_kernels is not None and current.expected_kernels != body.expected_kernels:
+            changes["expected_kernels"] = body.expected_kernels
+        return replace(current, **changes) if changes else None
+
+    record = await store.mutate(tid, seal) or record
+    await request.app[BUS].publish(
+        subjects.trace_event(tid, "sealed"),
+        TraceSealed(trace_id=tid, expected_files=files[:1000], expected_kernels=body.expected_kernels),
+        msg_id=f"sealed:{tid}:{len(files)}:{body.expected_kernels}",
+    )
+    return json_response(record, status=202)
+
+
+@routes.get("/api/traces/{trace_id}")
+@doc(tags=("traces",), responses={404: "no such trace"})
+async def get_trace(request: web.Request) -> web.Response:
+    """The trace record with per-file and per-kernel progress and errors."""
+    tid = _trace_id(request)
+    store = _store(request)
+    record = await store.require(tid)
+    files = await store.files(tid)
+    units = await store.units(tid)
+    expected = await store.expected(tid)
+    out: dict[str, Any] = msgspec.to_builtins(record)
+    out["files"] = msgspec.to_builtins(files)
+    out["kernels"] = [
+        {
+            "unit": u.unit, "kind": u.kind, "file": u.file, "state": u.state,
+            "kernel_id": u.kernel_id, "name": u.name, "etag": u.etag, "attempts": u.attempts,
+            "error": u.error, "warnings": u.warnings, "rows": u.rows, **u.summary,
+        }
+        for u in units
+    ]
+    out["progress"] = {
+        "files": len(files),
+        "units": len(units),
+        "prepared": sum(1 for u in units if u.state == "prepared"),
+        "failed": sum(1 for u in units if u.state == "failed"),
+        "queued": sum(1 for u in units if u.state in ("queued", "preparing")),
+    }
+    out["expected"] = msgspec.to_builtins(expected) if expected is not None else None
+    return json_response(out)
+
+
+def _sort_key(column: str, value: Any) -> tuple[int, Any]:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return (1, 0)
+    return (0, value)
+
+
+@routes.get("/api/traces/{trace_id}/kernels")
+@doc(tags=("traces",), query={
+    "offset": "first row (default 0)", "limit": "rows per page (default 100, max 1000)",
+    "sort": "column to sort by (default kernel_id)", "order": "asc or desc",
+})
+async def list_kernels(request: web.Request) -> web.Response:
+    """Paged, sortable per-kernel summaries (from the bundle once ready, else from progress)."""
+    tid = _trace_id(request)
+    q = request.query
+    try:
+        offset = int(q.get("offset", "0"))
+        limit = int(q.get("limit", "100"))
+    except ValueError:
+        raise ValidationError("offset and limit must be integers", field="offset") from None
+    if offset < 0:
+        raise ValidationError("must be >= 0", field="offset")
+    if not 1 <= limit <= 1000:
+        raise ValidationError("must be between 1 and 1000", field="limit")
+    order = q.get("order", "asc")
+    if order not in ("asc", "desc"):
+        raise ValidationError("expected asc or desc", field="order")
+    sort = q.get("sort", "kernel_id")
+    store = _store(request)
+    record = await store.require(tid)
+    rows: list[dict[str, Any]]
+    source: str
+    if record.state == "ready" and record.bundle_key:
+        rows, columns = await _bundle_rows(request, record)
+        source = "bundle"
+    else:
+        rows = [
+            {"kernel_id": u.kernel_id, "name": u.name, **u.summary, "state": u.state,
+             "unit": u.unit, "error": u.error}
+            for u in await store.units(tid) if u.kind == "kernel"
+        ]
+        columns = [*SUMMARY_COLUMNS, "state", "unit", "error"]
+        source = "progress"
+    if sort not in columns:
+        raise ValidationError(f"unknown column {sort!r}; known: {', '.join(columns)}", field="sort")
+    present = [r for r in rows if _sort_key(sort, r.get(sort))[0] == 0]
+    absent = [r for r in rows if _sort_key(sort, r.get(sort))[0] == 1]
+    present.sort(key=lambda r: r[sort], reverse=order == "desc")
+    ordered = present + absent
+    return json_response({
+        "trace_id": tid, "state": record.state, "source": source, "total": len(ordered),
+        "offset": offset, "limit": limit, "sort": sort, "order": order, "columns": columns,
+        "kernels": ordered[offset : offset + limit],
+    })
+
+
+async def _bundle_rows(request: web.Request, record: TraceRecord) -> tuple[list[dict[str, Any]], list[str]]:
+    from cascade.bundlecache import fetch_bundle, load_kernel_table
+
+    settings = request.app[SETTINGS]
+    directory = await fetch_bundle(request.app[STORAGE], record, settings.data_path / "cache" / "bundles")
+    table = load_kernel_table(directory)
+    columns = [c for c in SUMMARY_COLUMNS if table.has(c)]
+    data = {c: table[c].tolist() for c in columns}
+    rows = [{c: data[c][i] for c in columns} for i in range(len(table))]
+    for row in rows:
+        for c, v in row.items():
+            if isinstance(v, float) and math.isnan(v):
+                row[c] = None
+    return rows, columns
+
+
+@routes.delete("/api/traces/{trace_id}")
+@doc(tags=("traces",), responses={404: "no such trace", 409: "read-only sample trace"})
+async def delete_trace(request: web.Request) -> web.Response:
+    """Delete the trace: its raw files, prepared parts, bundles and state."""
+    tid = _trace_id(request)
+    store = _store(request)
+    record = await store.require(tid)
+    if record.provenance.read_only:
+        raise ConflictError(
+            f"trace {tid} is a read-only {record.provenance.badge or 'sample'}; it cannot be deleted",
+            state=record.state,
+        )
+    storage = request.app[STORAGE]
+    objects = await storage.delete_prefix(trace_prefix(tid))
+    objects += await storage.delete_prefix(bundles_prefix(tid))
+    keys = await store.delete(tid)
+    await request.app[BUS].publish(
+        subjects.trace_event(tid, "deleted"), TraceDeleted(trace_id=tid), msg_id=f"deleted:{tid}"
+    )
+    return json_response({"id": tid, "deleted": True, "objects": objects, "keys": keys})

@@ -1,0 +1,71 @@
+"""The web UI: ``GET /`` serves ``index.html``; ``GET /ui/{file}`` serves the static files.
+
+Files come from ``shared/cascade/web`` (the :mod:`cascade` package's ``web``
+folder). Only regular files inside that folder are served: a path that leaves
+it (``..``, absolute paths, symlinks pointing outside) or names a folder is a
+404, never a directory listing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cascade
+from aiohttp import web
+from cascade.errors import NotFoundError
+
+from services.api.http import doc
+
+routes = web.RouteTableDef()
+
+#: Folder the UI files are served from.
+WEB_DIR: Path = Path(cascade.__file__).resolve().parent / "web"
+
+#: Content types by suffix (explicit: the platform's mimetypes table varies).
+CONTENT_TYPES: dict[str, str] = {
+    ".html": "text/html",
+    ".js": "text/javascript",
+    ".mjs": "text/javascript",
+    ".css": "text/css",
+    ".json": "application/json",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+    ".ico": "image/x-icon",
+    ".txt": "text/plain",
+    ".map": "application/json",
+}
+_TEXT = {"text/html", "text/javascript", "text/css", "application/json", "image/svg+xml", "text/plain"}
+
+
+def resolve_ui_file(name: str, root: Path = WEB_DIR) -> Path:
+    """The file ``name`` under ``root``; :class:`NotFoundError` for anything outside it or missing."""
+    if not name or "\x00" in name or name.startswith(("/", "\\")) or "\\" in name:
+        raise NotFoundError(f"no UI file {name!r}")
+    base = root.resolve()
+    path = (base / name).resolve()
+    if not path.is_relative_to(base) or not path.is_file():
+        raise NotFoundError(f"no UI file {name!r}")
+    return path
+
+
+def _file_response(path: Path) -> web.Response:
+    content_type = CONTENT_TYPES.get(path.suffix.lower(), "application/octet-stream")
+    charset = "utf-8" if content_type in _TEXT else None
+    return web.Response(
+        body=path.read_bytes(), content_type=content_type, charset=charset,
+        headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"},
+    )
+
+
+@routes.get("/")
+@doc(tags=("ui",))
+async def index(request: web.Request) -> web.Response:
+    """The web UI's page (``index.html``)."""
+    return _file_response(resolve_ui_file("index.html"))
+
+
+@routes.get("/ui/{name:.+}")
+@doc(tags=("ui",))
+async def ui_file(request: web.Request) -> web.Response:
+    """A static file of the web UI (scripts, styles), with its content type."""
+    return _file_response(resolve_ui_file(request.match_info["name"]))

@@ -1,0 +1,319 @@
+"""Finished sims usable as request models, kept current in memory for the api's hot paths.
+
+:class:`SimModels` watches the ``cascade-sims`` and ``cascade-runs`` KV buckets, so
+``GET /v1/models`` and every ``/v1`` estimate look models up in memory (several api
+replicas each keep their own view, all fed by the same KV). A model is one finished
+sim, named ``cascade/<trace>/<config>``; when a trace was simulated on a config
+several times, the most recently finished sim wins.
+
+Fitted step models are cached per sim (:class:`cascade.stepmodels.StepModelCache`)
+and refitted when the sim's record changes (a new result: new fingerprint). The
+S3 copy at ``results/{run}/{sim}/stepmodel.json`` saves the refit after a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+from aiohttp import web
+from cascade import subjects
+from cascade.errors import CascadeError, ConflictError, NotFoundError, ValidationError
+from cascade.log import get_logger
+from cascade.results import read_kernels, read_result, steps_to_records
+from cascade.state import RunRecord, SimRecord, TraceRecord
+from cascade.stepmodels import (
+    SimStepModel,
+    StepModelCache,
+    kernel_extrapolator,
+    load_or_fit,
+    engine_predictor,
+    sim_fingerprint,
+)
+
+log = get_logger("cascade.api.models")
+
+MODEL_PREFIX = "cascade"
+
+
+def model_id(trace_id: str, config: str) -> str:
+    """The /v1 model id of a (trace, config): ``cascade/<trace>/<config>``."""
+    return f"{MODEL_PREFIX}/{trace_id}/{config}"
+
+
+def parse_model_id(value: str, field: str = "model") -> tuple[str, str]:
+    """(trace_id, config) of ``cascade/<trace>/<config>``; ValidationError otherwise."""
+    parts = value.split("/")
+    if len(parts) != 3 or parts[0] != MODEL_PREFIX or not parts[1] or not parts[2]:
+        raise ValidationError(f"{value!r} is not a model id: expected cascade/<trace>/<config> "
+                              "(see GET /v1/models)", field=field)
+    return parts[1], parts[2]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ModelEntry:
+    """One finished sim usable as a request model."""
+
+    id: str
+    trace_id: str
+    config: str
+    sim: SimRecord
+    run: RunRecord
+
+    @property
+    def created(self) -> int:
+        """Unix time the sim finished (OpenAI's ``created``)."""
+        return int(self.sim.finished_at or self.run.updated_at or self.run.created_at or 0)
+
+
+def _usable(sim: SimRecord, run: RunRecord | None) -> bool:
+    if run is None or sim.state != "completed":
+        return False
+    return not run.provenance.read_only
+
+
+_SIM_DEC = msgspec.json.Decoder(SimRecord)
+_RUN_DEC = msgspec.json.Decoder(RunRecord)
+
+
+class SimModels:
+    """In-memory index of finished sims (fed by KV watches) and their fitted step models."""
+
+    def __init__(self, bus: Any, storage: Any, *, predictor: Any = None) -> None:
+        self.bus = bus
+        self.storage = storage
+        self.predictor = predictor
+        """``(config, table) -> predicted ns per row`` for kernel-model extrapolation, or None."""
+        self.cache = StepModelCache()
+        self._sims: dict[str, SimRecord] = {}
+        self._runs: dict[str, RunRecord] = {}
+        self._unusable: dict[str, str] = {}
+        """sim id -> fingerprint whose fit failed (left out of the model list)."""
+        self._tasks: list[asyncio.Task[None]] = []
+        self._ready = asyncio.Event()
+        self._loaded = {"sims": asyncio.Event(), "runs": asyncio.Event()}
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start watching the sims and runs buckets; returns once their current values are in."""
+        sims = await self.bus.kv(subjects.KV_SIMS)
+        runs = await self.bus.kv(subjects.KV_RUNS)
+        self._tasks = [
+            asyncio.create_task(self._watch(sims.raw, "sims"), name="models:sims"),
+            asyncio.create_task(self._watch(runs.raw, "runs"), name="models:runs"),
+        ]
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in self._loaded.values())), 30.0)
+
+    async def stop(self) -> None:
+        """Stop the watches (idempotent)."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        self._tasks = []
+
+    async def _watch(self, raw: Any, what: str) -> None:
+        while True:
+            watcher = None
+            try:
+                watcher = await raw.watch("*")
+                async for entry in watcher:
+                    if entry is None:
+                        self._loaded[what].set()
+                        continue
+                    self._apply(what, entry)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - reconnects: watch again
+                log.warning("model index watch failed, retrying", bucket=what, error=str(exc))
+                await asyncio.sleep(1.0)
+            finally:
+                if watcher is not None:
+                    with contextlib.suppress(Exception):
+                        await watcher.stop()
+
+    def _apply(self, what: str, entry: Any) -> None:
+        key = entry.key
+        deleted = entry.operation in ("DEL", "PURGE") or not entry.value
+        table: dict[str, Any] = self._sims if what == "sims" else self._runs
+        if deleted:
+            table.pop(key, None)
+            if what == "sims":
+                self.cache.invalidate(key)
+            return
+        try:
+            value = (_SIM_DEC if what == "sims" else _RUN_DEC).decode(entry.value)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            log.warning("skipping unreadable record", bucket=what, key=key, error=str(exc))
+            return
+        table[key] = value
+        if what == "sims":
+            old = self.cache.peek(key, sim_fingerprint(value))
+            if old is None:
+                self.cache.invalidate(key)
+
+    # -- lookups ---------------------------------------------------------------------------
+    def entries(self) -> list[ModelEntry]:
+        """Every usable model, one per (trace, config): the latest finished sim. Sorted by id."""
+        best: dict[str, ModelEntry] = {}
+        for sim in self._sims.values():
+            run = self._runs.get(sim.run_id)
+            if run is None or not _usable(sim, run):
+                continue
+            if self._unusable.get(sim.id) == sim_fingerprint(sim):
+                continue
+            entry = ModelEntry(id=model_id(run.trace_id, sim.config), trace_id=run.trace_id,
+                               config=sim.config, sim=sim, run=run)
+            prev = best.get(entry.id)
+            if prev is None or (entry.sim.finished_at or 0, entry.sim.id) > (
+                    prev.sim.finished_at or 0, prev.sim.id):
+                best[entry.id] = entry
+        return [best[k] for k in sorted(best)]
+
+    async def _refresh(self) -> None:
+        """Read both buckets now (a miss right after a write may beat the watch)."""
+        for what, bucket, dec in (("sims", subjects.KV_SIMS, _SIM_DEC), ("runs", subjects.KV_RUNS, _RUN_DEC)):
+            kv = await self.bus.kv(bucket)
+            table: dict[str, Any] = self._sims if what == "sims" else self._runs
+            for key in await kv.keys("*"):
+                entry = await kv.get(key, bytes)
+                if entry is None:
+                    continue
+                try:
+                    table[key] = dec.decode(entry.value)
+                except (msgspec.ValidationError, msgspec.DecodeError):
+                    continue
+
+    async def by_model(self, model: str, *, field: str = "model") -> ModelEntry:
+        """The entry of a model id; NotFoundError lists the known ids."""
+        parse_model_id(model, field)
+        for _ in range(2):
+            for entry in self.entries():
+                if entry.id == model:
+                    return entry
+            await self._refresh()
+        known = [e.id for e in self.entries()]
+        raise NotFoundError(f"model {model!r} does not exist; known: {', '.join(known) or 'none'}"
+                            " (a model is a finished sim: run a trace first)")
+
+    async def by_sim(self, sim_id: str, *, field: str = "sim") -> ModelEntry:
+        """The entry of one sim id (it must be finished and usable)."""
+        subjects.check_token(sim_id, field)
+        sim = self._sims.get(sim_id)
+        if sim is None or sim.run_id not in self._runs:
+            await self._refresh()
+            sim = self._sims.get(sim_id)
+        if sim is None:
+            raise NotFoundError(f"no sim {sim_id!r}")
+        run = self._runs.get(sim.run_id)
+        if run is None:
+            raise NotFoundError(f"sim {sim_id!r} belongs to an unknown run {sim.run_id!r}")
+        if run.provenance.read_only:
+            raise ConflictError(f"sim {sim_id!r} belongs to the recorded run {run.id!r}, which has no "
+                                "per-step results to build a request model from; use a sim of the "
+                                "synthetic replica instead", state="recorded")
+        if sim.state != "completed":
+            raise ConflictError(f"sim {sim_id!r} is {sim.state}, not completed", state=sim.state)
+        return ModelEntry(id=model_id(run.trace_id, sim.config), trace_id=run.trace_id,
+                          config=sim.config, sim=sim, run=run)
+
+    async def by_run(self, run_id: str, config: str | None, *, field: str = "run") -> ModelEntry:
+        """The latest finished sim of ``run_id`` on ``config`` (config optional for one-config runs)."""
+        subjects.check_token(run_id, field)
+        run = self._runs.get(run_id)
+        if run is None:
+            await self._refresh()
+            run = self._runs.get(run_id)
+        if run is None:
+            raise NotFoundError(f"no run {run_id!r}")
+        if config is None:
+            if len(run.configs) != 1:
+                raise ValidationError(f"run {run_id} has configs {', '.join(run.configs)}: say which",
+                                      field="config")
+            config = run.configs[0]
+        if config not in run.configs:
+            raise ValidationError(f"run {run_id} did not simulate {config!r}; it has "
+                                  f"{', '.join(run.configs)}", field="config")
+        sims = [s for s in self._sims.values()
+                if s.run_id == run_id and s.config == config and s.state == "completed"]
+        if not sims:
+            raise ConflictError(f"run {run_id} has no finished sim on {config}", state=run.state)
+        best = max(sims, key=lambda s: (s.finished_at or 0, s.id))
+        return await self.by_sim(best.id, field=field)
+
+    # -- step models -----------------------------------------------------------------------
+    async def step_model(self, entry: ModelEntry) -> SimStepModel:
+        """The fitted step model of an entry's sim (memory, else S3 cache, else fit)."""
+        fp = sim_fingerprint(entry.sim)
+        hit = self.cache.peek(entry.sim.id, fp)
+        if hit is not None:
+            return hit
+        try:
+            return await self.cache.get(entry.sim.id, fp, lambda: self._build(entry))
+        except ValidationError as exc:
+            self._unusable[entry.sim.id] = fp
+            raise ConflictError(f"sim {entry.sim.id} cannot serve as a request model: {exc}",
+                                state="no-steps") from None
+
+    async def _build(self, entry: ModelEntry) -> SimStepModel:
+        trace = await self._trace(entry.trace_id)
+        workload = " ".join(x for x in (trace.workload, trace.name) if x) if trace else ""
+
+        async def records() -> list[Any]:
+            result = await read_result(self.storage, entry.sim.run_id, entry.sim.id)
+            return steps_to_records(result)
+
+        stored = await load_or_fit(self.storage, sim=entry.sim, trace_id=entry.trace_id,
+                                   workload=workload, records=records)
+        extrapolator = None
+        if self.predictor is not None:
+            try:
+                table = await read_kernels(self.storage, entry.sim.run_id, entry.sim.id)
+                spec_config = entry.sim.config
+
+                def predict(t: Any) -> Any:
+                    return self.predictor(spec_config, t)
+
+                extrapolator = kernel_extrapolator(table, predict)
+            except CascadeError as exc:
+                log.warning("no kernel-model extrapolation", sim_id=entry.sim.id, error=str(exc))
+        return SimStepModel(stored=stored, extrapolator=extrapolator)
+
+    async def _trace(self, trace_id: str) -> TraceRecord | None:
+        kv = await self.bus.kv(subjects.KV_TRACES)
+        entry = await kv.get(subjects.kv_key(trace_id), TraceRecord)
+        return entry.value if entry else None
+
+
+SIM_MODELS = web.AppKey("sim_models", SimModels)
+
+
+def sim_models(app: web.Application) -> SimModels:
+    """The app's model index (see :func:`install`)."""
+    return app[SIM_MODELS]
+
+
+def install(app: web.Application) -> SimModels:
+    """Create the app's model index once (idempotent; call from a route module's sync ``setup``);
+    it starts with the app and stops at cleanup."""
+    if SIM_MODELS in app:
+        return app[SIM_MODELS]
+    from services.api.keys import BUS, STORAGE
+
+    models = SimModels(app[BUS], app[STORAGE], predictor=engine_predictor())
+    app[SIM_MODELS] = models
+
+    async def ctx(_app: web.Application) -> AsyncIterator[None]:
+        await models.start()
+        try:
+            yield
+        finally:
+            await models.stop()
+
+    app.cleanup_ctx.append(ctx)
+    return models

@@ -1,0 +1,173 @@
+"""Fitted model parameters, stored as JSON data with provenance.
+
+``default.json`` is produced by ``cascade calibrate --data ../shared/data/measured``
+(see :mod:`cascade.calibration.fit`). Parameters are few and physical: per GPU the
+achievable fraction of SIMT / tensor peak and of DRAM bandwidth (with a
+multiplier per op family), the fixed per-kernel time of each measurement kind,
+and per architecture the GEMM tile its libraries typically pick.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import statistics
+from importlib import resources
+from pathlib import Path
+
+import msgspec
+
+from cascade.errors import ConfigError
+from cascade.gpus.spec import GPUSpec
+
+#: Op families whose bandwidth efficiency may differ from plain streaming kernels.
+BW_FAMILIES: tuple[str, ...] = ("norm", "embedding", "elementwise", "softmax", "reduce", "other")
+
+
+class SpecParams(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Fitted parameters of one GPU spec; ``None`` = not fitted (fall back)."""
+
+    simt_eff: float | None = None
+    """Achievable fraction of the SIMT peak (large, well-shaped GEMMs)."""
+    tensor_eff: float | None = None
+    """Achievable fraction of the dense tensor-core peak."""
+    bw_eff: float | None = None
+    """Achievable fraction of DRAM bandwidth for streaming kernels."""
+    family_bw: dict[str, float] = {}
+    """Multiplier on ``bw_eff`` per op family (norm, embedding, ...)."""
+
+
+class Globals(msgspec.Struct, frozen=True, kw_only=True):
+    """Parameters shared by every GPU."""
+
+    softness: float = 3.0
+    """Exponent p of the smooth maximum (t_c^p + t_m^p)^(1/p) of compute and memory time."""
+    alpha_gemm: float = 1.0
+    """How much of a GEMM's measured deviation from the model carries to another GPU (0..1)."""
+    alpha_other: float = 1.0
+    """The same for non-GEMM kernels."""
+    blocks_per_sm: float = 1.0
+    """Concurrent GEMM tiles per SM used for wave counting."""
+
+
+class Calibration(msgspec.Struct, frozen=True, kw_only=True):
+    """A complete calibration: parameters plus where they came from."""
+
+    id: str = "uncalibrated"
+    version: str = "0"
+    created: str = ""
+    command: str = ""
+    """Command that reproduces this file."""
+    data_files: dict[str, str] = {}
+    """Data file (relative path) -> sha256 of its content."""
+    globals: Globals = Globals()
+    specs: dict[str, SpecParams] = {}
+    """Spec id -> fitted parameters."""
+    floors_ns: dict[str, dict[str, float]] = {}
+    """Measurement kind (``kernel``, ``neusight``...) -> spec id -> fixed per-kernel time, ns."""
+    tiles: dict[str, dict[str, list[int]]] = {}
+    """arch -> path key (``simt``, ``simt_batched``, ``tensor``, ...) -> typical GEMM tile."""
+    metrics: dict[str, object] = {}
+    """Accuracy measured when fitting (held-out and in-sample)."""
+
+    def digest(self) -> str:
+        """Short content hash (provenance of predictions)."""
+        return hashlib.sha256(msgspec.json.encode(self)).hexdigest()[:16]
+
+    # ---- parameter resolution -----------------------------------------------------
+    def _fallback(self, spec: GPUSpec, field: str, default: float, archs: dict[str, str]) -> float:
+        own = self.specs.get(spec.id)
+        value = getattr(own, field) if own else None
+        if value is not None:
+            return float(value)
+        same_arch = [getattr(p, field) for sid, p in self.specs.items()
+                     if archs.get(sid) == spec.arch and getattr(p, field) is not None]
+        if same_arch:
+            return float(statistics.median(same_arch))
+        everyone = [getattr(p, field) for p in self.specs.values() if getattr(p, field) is not None]
+        if everyone:
+            return float(statistics.median(everyone))
+        return default
+
+    def params_for(self, spec: GPUSpec, archs: dict[str, str] | None = None) -> ResolvedParams:
+        """Parameters for a spec: its own fit, else its architecture's, else all fits' median,
+        else the spec file's defaults. ``archs`` maps calibrated spec ids to their arch."""
+        archs = archs if archs is not None else _known_archs()
+        own = self.specs.get(spec.id)
+        family_bw: dict[str, float] = {}
+        for fam in BW_FAMILIES:
+            if own and fam in own.family_bw:
+                family_bw[fam] = own.family_bw[fam]
+                continue
+            vals = [p.family_bw[fam] for sid, p in self.specs.items()
+                    if fam in p.family_bw and archs.get(sid) == spec.arch]
+            vals = vals or [p.family_bw[fam] for p in self.specs.values() if fam in p.family_bw]
+            family_bw[fam] = float(statistics.median(vals)) if vals else 1.0
+        return ResolvedParams(
+            simt_eff=self._fallback(spec, "simt_eff", spec.efficiency.simt, archs),
+            tensor_eff=self._fallback(spec, "tensor_eff", spec.efficiency.tensor, archs),
+            bw_eff=self._fallback(spec, "bw_eff", spec.efficiency.bandwidth, archs),
+            family_bw=family_bw,
+            calibrated=spec.id in self.specs,
+        )
+
+    def floor_ns(self, kind: str, spec: GPUSpec) -> float | None:
+        """Fitted fixed per-kernel time of a measurement kind on a spec, if any."""
+        value = self.floors_ns.get(kind, {}).get(spec.id)
+        return float(value) if value is not None else None
+
+    def tile(self, arch: str, key: str) -> tuple[int, int]:
+        """Typical GEMM tile for an arch and path key; nearest older arch with one, else 128x128."""
+        from cascade.gpus.spec import ARCHES
+
+        order = list(ARCHES)
+        idx = order.index(arch) if arch in order else len(order) - 1
+        candidates = order[idx::-1] + order[idx + 1:]
+        for a in candidates:
+            t = self.tiles.get(a, {}).get(key) or self.tiles.get(a, {}).get(key.split("_")[0])
+            if t:
+                return int(t[0]), int(t[1])
+        return 128, 128
+
+
+class ResolvedParams(msgspec.Struct, frozen=True, kw_only=True):
+    """Parameters in effect for one GPU spec."""
+
+    simt_eff: float
+    tensor_eff: float
+    bw_eff: float
+    family_bw: dict[str, float]
+    calibrated: bool
+
+
+def _known_archs() -> dict[str, str]:
+    from cascade.gpus.registry import default_registry
+
+    return {s.id: s.arch for s in default_registry()}
+
+
+_DEFAULT: Calibration | None = None
+
+
+def load_calibration(path: str | Path | None = None) -> Calibration:
+    """Load a calibration JSON file; with no path, the packaged ``default.json`` (cached)."""
+    global _DEFAULT
+    if path is None:
+        if _DEFAULT is None:
+            entry = resources.files("cascade.calibration").joinpath("default.json")
+            _DEFAULT = (msgspec.json.decode(entry.read_bytes(), type=Calibration)
+                        if entry.is_file() else Calibration())
+        return _DEFAULT
+    p = Path(path)
+    try:
+        return msgspec.json.decode(p.read_bytes(), type=Calibration)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ConfigError("calibration file", str(p), f"a readable Cascade calibration JSON ({exc})") from None
+
+
+def save_calibration(cal: Calibration, path: str | Path) -> None:
+    """Write a calibration as indented JSON."""
+    Path(path).write_bytes(msgspec.json.format(msgspec.json.encode(cal), indent=2) + b"\n")
+
+
+__all__ = ["BW_FAMILIES", "Calibration", "Globals", "ResolvedParams", "SpecParams",
+           "load_calibration", "save_calibration"]

@@ -1,0 +1,179 @@
+"""`cascade scenario`: simulate serving traffic on replicas from a step-time model."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from cascade.errors import ValidationError
+from cascade.kerneltable import KernelTable
+from cascade.serving.arrivals import Burst, Constant, Gamma, Poisson, Trace, parse_length
+from cascade.serving.capacity import CapacityResult, max_rate, min_replicas
+from cascade.serving.kv import MODEL_SHAPES, KVConfig
+from cascade.serving.metrics import Slo, records_csv
+from cascade.serving.report import format_summary
+from cascade.serving.routers import ROUTERS
+from cascade.serving.scenario import Scenario, ScenarioResult, run_scenario
+from cascade.serving.schedulers import Static, Vllm
+from cascade.serving.stepmodel import StepTimeModel, records_from_table
+from cascade.serving.synthetic import synthetic_step_model
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser(
+        "scenario", help="simulate request traffic (TTFT, TPOT, ITL, throughput) on replicas",
+        description="Simulate serving traffic with a step-time model; prints a summary laid "
+                    "out like `vllm bench serve`.")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--step-model", metavar="FILE.json", help="StepTimeModel JSON")
+    src.add_argument("--from-table", metavar="FILE.csv",
+                     help="kernel-table CSV with step columns and duration_ns (summed per step)")
+    src.add_argument("--synthetic", action="store_true",
+                     help="a synthetic Llama-2-7B/H100-like step model (not a measurement)")
+    p.add_argument("--save-step-model", metavar="FILE.json", help="write the step model used")
+    g = p.add_argument_group("traffic")
+    g.add_argument("--arrival", choices=["poisson", "gamma", "constant", "burst"],
+                   default="poisson")
+    g.add_argument("--rate", type=float, default=1.0, help="requests per second (default 1)")
+    g.add_argument("--cv", type=float, default=1.0, help="gamma: coefficient of variation")
+    g.add_argument("--trace", metavar="FILE.csv",
+                   help="replay arrived_at,prompt_tokens,output_tokens (overrides --arrival)")
+    g.add_argument("--requests", type=int, help="number of requests (default 1000)")
+    g.add_argument("--duration", type=float, help="seconds of traffic instead of --requests")
+    g.add_argument("--prompt", default=None,
+                   help="prompt tokens: N | uniform:LO:HI | lognormal:median=M,p90=P | "
+                        "lognormal:mean=M,sigma=S | trace (default 128)")
+    g.add_argument("--output", default=None, help="output tokens, same forms (default 128)")
+    g.add_argument("--seed", type=int, default=0)
+    s = p.add_argument_group("serving")
+    s.add_argument("--replicas", type=int, default=1)
+    s.add_argument("--router", choices=ROUTERS.names(), default="round_robin")
+    s.add_argument("--scheduler", choices=["vllm", "static"], default="vllm")
+    s.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    s.add_argument("--max-num-seqs", type=int, default=256)
+    s.add_argument("--no-chunked-prefill", action="store_true")
+    s.add_argument("--batch-size", type=int, default=8, help="static scheduler batch size")
+    s.add_argument("--model", choices=sorted(MODEL_SHAPES), default="llama-2-7b",
+                   help="model shape for the KV-cache size")
+    s.add_argument("--gpu-memory-gib", type=float, default=80.0)
+    s.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    s.add_argument("--block-size", type=int, default=16)
+    s.add_argument("--num-gpu-blocks", type=int, help="override the KV block count")
+    o = p.add_argument_group("output")
+    o.add_argument("--slo", default="", help="e.g. ttft_ms=200,tpot_ms=50,e2e_ms=5000,attainment=0.99")
+    o.add_argument("--capacity", nargs="?", const="rate", choices=["rate", "replicas"],
+                   help="search the highest rate (default) or fewest replicas meeting --slo")
+    o.add_argument("--json", action="store_true", help="print the result as JSON")
+    o.add_argument("--records", metavar="OUT.csv|OUT.json", help="write per-request records")
+    p.set_defaults(func=run)
+
+
+def parse_slo(text: str) -> Slo:
+    """'ttft_ms=200,tpot_ms=50' -> Slo; errors name the field."""
+    fields: dict[str, float] = {}
+    for part in filter(None, (x.strip() for x in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or key not in ("ttft_ms", "tpot_ms", "e2e_ms", "attainment"):
+            raise ValidationError(f"expected ttft_ms=, tpot_ms=, e2e_ms= or attainment=, got {part!r}",
+                                  field="slo")
+        try:
+            fields[key] = float(value)
+        except ValueError:
+            raise ValidationError(f"{value!r} is not a number", field=f"slo.{key}") from None
+    return Slo(**fields)
+
+
+def load_step_model(args: argparse.Namespace) -> StepTimeModel:
+    if args.synthetic:
+        return synthetic_step_model()
+    if args.step_model:
+        path = Path(args.step_model)
+        if not path.is_file():
+            raise ValidationError(f"{path} does not exist", field="--step-model")
+        return StepTimeModel.from_json(path.read_bytes(), source=str(path))
+    table = KernelTable.read_csv(args.from_table)
+    return StepTimeModel.fit(records_from_table(table), source=str(args.from_table))
+
+
+def build_scenario(args: argparse.Namespace) -> Scenario:
+    arrival: Any
+    if args.trace:
+        arrival = Trace(path=args.trace)
+    else:
+        arrival = {"poisson": Poisson(rate=args.rate), "gamma": Gamma(rate=args.rate, cv=args.cv),
+                   "constant": Constant(rate=args.rate), "burst": Burst()}[args.arrival]
+    scheduler: Any = (Static(batch_size=args.batch_size) if args.scheduler == "static" else
+                      Vllm(max_num_batched_tokens=args.max_num_batched_tokens,
+                           max_num_seqs=args.max_num_seqs,
+                           enable_chunked_prefill=not args.no_chunked_prefill))
+    n = args.requests
+    if n is None and args.duration is None and not args.trace:
+        n = 1000
+    return Scenario(
+        arrival=arrival, n_requests=n, duration_s=args.duration, replicas=args.replicas,
+        prompt=parse_length(args.prompt, "prompt") if args.prompt else None,
+        output=parse_length(args.output, "output") if args.output else None,
+        router={"kind": args.router}, scheduler=scheduler, slo=parse_slo(args.slo),
+        seed=args.seed, include_records=bool(args.records))
+
+
+def build_kv(args: argparse.Namespace) -> KVConfig:
+    try:
+        return msgspec.convert({
+            "model": msgspec.to_builtins(MODEL_SHAPES[args.model]),
+            "gpu_memory_bytes": int(args.gpu_memory_gib * (1 << 30)),
+            "gpu_memory_utilization": args.gpu_memory_utilization,
+            "block_size": args.block_size,
+            "num_gpu_blocks_override": args.num_gpu_blocks}, KVConfig)
+    except msgspec.ValidationError as exc:
+        raise ValidationError(str(exc), field="kv_config") from None
+
+
+def _write_records(path: str, res: ScenarioResult) -> None:
+    recs = res.records or []
+    if path.endswith(".json"):
+        Path(path).write_bytes(msgspec.json.encode(recs))
+    else:
+        Path(path).write_text(records_csv(recs))
+
+
+def run(args: argparse.Namespace) -> int:
+    model = load_step_model(args)
+    if args.save_step_model:
+        Path(args.save_step_model).write_bytes(model.to_json())
+    scenario = build_scenario(args)
+    kv = build_kv(args)
+    if args.capacity:
+        search = min_replicas if args.capacity == "replicas" else max_rate
+
+        def note(p: Any) -> None:
+            print(f"  probe rate={p.rate:.3f} req/s replicas={p.replicas}: "
+                  f"SLO attainment {100 * p.slo_attainment:.1f}% -> {'ok' if p.ok else 'miss'}",
+                  file=sys.stderr)
+
+        cap: CapacityResult = search(scenario, model, kv, progress=note)
+        if args.json:
+            print(msgspec.json.encode(cap).decode())
+        elif not cap.found:
+            print("No probed point met the SLOs.")
+        else:
+            what = (f"{cap.rate:.3f} req/s" if args.capacity == "rate"
+                    else f"{cap.replicas} replicas")
+            print(f"Capacity meeting the SLOs: {what}")
+            if cap.result is not None:
+                print(format_summary(cap.result))
+        if args.records and cap.result is not None:
+            _write_records(args.records, cap.result)
+        return 0 if cap.found else 1
+    res = run_scenario(scenario, model, kv)
+    if args.json:
+        print(msgspec.json.encode(msgspec.structs.replace(res, records=None)).decode())
+    else:
+        print(format_summary(res))
+    if args.records:
+        _write_records(args.records, res)
+    return 0

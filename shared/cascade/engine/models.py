@@ -1,0 +1,255 @@
+"""Kernel models, registered by name, each with a frozen config Struct beside it.
+
+A model maps (table, workload, target spec, context) to predicted device
+durations (ns) and regime codes for every kernel, vectorised with numpy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import msgspec
+import numpy as np
+
+from cascade.calibration import Calibration
+from cascade.engine import perf
+from cascade.engine.workload import Workload
+from cascade.errors import DuplicateNameError, UnknownNameError, ValidationError
+from cascade.gpus.spec import GPUSpec
+from cascade.kerneltable import KernelTable
+
+
+@dataclass(frozen=True, slots=True)
+class ModelContext:
+    """What a model may use besides the table: source spec, calibration, its config."""
+
+    source: GPUSpec | None
+    calibration: Calibration
+    config: Any
+    archs: dict[str, str] = field(default_factory=dict)
+    """Spec id -> arch for every spec the calibration may name."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelOutput:
+    """Per-kernel predictions of one model on one target."""
+
+    predicted_ns: np.ndarray
+    regime: np.ndarray
+    model: np.ndarray
+    """Per-kernel name of the model that produced the row (auto mixes models)."""
+
+
+class KernelModel(Protocol):
+    """A named kernel-time model."""
+
+    name: str
+    config_type: type[msgspec.Struct]
+
+    def predict(self, table: KernelTable, w: Workload, target: GPUSpec, ctx: ModelContext) -> ModelOutput:
+        """Predict every kernel's device time on ``target``."""
+        ...
+
+
+_MODELS: dict[str, Callable[[], KernelModel]] = {}
+
+
+def register_model(name: str, factory: Callable[[], KernelModel]) -> None:
+    """Register a model factory by name (a duplicate name is an error)."""
+    if name in _MODELS:
+        raise DuplicateNameError(f"kernel model {name!r} is already registered")
+    _MODELS[name] = factory
+
+
+def get_model(name: str) -> KernelModel:
+    """A model instance by name; unknown names raise :class:`UnknownNameError`."""
+    _ensure_builtin()
+    factory = _MODELS.get(name)
+    if factory is None:
+        raise UnknownNameError("kernel model", name, _MODELS)
+    return factory()
+
+
+def model_names() -> list[str]:
+    """Registered model names."""
+    _ensure_builtin()
+    return sorted(_MODELS)
+
+
+def _ensure_builtin() -> None:
+    if "roofline" in _MODELS:
+        return
+    from cascade.engine.accelsim import AccelSimModel
+    from cascade.engine.analytical import AnalyticalModel
+
+    for factory in (RooflineModel, ScaledModel, AnalyticalModel, AccelSimModel, AutoModel):
+        register_model(factory.name, factory)
+
+
+def _names(n: int, name: str) -> np.ndarray:
+    out = np.empty(n, dtype=object)
+    out[:] = name
+    return out
+
+
+def source_durations(table: KernelTable) -> np.ndarray:
+    """Measured source durations (NaN where unknown or not positive)."""
+    d = table["duration_ns"].astype(np.float64)
+    return np.where(d > 0, d, np.nan)
+
+
+# ---- roofline --------------------------------------------------------------------------
+class RooflineConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Roofline has no parameters; it is the baseline every report shows."""
+
+    scale_from_source: bool = True
+    """With measured source times, predict source time x roofline(target) / roofline(source)."""
+
+
+class RooflineModel:
+    """max(flops / peak for the dtype, bytes / bandwidth) on the target."""
+
+    name = "roofline"
+    config_type = RooflineConfig
+
+    def predict(self, table: KernelTable, w: Workload, target: GPUSpec, ctx: ModelContext) -> ModelOutput:
+        cfg = ctx.config if isinstance(ctx.config, RooflineConfig) else RooflineConfig()
+        roof_t = perf.roofline_ns(w, target)
+        has_work = roof_t > 0
+        pred = np.where(has_work, roof_t, target.launch_overhead_ns)
+        if cfg.scale_from_source and ctx.source is not None:
+            t_src = source_durations(table)
+            roof_s = perf.roofline_ns(w, ctx.source)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                scaled = t_src * roof_t / roof_s
+            pred = np.where(np.isfinite(scaled) & (roof_s > 0), np.maximum(scaled, roof_t), pred)
+            pred = np.where(~has_work & np.isfinite(t_src), t_src, pred)
+        peak = perf.peak_flops(w, target)
+        regime = np.where(w.flops / peak >= w.bytes / target.bandwidth_bps, perf.COMPUTE, perf.MEMORY)
+        regime = np.where(has_work, regime, perf.LAUNCH).astype(np.int8)
+        return ModelOutput(pred, regime, _names(len(w), self.name))
+
+
+# ---- scaled ----------------------------------------------------------------------------
+class ScaledConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Settings of the ``scaled`` model."""
+
+    measurement: str = "kernel"
+    """How source durations were measured: ``kernel`` (device kernel time, e.g. CUPTI or
+    per-op CUDA events) or a harness name with its own fixed overhead (``neusight``)."""
+    alpha_gemm: float | None = None
+    """Override the calibrated transfer exponent for GEMMs (1 = pure ratio scaling)."""
+    alpha_other: float | None = None
+    """Override the transfer exponent for other kernels."""
+
+
+def fixed_times(table_durations: np.ndarray, source: GPUSpec, target: GPUSpec,
+                cal: Calibration, measurement: str) -> tuple[float, float]:
+    """Fixed per-kernel time on source and target for a measurement kind.
+
+    ``kernel``: the calibrated value, else the spec's launch overhead. Other kinds
+    (benchmark harnesses): the calibrated value for the GPU, else the other GPU's, else
+    the 1st percentile of the source durations (the harness floor seen in the data);
+    an uncalibrated target keeps the source's floor.
+    """
+    fs = cal.floor_ns(measurement, source)
+    ft = cal.floor_ns(measurement, target)
+    if measurement == "kernel":
+        return (fs if fs is not None else source.launch_overhead_ns,
+                ft if ft is not None else target.launch_overhead_ns)
+    if fs is None:
+        fs = ft
+    if fs is None:
+        known = table_durations[np.isfinite(table_durations)]
+        fs = float(np.percentile(known, 1)) if len(known) >= 20 else source.launch_overhead_ns
+    return fs, (ft if ft is not None else fs)
+
+
+class ScaledModel:
+    """Measured source time x (model time on target / model time on source).
+
+    The per-kernel ratio comes from :mod:`cascade.engine.perf` evaluated on both GPUs
+    (regime per kernel from compute vs memory vs fixed time; tile sizes from kernel
+    names on the same architecture, the target architecture's typical tile otherwise).
+    The exponent alpha (calibrated) shrinks a kernel's measured deviation from the
+    model before carrying it over. Rows without a source time use the target model alone.
+    """
+
+    name = "scaled"
+    config_type = ScaledConfig
+
+    def predict(self, table: KernelTable, w: Workload, target: GPUSpec, ctx: ModelContext) -> ModelOutput:
+        if ctx.source is None:
+            raise ValidationError("the scaled model needs the source GPU", field="source")
+        cfg = ctx.config if isinstance(ctx.config, ScaledConfig) else ScaledConfig()
+        cal = ctx.calibration
+        src = ctx.source
+        t_src = source_durations(table)
+        fs, ft = fixed_times(t_src, src, target, cal, cfg.measurement)
+        ps = cal.params_for(src, ctx.archs)
+        pt = cal.params_for(target, ctx.archs)
+        ms = perf.kernel_times(w, src, ps, cal, fs, perf.target_tiles(w, src, cal, src))
+        mt = perf.kernel_times(w, target, pt, cal, ft, perf.target_tiles(w, target, cal, src))
+        ag = cfg.alpha_gemm if cfg.alpha_gemm is not None else cal.globals.alpha_gemm
+        ao = cfg.alpha_other if cfg.alpha_other is not None else cal.globals.alpha_other
+        alpha = np.where(w.is_gemm, ag, ao)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            pred = mt.total_ns * (t_src / ms.total_ns) ** alpha
+        pred = np.where(np.isfinite(pred), pred, mt.total_ns)
+        pred = np.maximum(pred, perf.roofline_ns(w, target))
+        return ModelOutput(pred, mt.regime, _names(len(w), self.name))
+
+
+# ---- auto ------------------------------------------------------------------------------
+class AutoConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Settings of ``auto`` (passed on to the models it picks)."""
+
+    scaled: ScaledConfig = ScaledConfig()
+
+
+class AutoModel:
+    """Per kernel, the best model its inputs allow: ``scaled`` with a measured source
+    duration, else ``analytical`` with instruction features or known work, else ``roofline``."""
+
+    name = "auto"
+    config_type = AutoConfig
+
+    def predict(self, table: KernelTable, w: Workload, target: GPUSpec, ctx: ModelContext) -> ModelOutput:
+        from cascade.engine.analytical import AnalyticalConfig, has_features
+
+        cfg = ctx.config if isinstance(ctx.config, AutoConfig) else AutoConfig()
+        n = len(w)
+        pred = np.full(n, np.nan)
+        regime = np.zeros(n, dtype=np.int8)
+        names = _names(n, "")
+        use_scaled = np.zeros(n, dtype=bool)
+        if ctx.source is not None:
+            use_scaled = np.isfinite(source_durations(table))
+        use_analytical = ~use_scaled & (has_features(table) | (w.flops > 0) | (w.bytes > 0))
+        use_roof = ~use_scaled & ~use_analytical
+        plan = (
+            (use_scaled, "scaled", cfg.scaled),
+            (use_analytical, "analytical", AnalyticalConfig()),
+            (use_roof, "roofline", RooflineConfig()),
+        )
+        for mask, name, sub_cfg in plan:
+            if not mask.any():
+                continue
+            sub_ctx = ModelContext(ctx.source, ctx.calibration, sub_cfg, ctx.archs)
+            if mask.all():
+                out = get_model(name).predict(table, w, target, sub_ctx)
+                return out
+            idx = np.flatnonzero(mask)
+            sub_table = table.take(idx)
+            sub_w = _take_workload(w, idx)
+            out = get_model(name).predict(sub_table, sub_w, target, sub_ctx)
+            pred[idx] = out.predicted_ns
+            regime[idx] = out.regime
+            names[idx] = out.model
+        return ModelOutput(pred, regime, names)
+
+
+def _take_workload(w: Workload, idx: np.ndarray) -> Workload:
+    return Workload(**{f: getattr(w, f)[idx] for f in w.__dataclass_fields__})

@@ -1,0 +1,88 @@
+"""Per-kernel work derived from a KernelTable: family, dtype, FLOPs, bytes, GEMM shape, hints."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cascade.engine import ops
+from cascade.kerneltable import KernelTable
+
+#: dtypes with tensor-core paths (on GPUs that have them).
+TENSOR_DTYPES: tuple[str, ...] = ("fp16", "bf16", "tf32", "fp8", "int8")
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """Columnar per-kernel work, all arrays of the table's length."""
+
+    family: np.ndarray
+    """Family code (see :data:`cascade.engine.ops.FAMILIES`)."""
+    dtype: np.ndarray
+    """Math dtype strings ('' -> treated as fp16 for tensor kernels, fp32 otherwise)."""
+    tensor: np.ndarray
+    """True where the kernel runs on tensor cores."""
+    flops: np.ndarray
+    """FLOPs (0 where unknown)."""
+    bytes: np.ndarray
+    """DRAM bytes (0 where unknown)."""
+    batch: np.ndarray
+    m: np.ndarray
+    n: np.ndarray
+    k: np.ndarray
+    """GEMM shape (NaN where not a GEMM with known dims)."""
+    tile_a: np.ndarray
+    tile_b: np.ndarray
+    """Tile named in the kernel name (0 where none): a covers n, b covers m."""
+    blocks: np.ndarray
+    """Grid size in blocks (NaN where unknown)."""
+
+    def __len__(self) -> int:
+        return len(self.family)
+
+    @property
+    def is_gemm(self) -> np.ndarray:
+        """GEMM-like kernels with known shape."""
+        return (self.family == ops.GEMM) & np.isfinite(self.m) & np.isfinite(self.n) & np.isfinite(self.k)
+
+
+def _dims(table: KernelTable, col: str) -> np.ndarray:
+    v = table[col].astype(np.float64)
+    return np.where(v > 0, v, np.nan)
+
+
+def workload_of(table: KernelTable) -> Workload:
+    """Derive the work of every kernel (fills FLOPs/bytes from GEMM dims where missing)."""
+    n = len(table)
+    names = table["name"]
+    fam = ops.families(table["op"], names)
+    tile_a, tile_b, path = ops.name_hints(names)
+    dtype = np.asarray(table["dtype"], dtype=object).copy()
+    unknown = dtype == ""
+    if unknown.any():
+        dtype[unknown & (path == 1)] = "fp16"
+        dtype[unknown & (path != 1)] = "fp32"
+    is_tensor_dtype = np.isin(dtype.astype(str), TENSOR_DTYPES)
+    matmul_like = (fam == ops.GEMM) | (fam == ops.ATTENTION)
+    tensor = np.where(path >= 0, path == 1, is_tensor_dtype & matmul_like)
+    batch = _dims(table, "batch")
+    batch = np.where(np.isnan(batch), 1.0, batch)
+    m, nn, k = _dims(table, "m"), _dims(table, "n"), _dims(table, "k")
+    esize = ops.dtype_bytes(dtype, 2.0) if n else np.zeros(0)
+    flops = table["flops"].astype(np.float64).copy()
+    gemm_flops = 2.0 * batch * m * nn * k
+    flops = np.where(np.isnan(flops) & np.isfinite(gemm_flops), gemm_flops, flops)
+    flops = np.where(np.isnan(flops), 0.0, flops)
+    nbytes = table["bytes"].astype(np.float64).copy()
+    gemm_bytes = esize * batch * (m * k + k * nn + m * nn)
+    nbytes = np.where(np.isnan(nbytes) & np.isfinite(gemm_bytes), gemm_bytes, nbytes)
+    if table.has("footprint_lines"):
+        nbytes = np.where(np.isnan(nbytes), table["footprint_lines"].astype(np.float64) * 128.0, nbytes)
+    nbytes = np.where(np.isnan(nbytes), 0.0, nbytes)
+    blocks = (table["grid_x"].astype(np.float64) * np.maximum(table["grid_y"], 1)
+              * np.maximum(table["grid_z"], 1))
+    blocks = np.where(table["grid_x"] > 0, blocks, np.nan)
+    return Workload(family=fam, dtype=dtype, tensor=tensor.astype(bool), flops=flops, bytes=nbytes,
+                    batch=batch, m=m, n=nn, k=k, tile_a=tile_a.astype(np.float64),
+                    tile_b=tile_b.astype(np.float64), blocks=blocks)

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
+import nats.js.errors
 from aiohttp import web
 from cascade import subjects
 from cascade.errors import CascadeError, ConflictError, NotFoundError, ValidationError
@@ -29,9 +30,9 @@ from cascade.state import RunRecord, SimRecord, TraceRecord
 from cascade.stepmodels import (
     SimStepModel,
     StepModelCache,
+    engine_predictor,
     kernel_extrapolator,
     load_or_fit,
-    engine_predictor,
     sim_fingerprint,
 )
 
@@ -94,7 +95,8 @@ class SimModels:
         self._unusable: dict[str, str] = {}
         """sim id -> fingerprint whose fit failed (left out of the model list)."""
         self._tasks: list[asyncio.Task[None]] = []
-        self._ready = asyncio.Event()
+        self._entries: list[ModelEntry] | None = None
+        """Memo of :meth:`entries` (cleared on every change)."""
         self._loaded = {"sims": asyncio.Event(), "runs": asyncio.Event()}
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -138,6 +140,7 @@ class SimModels:
                         await watcher.stop()
 
     def _apply(self, what: str, entry: Any) -> None:
+        self._entries = None
         key = entry.key
         deleted = entry.operation in ("DEL", "PURGE") or not entry.value
         table: dict[str, Any] = self._sims if what == "sims" else self._runs
@@ -160,6 +163,11 @@ class SimModels:
     # -- lookups ---------------------------------------------------------------------------
     def entries(self) -> list[ModelEntry]:
         """Every usable model, one per (trace, config): the latest finished sim. Sorted by id."""
+        if self._entries is None:
+            self._entries = self._compute_entries()
+        return self._entries
+
+    def _compute_entries(self) -> list[ModelEntry]:
         best: dict[str, ModelEntry] = {}
         for sim in self._sims.values():
             run = self._runs.get(sim.run_id)
@@ -181,22 +189,30 @@ class SimModels:
             kv = await self.bus.kv(bucket)
             table: dict[str, Any] = self._sims if what == "sims" else self._runs
             for key in await kv.keys("*"):
-                entry = await kv.get(key, bytes)
-                if entry is None:
-                    continue
                 try:
-                    table[key] = dec.decode(entry.value)
-                except (msgspec.ValidationError, msgspec.DecodeError):
+                    entry = await kv.raw.get(key)
+                    table[key] = dec.decode(entry.value or b"")
+                except (msgspec.ValidationError, msgspec.DecodeError, nats.js.errors.KeyNotFoundError):
                     continue
+        self._entries = None
+
+    def find(self, model: str) -> ModelEntry | None:
+        """The entry of a model id from memory, or None."""
+        for entry in self.entries():
+            if entry.id == model:
+                return entry
+        return None
 
     async def by_model(self, model: str, *, field: str = "model") -> ModelEntry:
         """The entry of a model id; NotFoundError lists the known ids."""
+        hit = self.find(model)
+        if hit is not None:
+            return hit
         parse_model_id(model, field)
-        for _ in range(2):
-            for entry in self.entries():
-                if entry.id == model:
-                    return entry
-            await self._refresh()
+        await self._refresh()
+        hit = self.find(model)
+        if hit is not None:
+            return hit
         known = [e.id for e in self.entries()]
         raise NotFoundError(f"model {model!r} does not exist; known: {', '.join(known) or 'none'}"
                             " (a model is a finished sim: run a trace first)")
@@ -257,6 +273,7 @@ class SimModels:
             return await self.cache.get(entry.sim.id, fp, lambda: self._build(entry))
         except ValidationError as exc:
             self._unusable[entry.sim.id] = fp
+            self._entries = None
             raise ConflictError(f"sim {entry.sim.id} cannot serve as a request model: {exc}",
                                 state="no-steps") from None
 

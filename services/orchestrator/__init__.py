@@ -9,6 +9,7 @@ from cascade.bus import Bus
 from cascade.runtime import ServiceContext, serve
 from cascade.settings import Settings
 
+from services.orchestrator.backends import Backend
 from services.orchestrator.service import OrchestratorService
 
 NAME = "orchestrator"
@@ -20,11 +21,15 @@ async def run(
     bus: Bus | None = None,
     storage: Any = None,
     stop: asyncio.Event | None = None,
+    backend: Backend | None = None,
 ) -> None:
-    """Run the orchestrator service until ``stop`` is set or SIGTERM/SIGINT arrives."""
+    """Run the orchestrator service until ``stop`` is set or SIGTERM/SIGINT arrives.
+
+    ``backend`` replaces the one named by ``settings.orchestrator_backend``.
+    """
 
     async def setup(ctx: ServiceContext) -> None:
-        service = OrchestratorService(ctx)
+        service = OrchestratorService(ctx, backend=backend)
         await service.start()
 
     await serve(

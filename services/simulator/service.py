@@ -1,39 +1,362 @@
 """Simulator: runs one (configuration, replica) simulation per job.
 
-Pulls ``SimJob`` items from ``cascade.jobs.sim``, downloads the bundle, runs the
-performance model, streams ``SimProgress`` and finishes with ``SimCompleted``
-(result in S3) or ``SimFailed``.
+Pulls :class:`SimJob` items from ``cascade.jobs.sim`` (durable work-queue
+consumer ``sim-jobs``, explicit ack, in-progress heartbeats while it works,
+``job_max_deliver`` deliveries), then:
+
+1. skips the job if its sim is already final or its run was cancelled;
+2. publishes ``SimStarted``; loads the bundle from the local content-addressed
+   cache (:func:`cascade.bundlecache.fetch_bundle` downloads only what is
+   missing); resolves the target spec (built-in id or inline custom spec);
+3. predicts kernel durations in chunks (in a worker thread), publishing
+   ``SimProgress`` after every chunk that crosses a percent and at least once
+   per second (kernels done/total, simulated time so far, ETA), and checking
+   the run's cancel flag in KV between chunks (-> ``SimCancelled``);
+4. replays the timeline, writes ``results/{run}/{sim}/result.json`` and
+   ``kernels.npz`` (same keys on every attempt), publishes ``SimCompleted``
+   and acks.
+
+A failing attempt is retried by redelivery; after the last one (or on a
+permanent error such as an unknown spec) ``SimFailed`` carries the error. A
+killed worker's job is redelivered after ``job_ack_wait_s`` and redone.
+
+Job option ``chunk_delay_s`` (seconds slept after each chunk) paces a
+simulation for tests and demos.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import math
+import os
+import socket
+import time
 from typing import Any
 
+import msgspec
+import numpy as np
+from nats.js import api as jsapi
+
+from cascade import subjects
+from cascade.bundlecache import cache_dir_for, fetch_bundle
+from cascade.bus import Delivery
+from cascade.errors import (
+    CancelledRunError,
+    ConfigError,
+    JobTimeoutError,
+    TraceFormatError,
+    UnknownGPUError,
+    UnknownNameError,
+    ValidationError,
+)
+from cascade.messages.jobs import SimJob, decode_job
+from cascade.messages.sim import SimCancelled, SimCompleted, SimFailed, SimProgress, SimStarted
+from cascade.results import build_result, kernels_with_predictions, write_result
+from cascade.runplan import spec_of_job_config
 from cascade.runtime import ServiceContext
+from cascade.state import RunRecord, SimRecord, TraceRecord
+
+from services.simulator.engine import SimulationInputs, load_inputs, predict_chunk, replay_timeline
+
+#: Errors that no retry can fix: reported at once as SimFailed.
+PERMANENT_ERRORS: tuple[type[BaseException], ...] = (
+    ValidationError, ConfigError, UnknownGPUError, UnknownNameError, TraceFormatError,
+    JobTimeoutError,
+)
+TERMINAL_SIM_STATES = frozenset({"completed", "failed", "cancelled"})
+#: Most chunks a simulation is split into (one per percent) and fewest kernels per chunk.
+MAX_CHUNKS = 100
+MIN_CHUNK = 64
+PROGRESS_INTERVAL_S = 1.0
+CANCEL_CHECK_INTERVAL_S = 0.25
 
 
 class SimulatorService:
-    """The simulator service's handlers, wired to the bus by :meth:`start`.
+    """The simulator's job handler, wired to the work queue by :meth:`start`.
 
-    Collaborators come from the :class:`~cascade.runtime.ServiceContext`
-    (bus, storage, settings, stop event, exit stack), so tests can pass their own.
+    ``once``: take exactly one job (waiting at most ``idle_timeout_s`` for it),
+    then stop the service (the local and Kubernetes backends' mode). Otherwise
+    pull jobs until stopped (``pool``).
     """
 
     name = "simulator"
 
-    def __init__(self, ctx: ServiceContext) -> None:
+    def __init__(
+        self,
+        ctx: ServiceContext,
+        *,
+        once: bool = False,
+        idle_timeout_s: float = 60.0,
+        worker_label: str = "",
+    ) -> None:
         self.ctx = ctx
         self.bus = ctx.bus
         self.storage = ctx.storage
         self.settings = ctx.settings
         self.log = ctx.log.bind(component="simulator")
+        self.once = once
+        self.idle_timeout_s = idle_timeout_s
+        self.worker = f"{socket.gethostname()}:{os.getpid()}" + (f"/{worker_label}" if worker_label else "")
         self.started = False
+        self.jobs_done = 0
+        self.jobs_failed = 0
+        self.first_progress_s: float | None = None
+        self._t0 = time.perf_counter()
+        self.handled = asyncio.Event()
 
     async def start(self) -> None:
-        """Register this service's consumers/workers (their stops go on ``ctx.stack``)."""
+        """Open KV and start pulling jobs (one-shot or pool)."""
+        self.runs_kv = await self.bus.kv(subjects.KV_RUNS)
+        self.sims_kv = await self.bus.kv(subjects.KV_SIMS)
+        self.traces_kv = await self.bus.kv(subjects.KV_TRACES)
         self.ctx.add_stats(self.stats)
+        if self.once:
+            self.ctx.spawn(self._run_once(), name="simulator-once")
+        else:
+            consumer = await self.bus.run_worker(
+                subjects.JOB_SIM, subjects.DURABLE_SIM_JOBS, SimJob, self.handle,
+                concurrency=1, on_exhausted=self.on_exhausted, permanent=PERMANENT_ERRORS,
+            )
+            self.ctx.stack.push_async_callback(consumer.stop)
         self.started = True
 
     def stats(self) -> dict[str, Any]:
         """Service-specific figures merged into the micro ``status``/``STATS`` answers."""
-        return {"role": "simulator", "started": self.started}
+        return {"role": "simulator", "started": self.started, "worker": self.worker,
+                "jobs_done": self.jobs_done, "jobs_failed": self.jobs_failed, "once": self.once}
+
+    # ------------------------------------------------------------------ one-shot mode
+
+    def consumer_config(self) -> jsapi.ConsumerConfig:
+        """The ``sim-jobs`` work-queue consumer, exactly as the pool workers create it."""
+        return jsapi.ConsumerConfig(
+            name=subjects.DURABLE_SIM_JOBS,
+            durable_name=subjects.DURABLE_SIM_JOBS,
+            ack_policy=jsapi.AckPolicy.EXPLICIT,
+            ack_wait=self.settings.job_ack_wait_s,
+            max_deliver=self.settings.job_max_deliver + 2,
+            filter_subject=subjects.JOB_SIM,
+            max_ack_pending=1000,
+            deliver_policy=jsapi.DeliverPolicy.ALL,
+        )
+
+    async def _run_once(self) -> None:
+        try:
+            await self.bus.jsm.add_consumer(subjects.JOBS_STREAM, config=self.consumer_config())
+            sub = await self.bus.js.pull_subscribe_bind(
+                durable=subjects.DURABLE_SIM_JOBS, stream=subjects.JOBS_STREAM
+            )
+            deadline = time.monotonic() + self.idle_timeout_s
+            msg = None
+            while msg is None and not self.ctx.stop.is_set() and time.monotonic() < deadline:
+                try:
+                    msgs = await sub.fetch(1, timeout=min(1.0, max(0.05, deadline - time.monotonic())))
+                except TimeoutError:
+                    continue
+                msg = msgs[0] if msgs else None
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+            if msg is None:
+                self.log.info("no job arrived, exiting", idle_timeout_s=self.idle_timeout_s)
+                return
+            await self._process_one(msg)
+        finally:
+            self.handled.set()
+            self.ctx.stop.set()
+
+    async def _process_one(self, msg: Any) -> None:
+        """Run one delivered job with the work-queue semantics of :meth:`Bus.run_worker`."""
+        attempt = msg.metadata.num_delivered
+        max_deliver = self.settings.job_max_deliver
+        try:
+            job = decode_job(msg.data)
+        except ValidationError as exc:
+            self.log.error("malformed job terminated", error=str(exc))
+            await msg.term()
+            return
+        if not isinstance(job, SimJob):
+            await msg.term()
+            return
+        if attempt > max_deliver:
+            await self.on_exhausted(job, JobTimeoutError(
+                f"no acknowledgement after {max_deliver} deliveries (the simulators crashed or "
+                "stopped heartbeating)"), attempt - 1)
+            await msg.term()
+            return
+
+        async def heartbeat() -> None:
+            while True:
+                await asyncio.sleep(max(0.05, self.settings.job_ack_wait_s / 3))
+                with contextlib.suppress(Exception):
+                    await msg.in_progress()
+
+        beat = asyncio.create_task(heartbeat())
+        delivery = Delivery(subject=msg.subject, attempt=attempt, max_attempts=max_deliver,
+                            stream_seq=msg.metadata.sequence.stream)
+        try:
+            await self.handle(job, delivery)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await msg.nak()
+            raise
+        except PERMANENT_ERRORS as exc:
+            await self.on_exhausted(job, exc, attempt)
+            await msg.term()
+        except Exception as exc:  # noqa: BLE001 - retried by redelivery or reported
+            if attempt >= max_deliver:
+                await self.on_exhausted(job, exc, attempt)
+                await msg.term()
+            else:
+                self.log.warning("simulation failed, will retry", sim_id=job.sim_id,
+                                 attempt=attempt, error=str(exc) or type(exc).__name__)
+                await msg.nak(delay=1.0)
+        else:
+            await msg.ack()
+        finally:
+            beat.cancel()
+
+    # ------------------------------------------------------------------ the job
+
+    async def on_exhausted(self, job: SimJob, error: BaseException, attempts: int) -> None:
+        """Report a sim that failed for good (last attempt, or a permanent error)."""
+        self.jobs_failed += 1
+        message = str(error) or type(error).__name__
+        await self.bus.publish(
+            subjects.sim_event(job.sim_id, "failed"),
+            SimFailed(sim_id=job.sim_id, run_id=job.run_id, error=message, attempts=attempts),
+            msg_id=f"{job.sim_id}:failed",
+        )
+        self.log.error("simulation failed", run_id=job.run_id, sim_id=job.sim_id,
+                       attempts=attempts, error=message)
+
+    async def _cancelled(self, job: SimJob) -> bool:
+        run = await self.runs_kv.get(job.run_id, RunRecord)
+        if run is not None and (run.value.cancel_requested or run.value.state == "cancelled"):
+            return True
+        sim = await self.sims_kv.get(job.sim_id, SimRecord)
+        return sim is not None and sim.value.state == "cancelled"
+
+    async def handle(self, job: SimJob, delivery: Delivery) -> None:
+        """Simulate one job (see the module docstring); returns normally when done or cancelled."""
+        log = self.log.bind(run_id=job.run_id, sim_id=job.sim_id, trace_id=job.trace_id,
+                            attempt=delivery.attempt)
+        t0 = time.perf_counter()
+        sim = await self.sims_kv.get(job.sim_id, SimRecord)
+        if sim is not None and sim.value.state in TERMINAL_SIM_STATES:
+            log.info("sim already final, job skipped", state=sim.value.state)
+            return
+        try:
+            await self._check_cancel(job)
+            await self._publish(job, "started", SimStarted(
+                sim_id=job.sim_id, run_id=job.run_id, attempt=delivery.attempt, worker=self.worker))
+            inputs = await self._load(job)
+            await self._simulate(job, inputs, delivery.attempt, t0, log)
+        except CancelledRunError as exc:
+            await self._publish(job, "cancelled", SimCancelled(
+                sim_id=job.sim_id, run_id=job.run_id, reason=str(exc)), msg_id=f"{job.sim_id}:cancelled")
+            log.info("simulation cancelled")
+            return
+        self.jobs_done += 1
+
+    async def _check_cancel(self, job: SimJob) -> None:
+        if await self._cancelled(job):
+            raise CancelledRunError(f"run {job.run_id} was cancelled")
+
+    async def _publish(self, job: SimJob, kind: str, message: Any, msg_id: str | None = None) -> None:
+        await self.bus.publish(subjects.sim_event(job.sim_id, kind), message, msg_id=msg_id)
+
+    async def _load(self, job: SimJob) -> SimulationInputs:
+        entry = await self.traces_kv.get(job.trace_id, TraceRecord)
+        if entry is None:
+            raise ValidationError(f"trace {job.trace_id} does not exist", field="trace_id")
+        trace = entry.value
+        if not trace.bundle_key:
+            raise ValidationError(f"trace {job.trace_id} has no bundle ({trace.state})", field="trace_id")
+        if job.bundle_key and trace.bundle_key.rstrip("/") != job.bundle_key.rstrip("/"):
+            trace = msgspec.structs.replace(trace, bundle_key=job.bundle_key,
+                                            bundle_hash=job.bundle_key.rstrip("/").rsplit("/", 1)[-1])
+        folder = await fetch_bundle(self.storage, trace, cache_dir_for(self.settings.data_path))
+        target = spec_of_job_config(job.config)
+        return await asyncio.to_thread(load_inputs, folder, trace, target, job.model)
+
+    async def _simulate(
+        self, job: SimJob, inputs: SimulationInputs, attempt: int, t0: float, log: Any
+    ) -> None:
+        table = inputs.table
+        n = len(table)
+        delay = float(job.options.get("chunk_delay_s", 0.0) or 0.0)
+        if not math.isfinite(delay) or delay < 0 or delay > 60:
+            raise ValidationError("expected a number of seconds in [0, 60]", field="options.chunk_delay_s")
+        chunk = max(MIN_CHUNK, math.ceil(n / MAX_CHUNKS)) if delay == 0 else max(1, math.ceil(n / MAX_CHUNKS))
+        predicted = np.zeros(n, dtype=np.float64)
+        regime = np.empty(n, dtype=object)
+        regime[:] = ""
+        deadline = t0 + self.settings.sim_timeout_s
+        last_progress = 0.0
+        last_percent = -1
+        last_cancel_check = time.perf_counter()
+        provenance: Any = None
+        extrapolated = 0
+        sim_start = time.perf_counter()
+
+        async def progress(done: int) -> None:
+            nonlocal last_progress, last_percent
+            now = time.perf_counter()
+            percent = 100.0 * done / n if n else 100.0
+            elapsed = now - sim_start
+            eta = (elapsed / done * (n - done)) if done else None
+            await self._publish(job, "progress", SimProgress(
+                sim_id=job.sim_id, run_id=job.run_id, kernels_done=done, kernels_total=n,
+                percent=min(100.0, percent), simulated_ns=float(predicted[:done].sum()),
+                eta_s=eta, attempt=attempt))
+            if self.first_progress_s is None:
+                self.first_progress_s = time.perf_counter() - self._t0
+            last_progress, last_percent = now, int(percent)
+
+        await progress(0)
+        done = 0
+        while done < n:
+            stop = min(n, done + chunk)
+            part = table.take(slice(done, stop))
+            out = await asyncio.to_thread(predict_chunk, part, inputs, job.model)
+            predicted[done:stop] = out.predicted_ns
+            regime[done:stop] = out.regime
+            extrapolated += out.extrapolated
+            provenance = out.provenance
+            done = stop
+            now = time.perf_counter()
+            if now > deadline:
+                raise JobTimeoutError(f"simulation exceeded {self.settings.sim_timeout_s:g} s")
+            percent = int(100 * done / n)
+            if done < n and (percent > last_percent or now - last_progress >= PROGRESS_INTERVAL_S):
+                await progress(done)
+            if delay:
+                await asyncio.sleep(delay)
+            if time.perf_counter() - last_cancel_check >= CANCEL_CHECK_INTERVAL_S or delay:
+                last_cancel_check = time.perf_counter()
+                await self._check_cancel(job)
+        replay = await asyncio.to_thread(replay_timeline, table, predicted)
+        await progress(n)
+        wall = time.perf_counter() - t0
+        result = build_result(
+            run_id=job.run_id, sim_id=job.sim_id, trace_id=job.trace_id,
+            config=inputs.target.id, replica=job.replica,
+            model=inputs.model_label(provenance), spec_id=inputs.target.id,
+            spec_hash=inputs.target.spec_hash(), source_spec_id=inputs.source_id,
+            calibration=inputs.calibration_label(provenance), table=table,
+            predicted_ns=predicted, regime=regime, start_ns=replay.start_ns, end_ns=replay.end_ns,
+            predicted_e2e_ns=replay.e2e_ns, steps=replay.steps,
+            baseline_e2e_ns=inputs.baseline_e2e_ns, source_e2e_ns=inputs.source_e2e_ns,
+            extrapolated=extrapolated, wall_s=wall, attempt=attempt, worker=self.worker,
+            created_at=time.time(),
+        )
+        kernels = kernels_with_predictions(table, predicted, regime, replay.start_ns, replay.end_ns)
+        key = await write_result(self.storage, result, kernels)
+        await self._publish(job, "completed", SimCompleted(
+            sim_id=job.sim_id, run_id=job.run_id, result_key=key, simulated_ns=result.gpu_busy_ns,
+            wall_s=time.perf_counter() - t0, attempt=attempt,
+            predicted_e2e_ns=result.predicted_e2e_ns, model=result.model,
+        ), msg_id=f"{job.sim_id}:completed")
+        log.info("simulation completed", kernels=n, e2e_ms=round(result.predicted_e2e_ns / 1e6, 3),
+                 wall_s=round(wall, 3), config=inputs.target.id)

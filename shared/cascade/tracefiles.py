@@ -5,8 +5,8 @@ A trace's raw files sit flat under ``traces/{trace}/raw/{name}``. Accepted names
 - ``kernel-N[-ctx_0x<hex>].trace[g][.xz]``: one kernel's instruction trace;
 - ``kernelslist`` / ``kernelslist.g``: the tracer's command list;
 - ``stats.csv``: the tracer's per-kernel statistics;
-- timeline files: ``*.json``, ``*.jsonl``, ``*.csv`` (optionally ``.gz``) and
-  Nsight Systems SQLite exports ``*.sqlite``. ``.nsys-rep`` reports are refused
+- timeline files: PyTorch Chrome traces ``*.json[.gz]``, Cascade ``*.csv`` /
+  ``*.jsonl`` and Nsight Systems SQLite exports ``*.sqlite``. ``.nsys-rep`` reports are refused
   (export them with ``nsys export --type sqlite``).
 
 Everything else, and every path trick (``..``, ``/``, ``\\``, NUL, leading dot,
@@ -30,12 +30,12 @@ MAX_NAME_LENGTH = 255
 
 _KERNEL = re.compile(r"^(kernel-(\d+)(?:-ctx_0x[0-9a-fA-F]+)?)\.trace(g)?(\.xz)?$")
 _KERNELSLIST = re.compile(r"^kernelslist(\.g)?$")
-_TIMELINE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*\.(json|jsonl|csv)(\.gz)?$|^[A-Za-z0-9][A-Za-z0-9._\-]*\.sqlite$")
+_TIMELINE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*\.(json|json\.gz|jsonl|csv|sqlite)$")
 _SAFE = re.compile(r"^[A-Za-z0-9._\-]+$")
 
 ACCEPTED_FORMS = (
     "kernel-N[-ctx_0x...].trace[g][.xz], kernelslist[.g], stats.csv, or a timeline file "
-    "(*.json, *.jsonl, *.csv, optionally .gz, or an Nsight Systems *.sqlite export)"
+    "(*.json[.gz] Chrome trace, *.csv / *.jsonl Cascade timeline, *.sqlite Nsight Systems export)"
 )
 
 
@@ -146,7 +146,7 @@ def decode_event_key(key: str) -> str:
     return unquote_plus(key)
 
 
-def kernel_stems(listing: str, file: str = "kernelslist") -> list[str]:
+def kernel_stems(listing: str) -> list[str]:
     """Kernel units named by a kernelslist[.g] text, in order (copies like MemcpyHtoD skipped)."""
     stems: list[str] = []
     for line in listing.splitlines():

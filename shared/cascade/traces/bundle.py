@@ -22,7 +22,7 @@ import msgspec
 import numpy as np
 
 from cascade.errors import ValidationError
-from cascade.kerneltable import COLUMNS, KernelTable
+from cascade.kerneltable import KernelTable
 from cascade.traces.parse import KernelFeatures
 
 FORMAT_VERSION = 1
@@ -80,7 +80,7 @@ class _State(msgspec.Struct, kw_only=True):
     kind: str
     rows: dict[str, dict[str, Any]] = {}
     hashes: dict[str, str] = {}
-    warnings: list[str] = []
+    warnings: dict[str, list[str]] = {}
     timeline: list[dict[str, Any]] = []
     timeline_keys: list[str] = []
 
@@ -109,7 +109,8 @@ class BundleBuilder:
         clean = {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
         self._s.rows[key] = clean
         self._s.hashes[key] = _row_hash(clean)
-        self._s.warnings.extend(warnings)
+        if warnings:
+            self._s.warnings[key] = list(warnings)
         return True
 
     def add_features(self, features: KernelFeatures, key: str | None = None) -> bool:
@@ -179,7 +180,7 @@ class BundleBuilder:
             kind=self._s.kind, kernel_count=len(table), baseline=baseline_timings(table),
             kernel_hashes_sha256=kh,
             files={KERNELS_NAME: hashlib.sha256(npz).hexdigest()},
-            warnings=list(dict.fromkeys(self._s.warnings)),
+            warnings=[w for k in sorted(self._s.warnings) for w in self._s.warnings[k]],
         )
         return bundle_hash(manifest), msgspec.json.encode(manifest), npz
 
@@ -276,7 +277,4 @@ def load_bundle(source: str | Path | Mapping[str, bytes] | tuple[bytes, bytes]) 
             f"kernels.npz has {len(table)} rows, manifest says {manifest.kernel_count}",
             field=KERNELS_NAME,
         )
-    unknown = [c for c in table.columns if c not in COLUMNS]
-    if unknown:
-        raise ValidationError(f"unknown columns {unknown}", field=KERNELS_NAME)
     return Bundle(hash=bundle_hash(manifest), manifest=manifest, kernels=table)

@@ -26,7 +26,7 @@ import msgspec
 import numpy as np
 
 from cascade.errors import TraceFormatError
-from cascade.kerneltable import DTYPES, KernelTable
+from cascade.kerneltable import COLUMNS, DTYPES, KernelTable
 
 _STEP_RE = re.compile(r"^step:(?P<kind>[A-Za-z_]+)(?P<rest>(?::[a-z_]+=\d+)*)$")
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
@@ -330,6 +330,10 @@ def import_cascade_jsonl(path: str | Path | Iterable[str]) -> KernelTable:
                     if not (isinstance(dims, list) and len(dims) == 3):
                         raise TraceFormatError(fname, lineno, f"'{key}' as [x, y, z]", str(dims))
                     obj.update({f"{key}_{a}": v for a, v in zip("xyz", dims, strict=True)})
+            unknown = [k for k in obj if k not in COLUMNS]
+            if unknown:
+                raise TraceFormatError(fname, lineno, "only KernelTable column names",
+                                       ", ".join(unknown))
             dt = obj.get("dtype")
             if dt is not None and dt not in DTYPES:
                 raise TraceFormatError(fname, lineno, f"dtype one of {', '.join(DTYPES)}", str(dt))

@@ -1,0 +1,440 @@
+"""OpenAI-style ``/v1`` estimates from finished simulations.
+
+- ``GET /v1/models``: finished sims usable as models, ``{object: "list", data: [{id:
+  "cascade/<trace>/<config>", object: "model", created, owned_by: "cascade"}]}``.
+- ``POST /v1/completions`` / ``POST /v1/chat/completions``: OpenAI requests (``model``,
+  ``prompt`` as a string, a list of strings, a token-id list or a list of those /
+  ``messages``; ``max_tokens``; ``stream``; ``n`` = 1) answered in OpenAI's shape with
+  empty text (Cascade predicts time, not tokens) and ``finish_reason: "length"``, plus:
+
+  - ``metrics``: ``ttft_ms``, ``tpot_ms``, ``itl_ms`` (the list of every inter-token
+    gap, ``max_tokens - 1`` values), ``itl_mean_ms``, ``e2e_ms``, ``queue_ms`` (0: the
+    request is alone on an idle replica);
+  - ``cascade``: ``config``, ``sim``, ``run``, ``trace``, ``extrapolated``,
+    ``extrapolation`` (dimension -> ``{value, low, high, beyond, ratio}``),
+    ``calibration_range``, ``prompt_tokens_approximate``, ``method`` ('fit' or
+    'kernel-model'), ``token_budget``.
+
+  Prompt tokens are exact for token-id prompts. Text is counted with the tokenizer
+  named by ``CASCADE_TOKENIZER`` (a ``tokenizer.json`` path, via the ``tokenizers``
+  package) when set, else approximated as max(words and punctuation marks,
+  characters / 4) and marked approximate. Chat prompts are always approximate (the
+  chat template is unknown): message contents plus 4 tokens per message and 3 for
+  the reply's priming. ``max_tokens`` defaults to 16 (OpenAI's completions default).
+
+  With ``stream: true`` the answer is server-sent events: one chunk per output token
+  carrying ``cascade_token: {index, time_ms, gap_ms}`` (simulated times from arrival),
+  the last with ``finish_reason``, ``metrics`` and ``cascade``, then ``data: [DONE]``.
+  ``cascade_pace: true`` sends each chunk at its simulated time (real-time pacing).
+
+Errors use OpenAI's shape ``{error: {message, type, param, code}}``; an unknown
+model is a 404 whose message lists the known ones (also in ``error.known``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+from aiohttp import web
+from cascade.errors import CascadeError, NotFoundError, ValidationError
+from cascade.log import get_logger
+from cascade.stepmodels import DEFAULT_TOKEN_BUDGET, RequestEstimate
+
+from services.api.http import doc
+from services.api.keys import SETTINGS
+from services.api.sim_models import ModelEntry, install, sim_models
+
+routes = web.RouteTableDef()
+log = get_logger("cascade.api.v1")
+
+DEFAULT_MAX_TOKENS = 16
+MAX_OUTPUT_TOKENS = 1_000_000
+MAX_PROMPT_TOKENS = 10_000_000
+MAX_PACE_S = 600.0
+TOKENIZER_ENV = "CASCADE_TOKENIZER"
+
+_ENCODER = msgspec.json.Encoder()
+_WORDS = re.compile(r"\w+|[^\w\s]", re.UNICODE)
+
+
+# ---- tokens ---------------------------------------------------------------------------------
+
+class PromptCounter:
+    """Counts prompt tokens: a ``tokenizers`` tokenizer.json when configured, else approximate."""
+
+    def __init__(self, tokenizer_path: str = "") -> None:
+        self.path = tokenizer_path
+        self._tok: Any = None
+        if tokenizer_path:
+            from tokenizers import Tokenizer
+
+            try:
+                self._tok = Tokenizer.from_file(tokenizer_path)
+            except Exception as exc:  # noqa: BLE001 - any load failure is a config error
+                from cascade.errors import ConfigError
+
+                raise ConfigError(TOKENIZER_ENV, tokenizer_path,
+                                  f"the path of a readable tokenizer.json ({exc})") from None
+
+    @property
+    def exact(self) -> bool:
+        return self._tok is not None
+
+    def count(self, text: str) -> int:
+        """Tokens in ``text`` (exact with a tokenizer, else the approximation)."""
+        if self._tok is not None:
+            return len(self._tok.encode(text).ids)
+        return approximate_tokens(text)
+
+
+def approximate_tokens(text: str) -> int:
+    """max(words and punctuation marks, characters / 4), at least 1."""
+    return max(1, len(_WORDS.findall(text)), math.ceil(len(text) / 4))
+
+
+PROMPT_COUNTER = web.AppKey("v1_prompt_counter", PromptCounter)
+
+
+def _count_prompts(value: Any, counter: PromptCounter) -> tuple[list[int], bool]:
+    """(token count per prompt, approximate?) of an OpenAI ``prompt`` value."""
+    if value is None:
+        raise ValidationError("is required", field="prompt")
+    if isinstance(value, str):
+        return [counter.count(value)], not counter.exact
+    if isinstance(value, list):
+        if not value:
+            raise ValidationError("must not be empty", field="prompt")
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return [len(value)], False
+        if all(isinstance(v, str) for v in value):
+            return [counter.count(v) for v in value], not counter.exact
+        if all(isinstance(v, list) for v in value):
+            counts = []
+            for i, ids in enumerate(value):
+                if not ids or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+                    raise ValidationError("expected a non-empty list of token ids", field=f"prompt[{i}]")
+                counts.append(len(ids))
+            return counts, False
+    raise ValidationError("expected a string, a list of strings, a list of token ids or a list "
+                          "of token-id lists", field="prompt")
+
+
+def _count_messages(messages: Any, counter: PromptCounter) -> int:
+    if not isinstance(messages, list) or not messages:
+        raise ValidationError("expected a non-empty list of messages", field="messages")
+    total = 3
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
+            raise ValidationError("expected an object with 'role' and 'content'", field=f"messages[{i}]")
+        content = msg.get("content")
+        text = ""
+        if isinstance(content, str):
+            text = content
+        elif isinstance(content, list):
+            parts = []
+            for j, part in enumerate(content):
+                if not isinstance(part, dict):
+                    raise ValidationError("expected a content part object", field=f"messages[{i}].content[{j}]")
+                if part.get("type") == "text":
+                    parts.append(str(part.get("text", "")))
+            text = "\n".join(parts)
+        elif content is not None:
+            raise ValidationError("expected a string or a list of content parts", field=f"messages[{i}].content")
+        total += 4 + (counter.count(text) if text else 0)
+    return total
+
+
+# ---- requests -------------------------------------------------------------------------------
+
+class _Common(msgspec.Struct, kw_only=True):
+    model: str
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    n: int = 1
+    cascade_pace: bool = False
+    cascade_token_budget: int = DEFAULT_TOKEN_BUDGET
+    """Token budget of one engine step (chunked prefill); vLLM's max_num_batched_tokens."""
+
+
+class CompletionRequest(_Common, kw_only=True):
+    """OpenAI completions request (other OpenAI fields are accepted and ignored)."""
+
+    prompt: Any = None
+
+
+class ChatRequest(_Common, kw_only=True):
+    """OpenAI chat completions request (other OpenAI fields are accepted and ignored)."""
+
+    messages: Any = None
+
+
+class OpenAIError(Exception):
+    """An error answered in OpenAI's shape."""
+
+    def __init__(self, status: int, message: str, *, type_: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None, **extra: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type_
+        self.param = param
+        self.code = code
+        self.extra = extra
+
+    def response(self) -> web.Response:
+        body = {"error": {"message": self.message, "type": self.type, "param": self.param,
+                          "code": self.code, **self.extra}}
+        return web.Response(body=_ENCODER.encode(body), status=self.status,
+                            content_type="application/json")
+
+
+def _openai_error(exc: CascadeError) -> OpenAIError:
+    status = exc.http_status
+    param = getattr(exc, "field", None)
+    extra: dict[str, Any] = {}
+    known = getattr(exc, "known", None)
+    if isinstance(exc, NotFoundError):
+        return OpenAIError(404, str(exc), param=param or "model", code="model_not_found")
+    if known is not None:
+        extra["known"] = known
+    kind = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+            409: "invalid_request_error", 413: "invalid_request_error"}.get(status, "server_error")
+    return OpenAIError(status, str(exc), type_=kind, param=param, code=exc.code, **extra)
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def openai_errors(handler: Handler) -> Handler:
+    """Answer Cascade errors and malformed bodies in OpenAI's error shape."""
+
+    async def wrapped(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except OpenAIError as exc:
+            return exc.response()
+        except CascadeError as exc:
+            return _openai_error(exc).response()
+
+    wrapped.__name__ = handler.__name__
+    wrapped.__doc__ = handler.__doc__
+    for attr in ("__cascade_doc__", "__cascade_public__"):
+        if hasattr(handler, attr):
+            setattr(wrapped, attr, getattr(handler, attr))
+    return wrapped
+
+
+async def _decode(request: web.Request, type_: type[Any]) -> Any:
+    body = await request.read()
+    if not body:
+        raise OpenAIError(400, "request body is empty: expected a JSON object", param="body")
+    try:
+        return msgspec.json.decode(body, type=type_)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        param = text.split("at `$.", 1)[1].split("`", 1)[0] if "at `$." in text else None
+        raise OpenAIError(400, text, param=param) from None
+    except msgspec.DecodeError as exc:
+        raise OpenAIError(400, f"malformed JSON: {exc}", param="body") from None
+
+
+def _max_tokens(req: _Common) -> int:
+    value = req.max_tokens if req.max_tokens is not None else req.max_completion_tokens
+    if value is None:
+        return DEFAULT_MAX_TOKENS
+    param = "max_tokens" if req.max_tokens is not None else "max_completion_tokens"
+    if value < 1 or value > MAX_OUTPUT_TOKENS:
+        raise OpenAIError(400, f"{param} must be between 1 and {MAX_OUTPUT_TOKENS}", param=param)
+    return value
+
+
+def _check_common(req: _Common) -> None:
+    if req.n != 1:
+        raise OpenAIError(400, "only n=1 is supported (every choice would be the same estimate)",
+                          param="n")
+    if req.cascade_token_budget < 1:
+        raise OpenAIError(400, "cascade_token_budget must be >= 1", param="cascade_token_budget")
+
+
+# ---- answers --------------------------------------------------------------------------------
+
+def metrics_of(est: RequestEstimate) -> dict[str, Any]:
+    """The ``metrics`` object of one estimate."""
+    itl = est.itl_ms
+    return {"ttft_ms": est.ttft_ms, "tpot_ms": est.tpot_ms, "itl_ms": itl,
+            "itl_mean_ms": (sum(itl) / len(itl)) if itl else 0.0,
+            "e2e_ms": est.e2e_ms, "queue_ms": est.queue_ms}
+
+
+def cascade_of(entry: ModelEntry, est: RequestEstimate, calibration: Any, approximate: bool,
+               token_budget: int) -> dict[str, Any]:
+    """The ``cascade`` object of one estimate."""
+    return {"config": entry.config, "sim": entry.sim.id, "run": entry.run.id,
+            "trace": entry.trace_id, "extrapolated": est.extrapolated,
+            "extrapolation": msgspec.to_builtins(est.extrapolation),
+            "calibration_range": msgspec.to_builtins(calibration),
+            "prompt_tokens_approximate": approximate, "method": est.method,
+            "prefill_steps": est.prefill_steps, "token_budget": token_budget,
+            "idle_replica": True}
+
+
+async def _estimates(request: web.Request, req: _Common, prompt_counts: list[int],
+                     output: int) -> tuple[ModelEntry, list[RequestEstimate], Any]:
+    models = sim_models(request.app)
+    entry = models.find(req.model)
+    if entry is None:
+        entry = await models.by_model(req.model)
+    sm = await models.step_model(entry)
+    for count in prompt_counts:
+        if count > MAX_PROMPT_TOKENS:
+            raise OpenAIError(400, f"prompt of {count} tokens is over {MAX_PROMPT_TOKENS}",
+                              param="prompt")
+    ests = [sm.estimate(p, output, token_budget=req.cascade_token_budget) for p in prompt_counts]
+    return entry, ests, sm.calibration
+
+
+def _ids(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+def _usage(prompt_total: int, completion_total: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_total, "completion_tokens": completion_total,
+            "total_tokens": prompt_total + completion_total}
+
+
+async def _answer(request: web.Request, req: _Common, prompt_counts: list[int], approximate: bool,
+                  chat: bool) -> web.StreamResponse:
+    _check_common(req)
+    output = _max_tokens(req)
+    entry, ests, calibration = await _estimates(request, req, prompt_counts, output)
+    created = int(time.time())
+    rid = _ids("chatcmpl" if chat else "cmpl")
+    extras = [cascade_of(entry, e, calibration, approximate, req.cascade_token_budget) for e in ests]
+    if req.stream:
+        if len(ests) != 1:
+            raise OpenAIError(400, "stream: true takes a single prompt", param="prompt")
+        return await _stream(request, req, rid, created, entry.id, ests[0], extras[0], chat,
+                             approximate)
+    choices: list[dict[str, Any]] = []
+    for i, (est, extra) in enumerate(zip(ests, extras, strict=True)):
+        choice: dict[str, Any] = {"index": i, "logprobs": None, "finish_reason": "length"}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": ""}
+        else:
+            choice["text"] = ""
+        if len(ests) > 1:
+            choice["metrics"] = metrics_of(est)
+            choice["cascade"] = extra
+        choices.append(choice)
+    body = {
+        "id": rid, "object": "chat.completion" if chat else "text_completion", "created": created,
+        "model": entry.id, "choices": choices,
+        "usage": _usage(sum(prompt_counts), output * len(prompt_counts)),
+        "metrics": metrics_of(ests[0]), "cascade": extras[0],
+    }
+    return web.Response(body=_ENCODER.encode(body), content_type="application/json")
+
+
+async def _stream(request: web.Request, req: _Common, rid: str, created: int, model: str,
+                  est: RequestEstimate, extra: dict[str, Any], chat: bool,
+                  approximate: bool) -> web.StreamResponse:
+    if req.cascade_pace and est.e2e_ms / 1000 > MAX_PACE_S:
+        raise OpenAIError(400, f"the estimate lasts {est.e2e_ms / 1000:.1f} s, longer than the "
+                               f"{MAX_PACE_S:g} s a paced stream may take", param="cascade_pace")
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                       "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    await resp.prepare(request)
+    obj = "chat.completion.chunk" if chat else "text_completion"
+    times = est.token_times_ms
+    started = time.perf_counter()
+    include_usage = bool(req.stream_options and req.stream_options.get("include_usage"))
+    for i, t_ms in enumerate(times):
+        last = i == len(times) - 1
+        if req.cascade_pace:
+            delay = t_ms / 1000 - (time.perf_counter() - started)
+            if delay > 0:
+                await asyncio.sleep(delay)
+        choice: dict[str, Any] = {"index": 0, "logprobs": None,
+                                  "finish_reason": "length" if last else None}
+        if chat:
+            choice["delta"] = {"role": "assistant", "content": ""} if i == 0 else {"content": ""}
+        else:
+            choice["text"] = ""
+        chunk: dict[str, Any] = {
+            "id": rid, "object": obj, "created": created, "model": model, "choices": [choice],
+            "cascade_token": {"index": i, "time_ms": t_ms,
+                              "gap_ms": t_ms if i == 0 else t_ms - times[i - 1]},
+        }
+        if last:
+            chunk["metrics"] = metrics_of(est)
+            chunk["cascade"] = extra
+        await resp.write(b"data: " + _ENCODER.encode(chunk) + b"\n\n")
+    if include_usage:
+        usage_chunk = {"id": rid, "object": obj, "created": created, "model": model, "choices": [],
+                       "usage": _usage(est.prompt_tokens, est.output_tokens)}
+        await resp.write(b"data: " + _ENCODER.encode(usage_chunk) + b"\n\n")
+    await resp.write(b"data: [DONE]\n\n")
+    await resp.write_eof()
+    return resp
+
+
+# ---- routes ---------------------------------------------------------------------------------
+
+@routes.get("/v1/models")
+@doc(tags=("v1",))
+@openai_errors
+async def list_models(request: web.Request) -> web.Response:
+    """Finished sims usable as models (OpenAI list shape)."""
+    data = [{"id": e.id, "object": "model", "created": e.created, "owned_by": "cascade",
+             "cascade": {"trace": e.trace_id, "config": e.config, "sim": e.sim.id, "run": e.run.id}}
+            for e in sim_models(request.app).entries()]
+    return web.Response(body=_ENCODER.encode({"object": "list", "data": data}),
+                        content_type="application/json")
+
+
+@routes.get("/v1/models/{trace}/{config}")
+@doc(tags=("v1",))
+@openai_errors
+async def get_model(request: web.Request) -> web.Response:
+    """One model (``/v1/models/cascade/<trace>/<config>`` minus the ``cascade/``)."""
+    model = f"cascade/{request.match_info['trace']}/{request.match_info['config']}"
+    e = await sim_models(request.app).by_model(model)
+    body = {"id": e.id, "object": "model", "created": e.created, "owned_by": "cascade"}
+    return web.Response(body=_ENCODER.encode(body), content_type="application/json")
+
+
+@routes.post("/v1/completions")
+@doc(tags=("v1",), responses={404: "unknown model"})
+@openai_errors
+async def completions(request: web.Request) -> web.StreamResponse:
+    """Estimate one completion request alone on an idle replica (OpenAI response shape)."""
+    req: CompletionRequest = await _decode(request, CompletionRequest)
+    counts, approximate = _count_prompts(req.prompt, request.app[PROMPT_COUNTER])
+    return await _answer(request, req, counts, approximate, chat=False)
+
+
+@routes.post("/v1/chat/completions")
+@doc(tags=("v1",), responses={404: "unknown model"})
+@openai_errors
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    """Estimate one chat request alone on an idle replica (OpenAI response shape)."""
+    req: ChatRequest = await _decode(request, ChatRequest)
+    count = _count_messages(req.messages, request.app[PROMPT_COUNTER])
+    return await _answer(request, req, [count], True, chat=True)
+
+
+def setup(app: web.Application) -> None:
+    """Install the model index and the prompt counter (tokenizer from settings or CASCADE_TOKENIZER)."""
+    install(app)
+    path = str(getattr(app[SETTINGS], "tokenizer", "") or os.environ.get(TOKENIZER_ENV, "")).strip()
+    app[PROMPT_COUNTER] = PromptCounter(path)

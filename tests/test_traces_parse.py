@@ -8,15 +8,14 @@ import math
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from cascade.errors import TraceFormatError, TruncatedStreamError
 from cascade.traces.folder import parse_trace_folder, read_kernelslist, read_stats_csv
 from cascade.traces.generate import TraceSpec, header_text, write_kernel, write_trace_folder
 from cascade.traces.lines import InstructionLine, format_instruction_line, parse_instruction_line
 from cascade.traces.opcodes import mma_flops
 from cascade.traces.parse import KernelTraceParser, parse_kernel_file, parse_kernel_stream
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 REAL = DATA / "traces" / "matrixmul-32x32-sm61"
@@ -79,14 +78,14 @@ def test_chunking_does_not_change_results() -> None:
 
 # ---- generated variants: exact ground truth ------------------------------------------------
 VARIANTS = [
-    dict(raw=False, tracer_version=2),
-    dict(raw=False, tracer_version=3, compress=False),
-    dict(raw=False, tracer_version=4, lineinfo=True),
-    dict(raw=False, tracer_version=5, clusters=True),
-    dict(raw=False, tracer_version=5, lineinfo=True, compress=False),
-    dict(raw=True, tracer_version=3),
-    dict(raw=True, tracer_version=4, lineinfo=True, compress=False),
-    dict(raw=True, tracer_version=5, seed=3),
+    {"raw": False, "tracer_version": 2},
+    {"raw": False, "tracer_version": 3, "compress": False},
+    {"raw": False, "tracer_version": 4, "lineinfo": True},
+    {"raw": False, "tracer_version": 5, "clusters": True},
+    {"raw": False, "tracer_version": 5, "lineinfo": True, "compress": False},
+    {"raw": True, "tracer_version": 3},
+    {"raw": True, "tracer_version": 4, "lineinfo": True, "compress": False},
+    {"raw": True, "tracer_version": 5, "seed": 3},
 ]
 
 
@@ -195,15 +194,7 @@ def test_empty_file() -> None:
 
 def test_dependency_chain_of_a_hand_made_warp() -> None:
     h = header_text(TraceSpec(grid=(1, 1, 1), block=(32, 1, 1)))
-    body = "\n".join([
-        "#BEGIN_TB", "thread block = 0,0,0", "warp = 0", "insts = 5",
-        "0000 ffffffff 1 R1 MOV 0 0 ",           # depth 1
-        "0010 ffffffff 1 R2 IADD 1 R1 0 ",       # 2
-        "0020 ffffffff 1 R3 MOV 0 0 ",           # 1
-        "0030 ffffffff 1 R4 FFMA 3 R2 R3 R255 0 ",  # 3
-        "0040 ffffffff 0 EXIT 0 0 ",             # 1
-        "#END_TB", "",
-    ])
+    body = "#BEGIN_TB\nthread block = 0,0,0\nwarp = 0\ninsts = 5\n0000 ffffffff 1 R1 MOV 0 0 \n0010 ffffffff 1 R2 IADD 1 R1 0 \n0020 ffffffff 1 R3 MOV 0 0 \n0030 ffffffff 1 R4 FFMA 3 R2 R3 R255 0 \n0040 ffffffff 0 EXIT 0 0 \n#END_TB\n"
     f = parse_kernel_stream([(h + body).encode()])
     assert f.row["dep_chain"] == 3 and f.row["warp_insts"] == 5 and f.row["insts_fp32"] == 1
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from cascade.errors import TraceFormatError, ValidationError
 from cascade.traces.bundle import BundleBuilder, load_bundle, write_bundle
 from cascade.traces.folder import parse_trace_folder
@@ -183,7 +182,7 @@ def test_bundle_with_timeline_and_features(tmp_path: Path) -> None:
     b = BundleBuilder(trace_id="t", source_gpu="gtx1080", kind="both")
     assert b.add_timeline(tl) == 2 and b.add_timeline(tl) == 0
     b.add_features(feats[0])
-    h, manifest, npz = b.finalize()
+    _h, manifest, npz = b.finalize()
     bundle = load_bundle({"manifest.json": manifest, "kernels.npz": npz})
     k = bundle.kernels
     assert len(k) == 2

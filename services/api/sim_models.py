@@ -97,6 +97,7 @@ class SimModels:
         self._tasks: list[asyncio.Task[None]] = []
         self._entries: list[ModelEntry] | None = None
         """Memo of :meth:`entries` (cleared on every change)."""
+        self._changed = asyncio.Condition()
         self._loaded = {"sims": asyncio.Event(), "runs": asyncio.Event()}
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -129,6 +130,8 @@ class SimModels:
                         self._loaded[what].set()
                         continue
                     self._apply(what, entry)
+                    async with self._changed:
+                        self._changed.notify_all()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - reconnects: watch again
@@ -159,6 +162,11 @@ class SimModels:
             old = self.cache.peek(key, sim_fingerprint(value))
             if old is None:
                 self.cache.invalidate(key)
+
+    async def wait_until(self, predicate: Any, timeout: float = 10.0) -> None:
+        """Wait (bounded) until ``predicate()`` holds after KV changes reach the index."""
+        async with self._changed:
+            await asyncio.wait_for(self._changed.wait_for(predicate), timeout)
 
     # -- lookups ---------------------------------------------------------------------------
     def entries(self) -> list[ModelEntry]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import msgspec
-
 from cascade.tracefiles import decode_event_key
 
 
@@ -60,7 +59,7 @@ class S3Notification(msgspec.Struct, frozen=True, kw_only=True):
 
 def event_kind(name: str) -> str:
     """Event name without the optional ``s3:`` prefix (``ObjectCreated:Put``)."""
-    return name[3:] if name.startswith("s3:") else name
+    return name.removeprefix("s3:")
 
 
 def created_objects(note: S3Notification) -> Iterator[tuple[str, str, int, str]]:

@@ -281,7 +281,8 @@ class KubernetesTemplate(msgspec.Struct, frozen=True, kw_only=True):
     image_pull_policy: str = "IfNotPresent"
     service_account: str = ""
     """ServiceAccount of the pods ('' for the namespace default)."""
-    resources: dict[str, dict[str, str]] = {"requests": {"cpu": "1", "memory": "1Gi"}}
+    resources: dict[str, dict[str, str]] = msgspec.field(
+        default_factory=lambda: {"requests": {"cpu": "1", "memory": "1Gi"}})
     """Container resources (requests/limits)."""
     env: dict[str, str] = {}
     """Extra environment variables (override the CASCADE_* settings passed down)."""
@@ -291,7 +292,8 @@ class KubernetesTemplate(msgspec.Struct, frozen=True, kw_only=True):
     ttl_seconds_after_finished: int = 3600
     active_deadline_s: float | None = None
     """Job deadline; default: the sim timeout setting."""
-    command: list[str] = ["python", "-m", "services.simulator", "--once"]
+    command: list[str] = msgspec.field(
+        default_factory=lambda: ["python", "-m", "services.simulator", "--once"])
     job_name_prefix: str = "cascade-sim"
     api_url: str = ""
     """Kubernetes API server URL; '' loads in-cluster config, then ~/.kube/config."""

@@ -20,11 +20,18 @@ async def run(
     bus: Bus | None = None,
     storage: Any = None,
     stop: asyncio.Event | None = None,
+    once: bool = False,
+    idle_timeout_s: float = 60.0,
+    worker_label: str = "",
 ) -> None:
-    """Run the simulator service until ``stop`` is set or SIGTERM/SIGINT arrives."""
+    """Run the simulator until ``stop`` is set or SIGTERM/SIGINT arrives.
+
+    ``once``: take exactly one job (waiting at most ``idle_timeout_s``), then return.
+    """
 
     async def setup(ctx: ServiceContext) -> None:
-        service = SimulatorService(ctx)
+        service = SimulatorService(ctx, once=once, idle_timeout_s=idle_timeout_s,
+                                   worker_label=worker_label)
         await service.start()
 
     await serve(

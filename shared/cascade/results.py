@@ -270,7 +270,7 @@ def steps_from_table(
         r = int(first_row[i])
         wall = float(last[i] - first[i])
         tok = int(tokens[r]) if tokens[r] > 0 else 0
-        b = int(batch[r]) if kinds[r] == "decode" and batch[r] > 0 else 1
+        b = int(batch[r]) if batch[r] > 0 else 1
         out.append(StepResult(
             step=int(s), kind=str(kinds[r]), tokens=tok, batch=b,
             context=int(context[r]) if context[r] > 0 else 0,

@@ -73,7 +73,7 @@ def check_name(name: object, field: str = "name") -> TraceFile:
         raise ValidationError(
             f"{name!r} contains characters outside letters, digits, '.', '_' and '-'", field=field
         )
-    if name.endswith(".nsys-rep") or name.endswith(".qdrep"):
+    if name.endswith((".nsys-rep", ".qdrep")):
         raise ValidationError(
             f"{name!r} is an Nsight Systems report: export it first "
             "(nsys export --type sqlite REPORT) and upload the .sqlite file",

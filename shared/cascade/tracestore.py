@@ -16,6 +16,7 @@ prepare and api replicas can update the same trace concurrently.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
@@ -267,10 +268,8 @@ class TraceStore:
                 if entry.value:
                     out[entry.key] = decoder.decode(entry.value)
         finally:
-            try:
+            with contextlib.suppress(Exception):
                 await watcher.stop()
-            except Exception:  # noqa: BLE001 - a watcher that is already gone is fine
-                pass
         return out
 
 

@@ -174,10 +174,11 @@ def _trace_id(request: web.Request) -> str:
         raise NotFoundError(f"no trace {tid!r}") from None
 
 
-def _part_size(size: int) -> int:
-    """Part size for a multipart upload of ``size`` bytes (whole MiB, <= MAX_PARTS parts)."""
-    need = max(MIN_PART_SIZE, math.ceil(size / MAX_PARTS))
-    return max(8 * MiB, math.ceil(need / MiB) * MiB)
+def _part_size(size: int, threshold: int) -> int:
+    """Part size for a multipart upload of ``size`` bytes: the threshold (at most 16 MiB,
+    at least S3's 5 MiB), grown in whole MiB when the file would need over MAX_PARTS parts."""
+    need = math.ceil(math.ceil(size / MAX_PARTS) / MiB) * MiB
+    return max(MIN_PART_SIZE, min(16 * MiB, threshold), need)
 
 
 @routes.post("/api/traces")
@@ -238,7 +239,7 @@ async def request_uploads(request: web.Request) -> web.Response:
             targets.append(UploadTarget(name=f.name, key=key, size=f.size,
                                         url=await storage.presign_put(key, ttl=ttl)))
             continue
-        part_size = _part_size(f.size)
+        part_size = _part_size(f.size, settings.multipart_threshold_bytes)
         count = max(1, math.ceil(f.size / part_size))
         upload_id = await storage.create_multipart(key)
         parts = [

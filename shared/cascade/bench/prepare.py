@@ -8,6 +8,7 @@ import os
 import resource
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 NAME = "prepare"
@@ -38,7 +39,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"reusing {path} ({path.stat().st_size / 1e6:,.0f} MB on disk)")
     else:
         t = time.perf_counter()
-        truth = write_large_trace(path, args.size_mb, xz=args.xz, raw=args.raw)
+        # generate in a child process so the parse's peak RSS below is its own
+        with ProcessPoolExecutor(1) as pool:
+            truth = pool.submit(write_large_trace, path, args.size_mb, xz=args.xz,
+                                raw=args.raw).result()
         text_bytes, warp_insts = float(truth.text_bytes), truth.columns["warp_insts"]
         truth_file.write_text(f"{text_bytes} {warp_insts}")
         print(f"generated {path}: {text_bytes / 1e6:,.0f} MB text, "

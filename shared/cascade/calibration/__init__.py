@@ -46,7 +46,9 @@ class Globals(msgspec.Struct, frozen=True, kw_only=True):
     alpha_other: float = 1.0
     """The same for non-GEMM kernels."""
     blocks_per_sm: float = 1.0
-    """Concurrent GEMM tiles per SM used for wave counting."""
+    """Concurrent GEMM tiles per SM below which a GEMM counts as latency bound (x 0.5)."""
+    min_tile_area: float = 4096.0
+    """A GEMM tile smaller than this many outputs takes as long as one of this size."""
 
 
 class Calibration(msgspec.Struct, frozen=True, kw_only=True):
@@ -65,7 +67,8 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
     floors_ns: dict[str, dict[str, float]] = {}
     """Measurement kind (``kernel``, ``neusight``...) -> spec id -> fixed per-kernel time, ns."""
     tiles: dict[str, dict[str, list[int]]] = {}
-    """arch -> path key (``simt``, ``simt_batched``, ``tensor``, ...) -> typical GEMM tile."""
+    """arch -> path key (``simt``, ``simt_batched``, ``tensor``, ...) -> the GEMM tile its
+    library typically picks; [0, 0] = the candidate tile with the least modelled time."""
     metrics: dict[str, object] = {}
     """Accuracy measured when fitting (held-out and in-sample)."""
 

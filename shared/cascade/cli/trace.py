@@ -72,7 +72,7 @@ def inspect(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = Console() if sys.stdout.isatty() else Console(width=220)
     t = Table(title=f"{path} - {len(rows)} kernels")
     for col in ("id", "kernel", "grid", "block", "CTAs", "warps", "warp insts", "mix",
                 "sectors", "footprint", "time (us)"):
@@ -80,7 +80,8 @@ def inspect(args: argparse.Namespace) -> int:
     for r in rows:
         g = (r.get("grid_x"), r.get("grid_y"), r.get("grid_z"))
         b = (r.get("block_x"), r.get("block_y"), r.get("block_z"))
-        ctas = g[0] * g[1] * g[2] if all(isinstance(x, int) and x > 0 for x in g) else None
+        dims = [x for x in g if isinstance(x, int) and x > 0]
+        ctas = dims[0] * dims[1] * dims[2] if len(dims) == 3 else None
         total = r.get("warp_insts") or 0
         mix = " ".join(f"{lbl} {100 * r[c] / total:.0f}%" for lbl, c in _MIX
                        if total and r.get(c)) if total else ""

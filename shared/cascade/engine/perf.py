@@ -51,22 +51,63 @@ def tile_key(tensor: bool, batched: bool) -> str:
     return ("tensor" if tensor else "simt") + ("_batched" if batched else "")
 
 
-def target_tiles(w: Workload, spec: GPUSpec, cal: Calibration, source: GPUSpec | None) -> tuple[np.ndarray, np.ndarray]:
+#: Tiles an architecture's library may pick from when its policy is "best" ([0, 0]).
+TILE_CANDIDATES: tuple[tuple[int, int], ...] = (
+    (32, 32), (64, 32), (32, 64), (64, 64), (128, 32), (32, 128), (128, 64), (64, 128),
+    (128, 128), (256, 128), (128, 256))
+
+
+def gemm_compute_ns(w: Workload, spec: GPUSpec, rate: np.ndarray, ta: np.ndarray, tb: np.ndarray,
+                    min_tile_area: float) -> np.ndarray:
+    """Compute time of tiled GEMMs: each SM works through its share of tiles (at least one);
+    a tile smaller than ``min_tile_area`` takes as long as one of that area (its K loop, not
+    its size, bounds it). ``rate`` is the sustained FLOP/s of the whole GPU."""
+    with np.errstate(invalid="ignore"):
+        tiles = w.batch * np.ceil(w.n / np.maximum(ta, 1)) * np.ceil(w.m / np.maximum(tb, 1))
+        per_sm = np.maximum(tiles / spec.sms, 1.0)
+        tile_flops = 2.0 * w.k * np.maximum(ta * tb, min_tile_area)
+        return per_sm * tile_flops / (rate / spec.sms) * 1e9
+
+
+def target_tiles(w: Workload, spec: GPUSpec, cal: Calibration, source: GPUSpec | None,
+                 rate: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """GEMM tile per kernel on ``spec``: the named tile when the kernel ran on the same
-    architecture, else the architecture's typical tile for the path (from calibration)."""
+    architecture, else the architecture's policy from calibration: a fixed tile, or
+    ([0, 0]) the candidate tile with the least modelled compute time."""
     ta = w.tile_a.copy()
     tb = w.tile_b.copy()
     keep_named = source is not None and source.arch == spec.arch
     batched = w.batch > 1
+    area = cal.globals.min_tile_area
     for tensor in (False, True):
         for bat in (False, True):
             a, b = cal.tile(spec.arch, tile_key(tensor, bat))
             sel = (w.tensor == tensor) & (batched == bat)
             if keep_named:
                 sel &= ta <= 0
-            ta[sel] = a
-            tb[sel] = b
+            if not sel.any():
+                continue
+            if a > 0 and b > 0:
+                ta[sel] = a
+                tb[sel] = b
+                continue
+            idx = np.flatnonzero(sel & w.is_gemm)
+            if len(idx) == 0:
+                continue
+            sub = _take(w, idx)
+            r = np.ones(len(idx)) if rate is None else rate[idx]
+            times = np.stack([gemm_compute_ns(sub, spec, r, np.full(len(idx), float(ca)),
+                                              np.full(len(idx), float(cb)), area)
+                              for ca, cb in TILE_CANDIDATES])
+            best = np.argmin(times, axis=0)
+            cand = np.asarray(TILE_CANDIDATES, dtype=np.float64)
+            ta[idx] = cand[best, 0]
+            tb[idx] = cand[best, 1]
     return ta, tb
+
+
+def _take(w: Workload, idx: np.ndarray) -> Workload:
+    return Workload(**{f: getattr(w, f)[idx] for f in w.__dataclass_fields__})
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,14 +137,14 @@ def kernel_times(
     eff_c = np.where(w.tensor, params.tensor_eff, params.simt_eff)
     gemm = w.is_gemm
     ta, tb = tiles
-    slots = spec.sms * cal.globals.blocks_per_sm
+    rate = peak * eff_c
+    tiled = gemm_compute_ns(w, spec, rate, ta, tb, cal.globals.min_tile_area)
+    use_tiles = gemm & (ta > 0) & (tb > 0) & np.isfinite(tiled)
+    plain = w.flops / rate * 1e9
+    compute = np.where(use_tiles, np.maximum(tiled, plain), plain)
     with np.errstate(invalid="ignore"):
         tiles_n = w.batch * np.ceil(w.n / np.maximum(ta, 1)) * np.ceil(w.m / np.maximum(tb, 1))
-        waves = np.maximum(tiles_n / slots, 1.0)
-        padded = 2.0 * w.k * waves * slots * ta * tb
-    use_tiles = gemm & (ta > 0) & (tb > 0) & np.isfinite(padded)
-    flops_eff = np.where(use_tiles, np.maximum(padded, w.flops), w.flops)
-    compute = flops_eff / (peak * eff_c) * 1e9
+    slots = spec.sms * cal.globals.blocks_per_sm
     bw_mult = np.ones(n)
     for i, fam in enumerate(ops.FAMILIES):
         if fam in BW_FAMILIES and params.family_bw.get(fam, 1.0) != 1.0:

@@ -397,8 +397,8 @@ def write_trace_folder(
         f"MemcpyHtoD,0x{GLOBAL_BASE + i * 0x1000:016x},{4096}" for i in range(memcpys)
     ]
     stats = [
-        "kernel id, kernel mangled name, grid_dimX, grid_dimY, grid_dimZ, #blocks, block_dimX, "
-        "block_dimY, block_dimZ, #threads, total_insts, total_reported_insts"
+        ("kernel id, kernel mangled name, grid_dimX, grid_dimY, grid_dimZ, #blocks, block_dimX, "
+        "block_dimY, block_dimZ, #threads, total_insts, total_reported_insts")
     ]
     raw = any(s.raw for s in specs)
     for spec in specs:
@@ -454,8 +454,8 @@ def write_large_trace(
     spec = TraceSpec(grid=(nblocks, 1, 1), block=block, iterations=24, raw=raw, tracer_version=4)
     truth = GroundTruth()
     warps_per_block = len(lanes_per_warp)
-    opener = (lambda: lzma.open(path, "wb", preset=0)) if xz else (lambda: open(path, "wb"))
-    with opener() as fh:
+    fh: IO[bytes]
+    with lzma.open(path, "wb", preset=0) if xz else open(path, "wb") as fh:
         head = header_text(spec).encode()
         fh.write(head)
         size = len(head)

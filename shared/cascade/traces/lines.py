@@ -221,7 +221,7 @@ def parse_instruction_line(
     if mode == 1:
         stride = addr  # type: ignore[assignment]
     elif mode in (0, 2):
-        addresses = tuple(addr)  # type: ignore[call-overload]
+        addresses = tuple(addr)  # type: ignore[arg-type]
     return InstructionLine(
         line_num=int(toks[0]) if lineinfo else None,
         pc=pc,

@@ -38,8 +38,8 @@ def strided_span(base: int, stride: int, n: int, width: int, shift: int) -> tupl
     if abs(stride) > (1 << shift) or n <= 0:
         return None
     last = base + (n - 1) * stride
-    lo = base if base < last else last
-    hi = (last if last > base else base) + width - 1
+    lo = min(last, base)
+    hi = (max(base, last)) + width - 1
     return lo >> shift, hi >> shift
 
 
@@ -97,7 +97,7 @@ class LineSampler:
     upper bound on the LRU stack distance.
     """
 
-    __slots__ = ("cap", "k", "last", "t", "reuses", "le_l1", "le_l2")
+    __slots__ = ("cap", "k", "last", "le_l1", "le_l2", "reuses", "t")
 
     def __init__(self, cap: int = 1 << 16) -> None:
         self.cap = cap

@@ -51,8 +51,8 @@ MAX_LINE_BYTES = 1 << 20
 #: Blocks whose warps get the (order-dependent) dependency-chain analysis.
 DEP_SAMPLE_BLOCKS = 16
 _CACHE_MAX = 1 << 17
-_PREFIX = re.compile(rb"^\d+ \d+ \d+ \d+(?= )", re.M)
-_PREFIX_SP = re.compile(rb"^\d+ \d+ \d+ \d+ ", re.M)
+_PREFIX = re.compile(rb"^\d+ \d+ \d+ \d+(?= )", re.MULTILINE)
+_PREFIX_SP = re.compile(rb"^\d+ \d+ \d+ \d+ ", re.MULTILINE)
 _FULL = 0xFFFFFFFF
 
 
@@ -280,7 +280,7 @@ class KernelTraceParser:
         if not self._format:
             for idx, line in enumerate(lines):
                 s = line.strip()
-                if not s or s.startswith(b"#traces") or s.startswith(b"#"):
+                if not s or s.startswith(b"#"):
                     if s == b"#BEGIN_TB":
                         self._format = "traceg"
                         break
@@ -307,7 +307,7 @@ class KernelTraceParser:
     def _setup_raw(self) -> None:
         h = self._header
         assert h is not None
-        gx, gy, gz = h.grid
+        gx, gy, _gz = h.grid
         prefixes: list[bytes] = []
         if min(h.grid) > 0:
             for lin in range(0, h.blocks, self._block_stride):
@@ -327,7 +327,7 @@ class KernelTraceParser:
         n = len(lines)
         while i < n:
             if self._remaining:
-                take = self._remaining if self._remaining < n - i else n - i
+                take = min(n - i, self._remaining)
                 seg = lines[i : i + take]
                 if not self._prefix_checked:
                     self._check_prefix(seg[0])
@@ -428,8 +428,7 @@ class KernelTraceParser:
         self._w_n += 1
         self._w_sum += count
         self._w_sq += float(count) * count
-        if count > self._w_max:
-            self._w_max = count
+        self._w_max = max(self._w_max, count)
         self._depth = {}
         self._chain = 0
 
@@ -500,8 +499,7 @@ class KernelTraceParser:
             dest = r[0]
             if dest >= 0 and dest != 255:
                 depth[dest] = d
-            if d > st[1]:
-                st[1] = d
+            st[1] = max(st[1], d)
 
     def _retire_raw_warps(self) -> None:
         if not self._raw_exits:
@@ -753,8 +751,7 @@ class KernelTraceParser:
             dest = r[0]
             if dest >= 0 and dest != 255:
                 depth[dest] = d
-            if d > best:
-                best = d
+            best = max(best, d)
         self._chain = best
 
     # ---- result ----------------------------------------------------------------------------

@@ -311,7 +311,9 @@ def import_cascade_csv(path: str | Path) -> KernelTable:
 def import_cascade_jsonl(path: str | Path | Iterable[str]) -> KernelTable:
     """One JSON object per line with KernelTable column names (``name`` required)."""
     fname = str(path) if isinstance(path, str | Path) else "<jsonl>"
-    lines: Iterable[str] = Path(path).open() if isinstance(path, str | Path) else path
+    lines: Iterable[str] = (
+        Path(path).open() if isinstance(path, str | Path) else path  # noqa: SIM115 (closed below)
+    )
     rows: list[dict[str, Any]] = []
     dec = msgspec.json.Decoder(dict[str, Any])
     try:

@@ -1,0 +1,111 @@
+"""GPU configurations: list the built-in and custom specs, add a custom spec.
+
+Custom specs are validated like spec files and stored in KV
+(``cascade-meta``, key ``gpus.{id}``) so every api replica and simulator agrees.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from aiohttp import web
+from cascade.errors import NotFoundError, ValidationError
+from cascade.gpus import GPUSpec, default_registry, normalize_name, spec_from_mapping
+from cascade.runplan import load_custom_specs, save_custom_spec
+
+from services.api.http import doc, json_response
+from services.api.keys import BUS
+
+routes = web.RouteTableDef()
+
+
+class ConfigSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """One GPU configuration as the api lists it."""
+
+    id: str
+    name: str
+    arch: str
+    sm_version: int
+    sms: int
+    boost_clock_mhz: float
+    memory_gb: float
+    memory_type: str
+    memory_bandwidth_gbps: float
+    l2_mb: float
+    fp32_tflops: float
+    fp16_tflops: float
+    tensor_tflops: dict[str, float]
+    aliases: list[str]
+    custom: bool
+    """True for specs added through POST /api/configs."""
+    spec_hash: str
+
+
+class ConfigList(msgspec.Struct, frozen=True, kw_only=True):
+    """Answer of GET /api/configs."""
+
+    configs: list[ConfigSummary]
+
+
+def summary(spec: GPUSpec, *, custom: bool) -> ConfigSummary:
+    """The listing entry of one spec."""
+    return ConfigSummary(
+        id=spec.id, name=spec.name, arch=spec.arch, sm_version=spec.sm_version, sms=spec.sms,
+        boost_clock_mhz=spec.boost_clock_mhz, memory_gb=spec.memory_gb,
+        memory_type=spec.memory_type, memory_bandwidth_gbps=spec.memory_bandwidth_gbps,
+        l2_mb=spec.l2_mb, fp32_tflops=spec.fp32_tflops, fp16_tflops=spec.fp16_tflops,
+        tensor_tflops=dict(spec.tensor_tflops), aliases=list(spec.aliases), custom=custom,
+        spec_hash=spec.spec_hash(),
+    )
+
+
+async def all_configs(request: web.Request) -> list[ConfigSummary]:
+    """Built-in specs (registry order) followed by custom specs (by id)."""
+    out = [summary(s, custom=False) for s in default_registry()]
+    custom = await load_custom_specs(request.app[BUS])
+    out.extend(summary(custom[k], custom=True) for k in sorted(custom))
+    return out
+
+
+@routes.get("/api/configs")
+@doc(response=ConfigList, tags=("configs",))
+async def list_configs(request: web.Request) -> web.Response:
+    """Every GPU configuration a run can use: id, name, SMs, memory, bandwidth, tensor peaks."""
+    return json_response(ConfigList(configs=await all_configs(request)))
+
+
+@routes.get("/api/configs/{config_id}")
+@doc(response=ConfigSummary, tags=("configs",), responses={404: "unknown configuration"})
+async def get_config(request: web.Request) -> web.Response:
+    """One GPU configuration (by id or alias) with its full spec."""
+    name = request.match_info["config_id"]
+    spec = default_registry().resolve(name)
+    custom = False
+    if spec is None:
+        specs = await load_custom_specs(request.app[BUS])
+        wanted = normalize_name(name)
+        spec = next((s for s in specs.values()
+                     if wanted in (normalize_name(s.id), *map(normalize_name, s.aliases))), None)
+        custom = spec is not None
+    if spec is None:
+        known = [*default_registry().ids(), *(await load_custom_specs(request.app[BUS]))]
+        raise NotFoundError(f"unknown GPU config {name!r}; known: {', '.join(known)}")
+    return json_response({"config": summary(spec, custom=custom), "spec": spec})
+
+
+@routes.post("/api/configs")
+@doc(request=GPUSpec, response=ConfigSummary, tags=("configs",),
+     responses={201: "stored", 400: "invalid spec", 409: "id taken by a built-in spec"})
+async def add_config(request: web.Request) -> web.Response:
+    """Add (or replace) a custom GPU spec; validated like a spec file, stored in KV."""
+    body = await request.read()
+    try:
+        data: Any = msgspec.json.decode(body) if body else None
+    except msgspec.DecodeError as exc:
+        raise ValidationError(f"malformed JSON: {exc}", field="body") from None
+    if not isinstance(data, dict):
+        raise ValidationError("expected a JSON object with the GPU spec fields", field="body")
+    spec = spec_from_mapping(data, "request body")
+    await save_custom_spec(request.app[BUS], spec)
+    return json_response({"config": summary(spec, custom=True)}, status=201)

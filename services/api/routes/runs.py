@@ -1,0 +1,603 @@
+"""Runs: create, list, inspect, cancel, stream progress, results.
+
+Endpoints:
+
+- ``POST /api/runs`` ``{trace_id, configs, replicas, model, options, name}`` -> 202 ``{id, state, run}``.
+- ``GET /api/runs`` -> ``{"runs": [RunRecord...]}`` (newest first).
+- ``GET /api/runs/{id}`` -> ``{"run": RunRecord, "sims": [SimRecord...]}``.
+- ``POST /api/runs/{id}/cancel`` -> 202 ``{id, state, cancel_requested}``.
+- ``GET /api/runs/{id}/events`` -> ``text/event-stream`` (see below).
+- ``GET /api/runs/{id}/results[?format=csv]`` -> per configuration and replica.
+- ``GET /api/runs/{id}/results/{sim}/kernels?offset=&limit=[&format=csv]`` -> paged kernels.
+
+Progress events
+---------------
+
+Everything a run does is published on the ``CASCADE`` JetStream stream, where
+NATS subscribers can follow it directly:
+
+- ``cascade.run.requested``: ``run.requested.v1`` (a new run).
+- ``cascade.run.{run_id}.cancel``: ``run.cancel.v1``.
+- ``cascade.run.{run_id}.state``: ``run.state.v1`` (queued -> running; ``cancelled``).
+- ``cascade.run.{run_id}.completed`` / ``.failed``: ``run.completed.v1`` / ``run.failed.v1``
+  (exactly one final event per run).
+- ``cascade.sim.{sim_id}.queued|started|progress|completed|failed|cancelled``:
+  ``sim.*.v1`` events; progress carries kernels done/total, percent, simulated ns,
+  ETA and the attempt. Sim ids are ``{run_id}-{config}-r{replica}``.
+
+``GET /api/runs/{id}/events`` serves the same events for one run as
+server-sent events: ``event: sim`` (data: the sim's fields as in
+``SimRecord``, e.g. ``{"id", "run_id", "state", "percent", "kernels_done",
+"kernels_total", "eta_s", "attempts", ...}``) and ``event: run`` (data:
+``{"id", "state", ...}``); every event has ``id:`` = its stream sequence, so
+a reconnecting client resumes with ``Last-Event-ID``. A ``: ping`` comment
+goes out every 15 s; the stream ends after the run's final event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import csv
+import io
+import math
+import time
+from collections import OrderedDict
+from typing import Annotated, Any, Literal
+
+import msgspec
+import nats.errors
+from aiohttp import web
+from cascade import subjects
+from cascade.errors import ConflictError, NotFoundError, ValidationError
+from cascade.messages.run import (
+    RunCancelRequested,
+    RunCompleted,
+    RunFailed,
+    RunRequested,
+    RunStateChanged,
+    decode_run_event,
+)
+from cascade.messages.sim import (
+    SimCancelled,
+    SimCompleted,
+    SimFailed,
+    SimProgress,
+    SimQueued,
+    SimStarted,
+    decode_sim_event,
+)
+from cascade.results import SimResult, read_kernels, read_result
+from cascade.runplan import MAX_REPLICAS, MAX_SIMS, load_custom_specs, new_run_id, plan_sims, resolve_config
+from cascade.samples import is_recorded_run, list_samples, load_reference, refuse_rerun
+from cascade.state import TERMINAL_RUN_STATES, RunRecord, SimRecord, TraceRecord
+from nats.js import api as jsapi
+
+from services.api.http import doc, json_response, read_json
+from services.api.keys import BUS, STORAGE
+
+routes = web.RouteTableDef()
+
+HEARTBEAT_S = 15.0
+"""Seconds between ``: ping`` comments on an idle event stream."""
+RESULT_CACHE = web.AppKey("run_result_cache", OrderedDict)
+
+Model = Literal["auto", "analytical", "scaled", "roofline", "accel-sim"]
+
+
+class CreateRun(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Body of POST /api/runs."""
+
+    trace_id: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+    """A ready trace."""
+    configs: Annotated[list[str | dict[str, Any]], msgspec.Meta(min_length=1, max_length=64)]
+    """GPU spec ids / aliases / custom spec names, or custom specs given inline."""
+    replicas: Annotated[int, msgspec.Meta(ge=1, le=MAX_REPLICAS)] = 1
+    """Independent simulations per configuration."""
+    model: Model = "auto"
+    """Kernel model."""
+    options: dict[str, Any] = {}
+    """Model / replay options (``chunk_delay_s`` paces a simulation, for demos and tests)."""
+    name: Annotated[str, msgspec.Meta(max_length=200)] = ""
+    """Human label."""
+
+
+class RunAccepted(msgspec.Struct, frozen=True, kw_only=True):
+    """Answer of POST /api/runs."""
+
+    id: str
+    state: str
+    run: RunRecord
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+async def _run(request: web.Request, run_id: str) -> RunRecord:
+    kv = await request.app[BUS].kv(subjects.KV_RUNS)
+    try:
+        subjects.check_token(run_id, "run_id")
+    except ValidationError:
+        raise NotFoundError(f"no run {run_id!r}") from None
+    entry = await kv.get(run_id, RunRecord)
+    if entry is None:
+        raise NotFoundError(f"no run {run_id!r}")
+    return entry.value
+
+
+async def _sims(request: web.Request, run: RunRecord) -> list[SimRecord]:
+    kv = await request.app[BUS].kv(subjects.KV_SIMS)
+    entries = await asyncio.gather(*(kv.get(s, SimRecord) for s in run.sim_ids))
+    out = []
+    for sid, entry in zip(run.sim_ids, entries, strict=True):
+        if entry is not None:
+            out.append(entry.value)
+        else:
+            config, replica = _planned(run).get(sid, ("", 0))
+            out.append(SimRecord(id=sid, run_id=run.id, config=config, replica=replica, model=run.model))
+    return out
+
+
+def _planned(run: RunRecord) -> dict[str, tuple[str, int]]:
+    return {s: (c, r) for s, c, r in plan_sims(run.id, run.configs, run.replicas)}
+
+
+def _check_options(options: dict[str, Any]) -> None:
+    delay = options.get("chunk_delay_s")
+    if delay is not None and (
+        isinstance(delay, bool) or not isinstance(delay, int | float)
+        or not math.isfinite(delay) or not 0 <= delay <= 60
+    ):
+        raise ValidationError("expected a number of seconds in [0, 60]", field="options.chunk_delay_s")
+
+
+# --------------------------------------------------------------------------- create / list / get
+
+
+@routes.post("/api/runs")
+@doc(request=CreateRun, tags=("runs",),
+     responses={202: "accepted", 400: "invalid request or unknown config (lists the known ones)",
+                404: "no such trace", 409: "trace not ready, or a read-only sample"})
+async def create_run(request: web.Request) -> web.Response:
+    """Simulate a ready trace on GPU configurations x replicas."""
+    body = await read_json(request, CreateRun)
+    bus = request.app[BUS]
+    _check_options(body.options)
+    if len(body.configs) * body.replicas > MAX_SIMS:
+        raise ValidationError(
+            f"{len(body.configs)} configs x {body.replicas} replicas is over the limit of "
+            f"{MAX_SIMS} simulations per run", field="replicas")
+    traces = await bus.kv(subjects.KV_TRACES)
+    try:
+        subjects.check_token(body.trace_id, "trace_id")
+    except ValidationError:
+        raise NotFoundError(f"no trace {body.trace_id!r}") from None
+    entry = await traces.get(body.trace_id, TraceRecord)
+    if entry is None:
+        refuse_rerun(body.trace_id)
+        raise NotFoundError(f"no trace {body.trace_id!r}")
+    trace = entry.value
+    if trace.provenance.read_only:
+        raise ConflictError(
+            trace.provenance.rerun_refusal
+            or f"trace {trace.id} is a read-only recorded sample and cannot be simulated again",
+            state="read-only")
+    if trace.state != "ready" or not trace.bundle_key:
+        raise ConflictError(
+            f"trace {trace.id} is {trace.state}, not ready: runs need a prepared bundle "
+            f"({trace.kernels_prepared}/{trace.kernels_total or trace.expected_kernels or '?'} "
+            "kernels prepared)", state=trace.state)
+    custom = await load_custom_specs(bus)
+    resolved = [resolve_config(c, custom=custom, where=f"configs[{i}]") for i, c in enumerate(body.configs)]
+    ids = [r.config_id for r in resolved]
+    dupes = sorted({c for c in ids if ids.count(c) > 1})
+    if dupes:
+        raise ValidationError(f"configuration listed twice: {', '.join(dupes)}", field="configs")
+    run_id = new_run_id()
+    now = time.time()
+    record = RunRecord(
+        id=run_id, trace_id=trace.id, configs=ids, replicas=body.replicas, model=body.model,
+        options=dict(body.options), state="queued", created_at=now, updated_at=now,
+        sim_ids=[s for s, _, _ in plan_sims(run_id, ids, body.replicas)],
+        custom_specs={r.config_id: r.inline for r in resolved if r.inline is not None},
+        name=body.name,
+    )
+    runs = await bus.kv(subjects.KV_RUNS)
+    await runs.create(run_id, record)
+    try:
+        await bus.publish(
+            subjects.RUN_REQUESTED,
+            RunRequested(run_id=run_id, trace_id=trace.id, configs=[r.job_ref for r in resolved],
+                         replicas=body.replicas, model=body.model, options=dict(body.options),
+                         name=body.name),
+            msg_id=f"{run_id}:requested",
+        )
+    except BaseException:
+        await runs.delete(run_id)
+        raise
+    return json_response(RunAccepted(id=run_id, state=record.state, run=record), status=202,
+                         headers={"Location": f"/api/runs/{run_id}"})
+
+
+@routes.get("/api/runs")
+@doc(tags=("runs",))
+async def list_runs(request: web.Request) -> web.Response:
+    """Every run, newest first: ``{"runs": [...]}``."""
+    kv = await request.app[BUS].kv(subjects.KV_RUNS)
+    runs = sorted((await kv.values(RunRecord)).values(), key=lambda r: r.created_at, reverse=True)
+    return json_response({"runs": runs})
+
+
+@routes.get("/api/runs/{run_id}")
+@doc(tags=("runs",), responses={404: "no such run"})
+async def get_run(request: web.Request) -> web.Response:
+    """One run and every sim: state, percent, kernels done/total, ETA, attempts, error."""
+    run = await _run(request, request.match_info["run_id"])
+    return json_response({"run": run, "sims": await _sims(request, run)})
+
+
+@routes.post("/api/runs/{run_id}/cancel")
+@doc(tags=("runs",), responses={202: "cancel requested", 404: "no such run",
+                                409: "the run already finished, or is a read-only sample"})
+async def cancel_run(request: web.Request) -> web.Response:
+    """Cancel a run: queued and running sims stop, the run ends ``cancelled``."""
+    run_id = request.match_info["run_id"]
+    run = await _run(request, run_id)
+    if run.provenance.read_only:
+        raise ConflictError(run.provenance.rerun_refusal or f"run {run_id} is a read-only sample",
+                            state="read-only")
+    if run.state in TERMINAL_RUN_STATES:
+        raise ConflictError(f"run {run_id} already finished ({run.state})", state=run.state)
+    bus = request.app[BUS]
+    kv = await bus.kv(subjects.KV_RUNS)
+
+    def flag(cur: RunRecord | None) -> RunRecord | None:
+        if cur is None or cur.cancel_requested or cur.state in TERMINAL_RUN_STATES:
+            return None
+        return msgspec.structs.replace(cur, cancel_requested=True, updated_at=time.time())
+
+    updated = await kv.mutate(run_id, RunRecord, flag)
+    await bus.publish(subjects.run_event(run_id, "cancel"), RunCancelRequested(run_id=run_id),
+                      msg_id=f"{run_id}:cancel")
+    state = updated.state if updated is not None else run.state
+    return json_response({"id": run_id, "state": state, "cancel_requested": True}, status=202)
+
+
+# --------------------------------------------------------------------------- events (SSE)
+
+
+def sim_event_data(data: bytes) -> dict[str, Any] | None:
+    """A sim event as the SimRecord-like fields the UI merges into its row."""
+    ev = decode_sim_event(data)
+    base: dict[str, Any] = {"id": ev.sim_id, "run_id": ev.run_id, "type": type(ev).__struct_config__.tag}
+    match ev:
+        case SimQueued():
+            base.update(state="queued", config=ev.config, replica=ev.replica, percent=0.0)
+        case SimStarted():
+            base.update(state="running", attempts=ev.attempt, worker=ev.worker)
+            if ev.kernels_total:
+                base["kernels_total"] = ev.kernels_total
+        case SimProgress():
+            base.update(state="running", percent=ev.percent, kernels_done=ev.kernels_done,
+                        kernels_total=ev.kernels_total, simulated_ns=ev.simulated_ns,
+                        eta_s=ev.eta_s, attempts=ev.attempt)
+        case SimCompleted():
+            base.update(state="completed", percent=100.0, eta_s=0.0, result_key=ev.result_key,
+                        predicted_e2e_ns=ev.predicted_e2e_ns, attempts=ev.attempt,
+                        simulated_ns=ev.simulated_ns)
+        case SimFailed():
+            base.update(state="failed", error=ev.error, attempts=ev.attempts, eta_s=None)
+        case SimCancelled():
+            base.update(state="cancelled", error=ev.reason or None, eta_s=None)
+        case _:
+            return None
+    return base
+
+
+def run_event_data(data: bytes) -> dict[str, Any] | None:
+    """A run event as ``{"id", "state", ...}`` (None for the request itself)."""
+    ev = decode_run_event(data)
+    base: dict[str, Any] = {"id": ev.run_id, "type": type(ev).__struct_config__.tag}
+    match ev:
+        case RunStateChanged():
+            base.update(state=ev.state, previous=ev.previous, reason=ev.reason)
+        case RunCompleted():
+            base.update(state="completed", sims_completed=ev.sims_completed,
+                        sims_failed=ev.sims_failed)
+        case RunFailed():
+            base.update(state="failed", error=ev.error)
+        case RunCancelRequested():
+            base.update(cancel_requested=True, reason=ev.reason)
+        case _:
+            return None
+    return base
+
+
+_JSON = msgspec.json.Encoder()
+
+
+def _frame(event: str, data: Any, event_id: int | None = None) -> bytes:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {event}\ndata: ".encode() + _JSON.encode(data) + b"\n\n"
+
+
+@routes.get("/api/runs/{run_id}/events")
+@doc(tags=("runs",), responses={200: "text/event-stream", 404: "no such run"})
+async def run_events(request: web.Request) -> web.StreamResponse:
+    """Server-sent progress and state events of one run (resumable with ``Last-Event-ID``)."""
+    run = await _run(request, request.match_info["run_id"])
+    bus = request.app[BUS]
+    last_id = request.headers.get("Last-Event-ID") or request.query.get("last_event_id")
+    start_seq: int | None = None
+    if last_id:
+        try:
+            start_seq = int(last_id) + 1
+        except ValueError:
+            raise ValidationError("expected a stream sequence number", field="Last-Event-ID") from None
+    filters = [subjects.run_events(run.id), *(subjects.sim_events(s) for s in run.sim_ids)]
+    config = jsapi.ConsumerConfig(
+        ack_policy=jsapi.AckPolicy.NONE,
+        deliver_policy=jsapi.DeliverPolicy.BY_START_SEQUENCE if start_seq else jsapi.DeliverPolicy.ALL,
+        opt_start_seq=start_seq,
+        filter_subjects=filters,
+        inactive_threshold=30.0,
+        mem_storage=True,
+        num_replicas=1,
+    )
+    info = await bus.jsm.add_consumer(subjects.EVENTS_STREAM, config=config)
+    name = info.name
+    response = web.StreamResponse(headers={
+        "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+        "X-Accel-Buffering": "no",
+    })
+    await response.prepare(request)
+    sub = await bus.js.pull_subscribe_bind(durable=None, stream=subjects.EVENTS_STREAM, name=name)
+    runs_kv = await bus.kv(subjects.KV_RUNS)
+    last_write = time.monotonic()
+    last_kv_check = 0.0
+    try:
+        if start_seq is None:
+            await response.write(_frame("run", _run_view(run)))
+        while True:
+            try:
+                msgs = await sub.fetch(256, timeout=1.0)
+            except (TimeoutError, nats.errors.TimeoutError):
+                msgs = []
+            finished = False
+            for msg in msgs:
+                seq = msg.metadata.sequence.stream
+                kind = "sim" if msg.subject.startswith(f"{subjects.PREFIX}.sim.") else "run"
+                try:
+                    data = sim_event_data(msg.data) if kind == "sim" else run_event_data(msg.data)
+                except ValidationError:
+                    continue
+                if data is None:
+                    continue
+                await response.write(_frame(kind, data, seq))
+                last_write = time.monotonic()
+                if kind == "run" and data.get("state") in TERMINAL_RUN_STATES:
+                    finished = True
+            if finished:
+                break
+            now = time.monotonic()
+            if not msgs and now - last_kv_check >= 2.0:
+                last_kv_check = now
+                entry = await runs_kv.get(run.id, RunRecord)
+                if entry is not None and entry.value.state in TERMINAL_RUN_STATES:
+                    pending = await sub.consumer_info()
+                    if not pending.num_pending:
+                        await response.write(_frame("run", _run_view(entry.value)))
+                        break
+            if now - last_write >= HEARTBEAT_S:
+                await response.write(b": ping\n\n")
+                last_write = now
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
+        with contextlib.suppress(Exception):
+            await bus.jsm.delete_consumer(subjects.EVENTS_STREAM, name)
+    with contextlib.suppress(ConnectionResetError):
+        await response.write_eof()
+    return response
+
+
+def _run_view(run: RunRecord) -> dict[str, Any]:
+    out: dict[str, Any] = msgspec.to_builtins(run)
+    return out
+
+
+# --------------------------------------------------------------------------- results
+
+
+async def _result(request: web.Request, run_id: str, sim_id: str) -> SimResult:
+    cache: OrderedDict[tuple[str, str], SimResult] = request.app[RESULT_CACHE]
+    key = (run_id, sim_id)
+    if key in cache:
+        cache.move_to_end(key)
+        return cache[key]
+    result = await read_result(request.app[STORAGE], run_id, sim_id)
+    cache[key] = result
+    while len(cache) > 512:
+        cache.popitem(last=False)
+    return result
+
+
+def setup(app: web.Application) -> None:
+    """Per-app result cache (results are immutable once written)."""
+    app[RESULT_CACHE] = OrderedDict()
+
+
+def _ms(ns: float | None) -> float | None:
+    return None if ns is None else ns / 1e6
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def config_results(config: str, sims: list[SimRecord], results: dict[str, SimResult]) -> dict[str, Any]:
+    """The results entry of one configuration: means over completed replicas, plus each replica."""
+    done = [results[s.id] for s in sims if s.id in results]
+    first = done[0] if done else None
+    predicted = _mean([r.predicted_e2e_ns for r in done])
+    baseline = first.baseline_e2e_ns if first else None
+    error = (predicted - baseline) / baseline * 100 if predicted is not None and baseline else None
+    replicas = []
+    for s in sims:
+        r = results.get(s.id)
+        replicas.append({
+            "sim_id": s.id, "replica": s.replica, "state": s.state, "error": s.error,
+            "attempts": s.attempts,
+            "predicted_e2e_ms": _ms(r.predicted_e2e_ns) if r else None,
+            "gpu_busy_ms": _ms(r.gpu_busy_ns) if r else None,
+            "wall_s": r.wall_s if r else None,
+        })
+    return {
+        "config": config,
+        "state": "completed" if len(done) == len(sims) and sims else
+                 ("partial" if done else (sims[0].state if sims else "queued")),
+        "predicted_e2e_ms": _ms(predicted),
+        "baseline_e2e_ms": _ms(baseline),
+        "error_pct": error,
+        "counterfactual": error is None,
+        "source_e2e_ms": _ms(first.source_e2e_ns) if first else None,
+        "gpu_busy_ms": _ms(_mean([r.gpu_busy_ns for r in done])),
+        "model": first.model if first else None,
+        "spec_id": first.spec_id if first else config,
+        "spec_hash": first.spec_hash if first else None,
+        "source_spec_id": first.source_spec_id if first else None,
+        "calibration": first.calibration if first else None,
+        "kernel_count": first.kernel_count if first else None,
+        "extrapolated": first.extrapolated if first else None,
+        "steps": [
+            {"step": st.step, "kind": st.kind, "tokens": st.tokens, "batch": st.batch,
+             "context": st.context, "predicted_ms": st.wall_ns / 1e6, "gpu_ms": st.gpu_ns / 1e6,
+             "host_ms": st.host_ns / 1e6, "kernels": st.kernels}
+            for st in (first.steps if first else [])
+        ],
+        "top_kernels": [
+            {"name": k.name, "count": k.count, "predicted_ms": k.predicted_ns / 1e6,
+             "source_ms": _ms(k.source_ns), "regime": k.regime, "family": k.family, "share": k.share}
+            for k in (first.top_kernels if first else [])
+        ],
+        "families": {
+            name: {"count": f.count, "predicted_ms": f.predicted_ns / 1e6,
+                   "source_ms": _ms(f.source_ns), "share": f.share}
+            for name, f in (first.families.items() if first else [])
+        },
+        "regimes": first.regimes if first else {},
+        "replicas": replicas,
+    }
+
+
+def _reference(run_id: str) -> dict[str, Any] | None:
+    if not is_recorded_run(run_id):
+        return None
+    info = next(s for s in list_samples() if s.recorded_run_id == run_id)
+    ref = load_reference(info.name)
+    return {
+        "badge": ref.badge, "title": ref.title, "simulator": ref.simulator,
+        "kernel_model": ref.kernel_model, "caveats": ref.caveats,
+        "configs": [
+            {"config": r.config, "hardware": r.hardware, "real_e2e_ms": r.real_mean_e2e_ms,
+             "simulated_e2e_ms": r.simulated_mean_e2e_ms, "error_pct": r.error_pct,
+             "counterfactual": r.counterfactual, "note": r.note}
+            for r in ref.results
+        ],
+    }
+
+
+RESULT_CSV_COLUMNS = (
+    "config", "replica", "sim_id", "state", "predicted_e2e_ms", "baseline_e2e_ms", "error_pct",
+    "counterfactual", "gpu_busy_ms", "model", "spec_id", "spec_hash", "calibration", "kernel_count",
+)
+
+
+@routes.get("/api/runs/{run_id}/results")
+@doc(tags=("runs",), query={"format": "json (default) or csv"}, responses={404: "no such run"})
+async def run_results(request: web.Request) -> web.Response:
+    """Per configuration and replica: predicted e2e and per-step times, baseline/error, top kernels."""
+    run = await _run(request, request.match_info["run_id"])
+    fmt = request.query.get("format", "json")
+    if fmt not in ("json", "csv"):
+        raise ValidationError("expected json or csv", field="format")
+    sims = await _sims(request, run)
+    completed = [s for s in sims if s.state == "completed"]
+    loaded = await asyncio.gather(*(_result(request, run.id, s.id) for s in completed),
+                                  return_exceptions=True)
+    results = {s.id: r for s, r in zip(completed, loaded, strict=True) if isinstance(r, SimResult)}
+    by_config: dict[str, list[SimRecord]] = {c: [] for c in run.configs}
+    for s in sims:
+        by_config.setdefault(s.config, []).append(s)
+    configs = [config_results(c, by_config[c], results) for c in by_config]
+    if fmt == "csv":
+        out = io.StringIO()
+        w = csv.writer(out, lineterminator="\n")
+        w.writerow(RESULT_CSV_COLUMNS)
+        for c in configs:
+            for rep in c["replicas"]:
+                r = results.get(rep["sim_id"])
+                w.writerow([
+                    c["config"], rep["replica"], rep["sim_id"], rep["state"],
+                    _num(rep["predicted_e2e_ms"]), _num(c["baseline_e2e_ms"]),
+                    _num(r.error_pct if r else None), str(c["counterfactual"]).lower(),
+                    _num(rep["gpu_busy_ms"]), c["model"] or "", c["spec_id"] or "",
+                    c["spec_hash"] or "", c["calibration"] or "", c["kernel_count"] or "",
+                ])
+        return web.Response(text=out.getvalue(), content_type="text/csv", headers={
+            "Content-Disposition": f'attachment; filename="{run.id}-results.csv"'})
+    return json_response({"run_id": run.id, "trace_id": run.trace_id, "state": run.state,
+                          "configs": configs, "reference": _reference(run.id)})
+
+
+def _num(v: float | None) -> str:
+    return "" if v is None else repr(float(v))
+
+
+KERNEL_COLUMNS = ("kernel_id", "name", "stream", "step", "step_kind", "op", "dtype", "duration_ns",
+                  "predicted_ns", "regime", "pred_start_ns", "pred_end_ns")
+
+
+@routes.get("/api/runs/{run_id}/results/{sim_id}/kernels")
+@doc(tags=("runs",), query={"offset": "first row (default 0)", "limit": "rows (default 100, max 10000)",
+                            "format": "json (default) or csv"},
+     responses={404: "no such run, sim or result"})
+async def sim_kernels(request: web.Request) -> web.Response:
+    """One sim's per-kernel predictions, paged (source and predicted ns, regime, start/end)."""
+    run = await _run(request, request.match_info["run_id"])
+    sim_id = request.match_info["sim_id"]
+    if sim_id not in run.sim_ids:
+        raise NotFoundError(f"run {run.id} has no sim {sim_id!r}")
+    try:
+        offset = int(request.query.get("offset", "0"))
+        limit = int(request.query.get("limit", "100"))
+    except ValueError:
+        raise ValidationError("offset and limit must be integers", field="offset") from None
+    if offset < 0 or not 1 <= limit <= 10000:
+        raise ValidationError("expected offset >= 0 and 1 <= limit <= 10000", field="limit")
+    fmt = request.query.get("format", "json")
+    if fmt not in ("json", "csv"):
+        raise ValidationError("expected json or csv", field="format")
+    table = await read_kernels(request.app[STORAGE], run.id, sim_id)
+    page = table.take(slice(offset, offset + limit))
+    if fmt == "csv":
+        out = io.StringIO()
+        page.write_csv(out, KERNEL_COLUMNS)
+        return web.Response(text=out.getvalue(), content_type="text/csv", headers={
+            "X-Total-Count": str(len(table)),
+            "Content-Disposition": f'attachment; filename="{sim_id}-kernels.csv"'})
+    rows = []
+    cols = {c: page[c] for c in KERNEL_COLUMNS}
+    for i in range(len(page)):
+        row: dict[str, Any] = {}
+        for c, arr in cols.items():
+            v = arr[i]
+            v = v.item() if hasattr(v, "item") else v
+            if isinstance(v, float) and math.isnan(v):
+                v = None
+            row[c] = v
+        rows.append(row)
+    return json_response({"run_id": run.id, "sim_id": sim_id, "total": len(table), "offset": offset,
+                          "limit": limit, "columns": list(KERNEL_COLUMNS), "kernels": rows})

@@ -1,0 +1,548 @@
+"""Serving scenarios on finished sims: ``POST /api/scenarios``, ``GET /api/scenarios/{id}``.
+
+Body of ``POST /api/scenarios`` (every field but the model is optional)::
+
+    {"sim": "<sim id>"} | {"run": "<run id>", "config": "SM90_H100"} | {"model": "cascade/<trace>/<config>"},
+    "arrival": {"pattern": "poisson"|"gamma"|"constant"|"burst"|"trace", "rate": 20, "cv": 2,
+                "csv": "arrived_at,prompt_tokens,output_tokens\\n..."   # trace replay, inline},
+    "lengths": {"prompt": {"kind": "fixed", "tokens": 128} | {"kind": "uniform", "lo": 1, "hi": 9}
+                          | {"kind": "lognormal", "median": 180, "p90": 600} | {"kind": "trace"} | 128,
+                "output": (same)},
+    "n_requests": 1000 | "duration": 60,
+    "replicas": 4, "router": "round_robin" | "least_outstanding",
+    "scheduler": {"name": "vllm", "settings": {"max_num_batched_tokens": 8192, ...}},
+    "slos": {"ttft_ms": 200, "tpot_ms": 50, "e2e_ms": 2000, "attainment": 0.99},
+    "seed": 0,
+    "capacity_search": {"kind": "max_rate" | "min_replicas", "rel_tol": 0.02, "max_replicas": 64},
+    "kv": {"model": "opt-125m" | {"layers", "kv_heads", "head_dim", "weights_bytes"},
+           "gpu_memory_utilization": 0.9, "block_size": 16, "num_gpu_blocks_override": null},
+    "include_records": false, "background": false}
+
+(``pattern`` may also be spelled ``kind``; a fixed length may say ``value`` for ``tokens``;
+``scheduler`` may also be ``{"kind": "vllm", ...settings}``.)
+
+Answer (200): ``{"model", "sim", "run", "config", "result": <ScenarioResult>, "summary":
+"<vllm bench serve-like text>", "capacity": <CapacityResult or null>}``. Bad input is a
+400 whose ``field`` says which field and ``message`` why.
+
+Large scenarios (``n_requests`` over :data:`JOB_THRESHOLD`, a capacity search over
+:data:`JOB_THRESHOLD` / 10 requests, or ``"background": true``) run as a job: 202
+``{"id", "state", "progress", ...}``; ``GET /api/scenarios/{id}`` reports progress and,
+once completed, the same answer under ``response``. Jobs live in KV (``cascade-meta``,
+key ``scenarios.{id}``; the answer in S3 at ``scenarios/{id}/response.json``) so every
+api replica agrees. A job whose api instance stopped is reported failed after
+:data:`STALE_AFTER_S` without a heartbeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+from aiohttp import web
+from cascade import subjects
+from cascade.errors import ConflictError, NotFoundError, ValidationError
+from cascade.gpus import get_gpu
+from cascade.log import get_logger
+from cascade.serving.capacity import CapacityResult, max_rate, min_replicas
+from cascade.serving.kv import MODEL_SHAPES, KVConfig, ModelShape
+from cascade.serving.report import format_summary
+from cascade.serving.scenario import Scenario, ScenarioResult, resolve, run_scenario
+
+from services.api.http import doc, json_response, read_json
+from services.api.keys import BUS, STORAGE
+from services.api.sim_models import ModelEntry, install, sim_models
+
+routes = web.RouteTableDef()
+log = get_logger("cascade.api.scenarios")
+
+#: Scenarios with more requests than this run as background jobs.
+JOB_THRESHOLD = 20_000
+#: A running job without a heartbeat for this long is reported failed.
+STALE_AFTER_S = 60.0
+#: Largest inline trace CSV accepted (bytes).
+MAX_TRACE_CSV = 8 * 1024 * 1024
+JOB_PREFIX = "scenarios"
+
+Pos = Annotated[int, msgspec.Meta(ge=1)]
+
+
+class SchedulerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``{"name": "vllm"|"static", "settings": {...}}``."""
+
+    name: str = "vllm"
+    settings: dict[str, Any] = {}
+
+
+class SloSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Per-request SLOs in ms (unset ones are not checked)."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+    attainment: float = 0.99
+
+
+class CapacitySpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What to search: the highest rate, or the fewest replicas, meeting the SLOs."""
+
+    kind: Literal["max_rate", "min_replicas"] = "max_rate"
+    rel_tol: Annotated[float, msgspec.Meta(gt=0, lt=1)] = 0.02
+    max_probes: Annotated[int, msgspec.Meta(ge=2, le=60)] = 30
+    max_replicas: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 1024
+
+
+class KVSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """KV-cache sizing of a replica: model shape and vLLM memory settings."""
+
+    model: str | dict[str, Any] | None = None
+    """A name in MODEL_SHAPES or {layers, kv_heads, head_dim, weights_bytes, kv_dtype_bytes};
+    default: recognised from the trace's workload / name."""
+    gpu_memory_utilization: Annotated[float, msgspec.Meta(gt=0, le=1)] = 0.9
+    block_size: Pos = 16
+    num_gpu_blocks_override: Pos | None = None
+
+
+class LengthsSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    prompt: Any = None
+    output: Any = None
+
+
+class ScenarioRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Body of POST /api/scenarios (see the module doc)."""
+
+    sim: str | None = None
+    run: str | None = None
+    config: str | None = None
+    model: str | None = None
+    arrival: dict[str, Any] = msgspec.field(default_factory=lambda: {"pattern": "poisson", "rate": 1.0})
+    lengths: LengthsSpec = LengthsSpec()
+    n_requests: Pos | None = None
+    duration: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    duration_s: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    replicas: Pos = 1
+    router: str | dict[str, Any] = "round_robin"
+    scheduler: dict[str, Any] | str = msgspec.field(default_factory=lambda: {"name": "vllm"})
+    """{"name": "vllm"|"static", "settings": {...}} or {"kind": "vllm", ...settings} or "vllm"."""
+    slos: SloSpec = SloSpec()
+    seed: int = 0
+    capacity_search: CapacitySpec | None = None
+    kv: KVSpec = KVSpec()
+    include_records: bool = False
+    background: bool = False
+
+
+class JobRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A background scenario, as kept in KV."""
+
+    id: str
+    state: Literal["queued", "running", "completed", "failed"] = "queued"
+    created_at: float
+    updated_at: float
+    done: int = 0
+    total: int = 0
+    percent: float = 0.0
+    model: str = ""
+    sim: str = ""
+    capacity_search: bool = False
+    probes: int = 0
+    error: str | None = None
+    response_key: str | None = None
+    instance: str = ""
+
+
+# ---- request -> Scenario --------------------------------------------------------------------
+
+def _arrival(raw: dict[str, Any], tmpdir: Path) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise ValidationError("expected an object like {\"pattern\": \"poisson\", \"rate\": 20}",
+                              field="arrival")
+    out = dict(raw)
+    kind = out.pop("pattern", None)
+    if "kind" in out:
+        if kind is not None and out["kind"] != kind:
+            raise ValidationError("give pattern or kind, not both", field="arrival.kind")
+        kind = out.pop("kind")
+    if kind is None:
+        raise ValidationError("is required: poisson, gamma, constant, burst or trace",
+                              field="arrival.pattern")
+    if "path" in out:
+        raise ValidationError("server-side paths are not accepted: send the trace inline as 'csv' "
+                              "(arrived_at,prompt_tokens,output_tokens)", field="arrival.path")
+    if kind == "trace":
+        text = out.pop("csv", None)
+        if not isinstance(text, str) or not text.strip():
+            raise ValidationError("a trace replay needs 'csv': the text of a CSV with header "
+                                  "arrived_at,prompt_tokens,output_tokens", field="arrival.csv")
+        if len(text) > MAX_TRACE_CSV:
+            raise ValidationError(f"is over {MAX_TRACE_CSV} bytes", field="arrival.csv")
+        path = tmpdir / "arrivals.csv"
+        path.write_text(text)
+        out["path"] = str(path)
+    elif "csv" in out:
+        raise ValidationError("only a 'trace' pattern takes csv", field="arrival.csv")
+    return {"kind": kind, **out}
+
+
+def _length(raw: Any, field: str) -> Any:
+    if raw is None:
+        return None
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return {"kind": "fixed", "tokens": raw}
+    if not isinstance(raw, dict):
+        raise ValidationError("expected a token count or an object with 'kind'", field=field)
+    out = dict(raw)
+    if out.get("kind") == "fixed" and "value" in out:
+        if "tokens" in out:
+            raise ValidationError("give tokens or value, not both", field=f"{field}.value")
+        out["tokens"] = out.pop("value")
+    if out.get("kind") == "uniform":
+        for a, b in (("min", "lo"), ("max", "hi")):
+            if a in out and b not in out:
+                out[b] = out.pop(a)
+    return out
+
+
+def _scheduler(raw: dict[str, Any] | str) -> Any:
+    if isinstance(raw, dict) and ("name" in raw or "settings" in raw):
+        try:
+            spec = msgspec.convert(raw, SchedulerSpec)
+        except msgspec.ValidationError as exc:
+            text = str(exc)
+            sub = text.split("at `$.", 1)[1].rstrip("`") if "at `$." in text else ""
+            raise ValidationError(text.split(" - at `", 1)[0],
+                                  field="scheduler" + (f".{sub}" if sub else "")) from None
+        if "kind" in spec.settings:
+            raise ValidationError("the name goes in scheduler.name", field="scheduler.settings.kind")
+        return {"kind": spec.name, **spec.settings}
+    return raw
+
+
+def _remap_field(exc: ValidationError) -> ValidationError:
+    fld = exc.field or ""
+    head = fld.split(".", 1)[0]
+    mapped = {"prompt": "lengths.prompt", "output": "lengths.output", "slo": "slos",
+              "duration_s": "duration"}.get(head)
+    if mapped is None:
+        return exc
+    new = mapped + fld[len(head):]
+    message = str(exc)
+    if message.startswith(f"{fld}: "):
+        message = message[len(fld) + 2:]
+    return ValidationError(message, field=new)
+
+
+def build_scenario(req: ScenarioRequest, tmpdir: Path) -> Scenario:
+    """The serving library's Scenario for a request (validated: ValidationError names the field)."""
+    if req.duration is not None and req.duration_s is not None:
+        raise ValidationError("give duration or duration_s, not both", field="duration")
+    raw = {
+        "arrival": _arrival(req.arrival, tmpdir),
+        "prompt": _length(req.lengths.prompt, "lengths.prompt"),
+        "output": _length(req.lengths.output, "lengths.output"),
+        "n_requests": req.n_requests,
+        "duration_s": req.duration if req.duration is not None else req.duration_s,
+        "replicas": req.replicas,
+        "router": req.router,
+        "scheduler": _scheduler(req.scheduler),
+        "slo": msgspec.to_builtins(req.slos),
+        "seed": req.seed,
+        "include_records": req.include_records,
+    }
+    raw = {k: v for k, v in raw.items() if v is not None}
+    try:
+        rs = resolve(raw)
+    except ValidationError as exc:
+        raise _remap_field(exc) from None
+    if req.capacity_search is not None and rs.scenario.slo.is_empty():
+        raise ValidationError("a capacity search needs at least one SLO (ttft_ms, tpot_ms or e2e_ms)",
+                              field="slos")
+    return rs.scenario
+
+
+def _shape(req: KVSpec, entry: ModelEntry, workload: str) -> ModelShape:
+    value = req.model
+    if isinstance(value, dict):
+        try:
+            return msgspec.convert(value, ModelShape)
+        except msgspec.ValidationError as exc:
+            raise ValidationError(str(exc), field="kv.model") from None
+    if isinstance(value, str):
+        if value not in MODEL_SHAPES:
+            raise ValidationError(f"unknown model shape {value!r}; known: {', '.join(sorted(MODEL_SHAPES))}"
+                                  " (or give {layers, kv_heads, head_dim, weights_bytes})",
+                                  field="kv.model")
+        return MODEL_SHAPES[value]
+    text = f"{workload} {entry.trace_id}".lower()
+    for name in sorted(MODEL_SHAPES, key=len, reverse=True):
+        if name in text:
+            return MODEL_SHAPES[name]
+    raise ValidationError(
+        f"the model shape of trace {entry.trace_id} is not known, so its KV cache cannot be sized: "
+        f"give kv.model as one of {', '.join(sorted(MODEL_SHAPES))} or as "
+        "{layers, kv_heads, head_dim, weights_bytes}", field="kv.model")
+
+
+def kv_config(req: KVSpec, entry: ModelEntry, workload: str) -> KVConfig:
+    """KV sizing for a replica of ``entry``'s GPU config."""
+    shape = _shape(req, entry, workload)
+    try:
+        spec = get_gpu(entry.config)
+        memory = int(spec.memory_gb * 1e9)
+    except Exception as exc:  # noqa: BLE001 - custom specs: the user gives blocks instead
+        if req.num_gpu_blocks_override is None:
+            raise ValidationError(f"GPU config {entry.config!r} has no known memory size ({exc}); "
+                                  "give kv.num_gpu_blocks_override", field="kv") from None
+        memory = 1
+    cfg = KVConfig(model=shape, gpu_memory_bytes=max(1, memory),
+                   gpu_memory_utilization=req.gpu_memory_utilization, block_size=req.block_size,
+                   num_gpu_blocks_override=req.num_gpu_blocks_override)
+    cfg.num_blocks()  # raises a ValidationError when nothing is left for the KV cache
+    return cfg
+
+
+# ---- running ---------------------------------------------------------------------------------
+
+async def _entry(request: web.Request, req: ScenarioRequest) -> ModelEntry:
+    given = [n for n in ("sim", "run", "model") if getattr(req, n) is not None]
+    if len(given) != 1:
+        raise ValidationError("give exactly one of sim, run (+ config) or model", field="sim")
+    if req.config is not None and req.run is None:
+        raise ValidationError("config goes with run", field="config")
+    models = sim_models(request.app)
+    if req.sim is not None:
+        return await models.by_sim(req.sim)
+    if req.run is not None:
+        return await models.by_run(req.run, req.config)
+    assert req.model is not None
+    return await models.by_model(req.model)
+
+
+def _work(req: ScenarioRequest, scenario: Scenario) -> int:
+    n = scenario.n_requests
+    if n is None:
+        rate = scenario.arrival.get("rate") if isinstance(scenario.arrival, dict) else getattr(
+            scenario.arrival, "rate", None)
+        dur = scenario.duration_s
+        n = int(rate * dur) if rate and dur else 1000
+    return n * (10 if req.capacity_search is not None else 1)
+
+
+def compute(req: ScenarioRequest, scenario: Scenario, model: Any, kv: KVConfig,
+            progress: Any = None) -> tuple[ScenarioResult, CapacityResult | None]:
+    """Run the scenario (or the capacity search); CPU-bound, call in a thread."""
+    if req.capacity_search is None:
+        return run_scenario(scenario, model, kv, progress=progress), None
+    cs = req.capacity_search
+
+    def probe(p: Any) -> None:
+        if progress is not None:
+            progress(-1, -1)
+
+    if cs.kind == "max_rate":
+        cap = max_rate(scenario, model, kv, rel_tol=cs.rel_tol, max_probes=cs.max_probes, progress=probe)
+    else:
+        cap = min_replicas(scenario, model, kv, max_replicas=cs.max_replicas, progress=probe)
+    if cap.result is None:
+        return run_scenario(scenario, model, kv), cap
+    return cap.result, cap
+
+
+def response_body(entry: ModelEntry, result: ScenarioResult, cap: CapacityResult | None) -> dict[str, Any]:
+    """The 200 answer (and a completed job's ``response``)."""
+    summary = format_summary(result)
+    if cap is not None:
+        extra = [f"{' Capacity search ':=^50}"]
+        if cap.found and cap.rate is not None:
+            extra.append(f"{'Highest rate meeting the SLOs (req/s):':<40} {cap.rate:<10.3f}")
+        elif cap.found and cap.replicas is not None:
+            extra.append(f"{'Fewest replicas meeting the SLOs:':<40} {cap.replicas:<10}")
+        else:
+            extra.append("No probed point met the SLOs.")
+        extra.append(f"{'Probes:':<40} {len(cap.probes):<10}")
+        summary = summary + "\n" + "\n".join(extra)
+    header = f"Model: {entry.id} (sim {entry.sim.id}, config {entry.config})"
+    if result.extrapolated:
+        header += "\nNOTE: step shapes outside the step model's calibration range (extrapolated)."
+    return {"model": entry.id, "sim": entry.sim.id, "run": entry.run.id, "config": entry.config,
+            "trace": entry.trace_id, "result": msgspec.to_builtins(result),
+            "capacity": msgspec.to_builtins(cap) if cap is not None else None,
+            "summary": header + "\n" + summary}
+
+
+async def _prepare(request: web.Request, req: ScenarioRequest, tmpdir: Path
+                   ) -> tuple[ModelEntry, Scenario, Any, KVConfig]:
+    scenario = build_scenario(req, tmpdir)
+    entry = await _entry(request, req)
+    models = sim_models(request.app)
+    sm = await models.step_model(entry)
+    kv = kv_config(req.kv, entry, sm.stored.workload)
+    return entry, scenario, sm.model, kv
+
+
+@routes.post("/api/scenarios")
+@doc(request=ScenarioRequest, tags=("scenarios",),
+     responses={202: "queued as a background job", 400: "invalid field", 404: "unknown sim/run/model"})
+async def post_scenario(request: web.Request) -> web.Response:
+    """Simulate serving traffic on replicas of a finished sim; metrics as `vllm bench serve` names them."""
+    req = await read_json(request, ScenarioRequest)
+    tmp = tempfile.TemporaryDirectory(prefix="cascade-scenario-")
+    try:
+        entry, scenario, model, kv = await _prepare(request, req, Path(tmp.name))
+        if req.background or _work(req, scenario) > JOB_THRESHOLD:
+            job = await _start_job(request.app, req, entry, scenario, model, kv, tmp)
+            tmp = None  # the job owns it now
+            return json_response(_job_view(job), status=202,
+                                 headers={"Location": f"/api/scenarios/{job.id}"})
+        result, cap = await asyncio.to_thread(compute, req, scenario, model, kv)
+        return json_response(response_body(entry, result, cap))
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+# ---- jobs -------------------------------------------------------------------------------------
+
+JOBS = web.AppKey("scenario_jobs", set)
+
+
+def _job_key(job_id: str) -> str:
+    return subjects.kv_key(JOB_PREFIX, job_id)
+
+
+def _response_key(job_id: str) -> str:
+    return f"{JOB_PREFIX}/{job_id}/response.json"
+
+
+def _job_view(job: JobRecord) -> dict[str, Any]:
+    state = job.state
+    error = job.error
+    if state in ("queued", "running") and time.time() - job.updated_at > STALE_AFTER_S:
+        state = "failed"
+        error = (f"no progress for {STALE_AFTER_S:g} s: the api instance running it stopped; "
+                 "post the scenario again")
+    return {"id": job.id, "state": state, "progress": {"done": job.done, "total": job.total,
+                                                       "percent": job.percent, "probes": job.probes},
+            "model": job.model, "sim": job.sim, "capacity_search": job.capacity_search,
+            "created_at": job.created_at, "updated_at": job.updated_at, "error": error,
+            "url": f"/api/scenarios/{job.id}"}
+
+
+async def _start_job(app: web.Application, req: ScenarioRequest, entry: ModelEntry,
+                     scenario: Scenario, model: Any, kv_cfg: KVConfig,
+                     tmp: tempfile.TemporaryDirectory[str]) -> JobRecord:
+    bus = app[BUS]
+    meta = await bus.kv(subjects.KV_META)
+    now = time.time()
+    job = JobRecord(id=f"scn-{uuid.uuid4().hex[:12]}", created_at=now, updated_at=now,
+                    model=entry.id, sim=entry.sim.id, total=scenario.n_requests or 0,
+                    capacity_search=req.capacity_search is not None, instance=str(id(app)))
+    await meta.create(_job_key(job.id), job)
+    task = asyncio.create_task(_run_job(app, job, req, entry, scenario, model, kv_cfg, tmp),
+                               name=f"scenario:{job.id}")
+    app[JOBS].add(task)
+    task.add_done_callback(app[JOBS].discard)
+    return job
+
+
+async def _run_job(app: web.Application, job: JobRecord, req: ScenarioRequest, entry: ModelEntry,
+                   scenario: Scenario, model: Any, kv_cfg: KVConfig,
+                   tmp: tempfile.TemporaryDirectory[str]) -> None:
+    meta = await app[BUS].kv(subjects.KV_META)
+    loop = asyncio.get_running_loop()
+    state = {"done": 0, "total": job.total, "probes": 0}
+    finished = asyncio.Event()
+
+    def progress(done: int, total: int) -> None:
+        if done < 0:
+            state["probes"] += 1
+        else:
+            state["done"], state["total"] = done, total
+
+    async def beat() -> None:
+        while not finished.is_set():
+            await _update(meta, job.id, state="running", done=state["done"], total=state["total"],
+                          probes=state["probes"],
+                          percent=100.0 * state["done"] / state["total"] if state["total"] else 0.0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(finished.wait(), 1.0)
+
+    beater = loop.create_task(beat())
+    try:
+        result, cap = await asyncio.to_thread(compute, req, scenario, model, kv_cfg, progress)
+        body = response_body(entry, result, cap)
+        key = _response_key(job.id)
+        await app[STORAGE].put_bytes(key, msgspec.json.encode(body), content_type="application/json")
+        finished.set()
+        await beater
+        await _update(meta, job.id, state="completed", done=result.completed, total=result.completed,
+                      percent=100.0, probes=state["probes"], response_key=key)
+    except asyncio.CancelledError:
+        finished.set()
+        await _update(meta, job.id, state="failed", error="the api stopped while the scenario ran")
+        raise
+    except Exception as exc:  # noqa: BLE001 - reported on the job
+        finished.set()
+        log.warning("scenario job failed", job=job.id, error=str(exc))
+        await _update(meta, job.id, state="failed", error=str(exc) or type(exc).__name__)
+    finally:
+        finished.set()
+        beater.cancel()
+        with contextlib.suppress(BaseException):
+            await beater
+        tmp.cleanup()
+
+
+async def _update(meta: Any, job_id: str, **changes: Any) -> None:
+    def change(cur: JobRecord | None) -> JobRecord | None:
+        if cur is None or cur.state in ("completed", "failed"):
+            return None
+        return msgspec.structs.replace(cur, updated_at=time.time(), **changes)
+
+    with contextlib.suppress(Exception):
+        await meta.mutate(_job_key(job_id), JobRecord, change)
+
+
+@routes.get("/api/scenarios/{id}")
+@doc(tags=("scenarios",), responses={404: "unknown scenario job"})
+async def get_scenario(request: web.Request) -> web.Response:
+    """A background scenario's progress, and its answer once completed (under ``response``)."""
+    job_id = subjects.check_token(request.match_info["id"], "id")
+    meta = await request.app[BUS].kv(subjects.KV_META)
+    entry = await meta.get(_job_key(job_id), JobRecord)
+    if entry is None:
+        raise NotFoundError(f"no scenario job {job_id!r}")
+    view = _job_view(entry.value)
+    if entry.value.state == "completed" and entry.value.response_key:
+        data = await request.app[STORAGE].get_bytes(entry.value.response_key, max_bytes=512 * 1024 * 1024)
+        view["response"] = msgspec.json.decode(data)
+    return json_response(view)
+
+
+async def _jobs_ctx(app: web.Application) -> Any:
+    yield
+    tasks = list(app[JOBS])
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(BaseException):
+            await task
+
+
+def setup(app: web.Application) -> None:
+    """Model index, background-job bookkeeping and the sample loader (unless CASCADE_SAMPLES=false)."""
+    install(app)
+    app[JOBS] = set()
+    app.cleanup_ctx.append(_jobs_ctx)
+    from services.api.samples import install_sample_loader
+
+    install_sample_loader(app)
+
+
+__all__ = ["ConflictError", "routes", "setup"]

@@ -1,0 +1,182 @@
+"""Loading the bundled sample (``samples/opt125m-h100-e2e``) into the app's state.
+
+:func:`load_sample_into_state` is idempotent: every record is created only if
+absent (KV create), and the synthetic bundle is content-addressed, so starting
+the api again (or several api replicas at once) never duplicates anything. It
+is called at api start-up by :func:`install_sample_loader` (installed by the
+``scenarios`` route module's ``setup``) unless ``CASCADE_SAMPLES=false``;
+``cascade up`` runs the api, so it loads the sample the same way.
+
+What it writes:
+
+- trace ``sample-opt125m-h100-e2e`` (recorded, read-only, badge "Sample", state
+  ready, its ``rerun_refusal`` message) and run ``sample-opt125m-h100-e2e``
+  (completed, configs SM90_H100 / SM90_H200 / SM80_A100, model ``accel-sim``,
+  badge "Sample") with one completed sim per config carrying the recorded
+  simulated E2E;
+  (the runs' results endpoint, ``services/api/routes/runs.py``, adds the recorded
+  reference figures as ``reference`` for that run, straight from the sample folder);
+- trace ``sample-opt125m-h100-e2e-synthetic`` (badge "synthetic", runnable):
+  its bundle, built from the synthetic KernelTable with
+  :class:`cascade.traces.bundle.BundleBuilder`, is uploaded to
+  ``bundles/{trace}/{hash}/`` and the trace is ready with an empty baseline
+  (every config is a counterfactual). ``POST /api/runs`` runs it on any config.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import msgspec
+from aiohttp import web
+from cascade import subjects
+from cascade.errors import CascadeError, ConflictError
+from cascade.log import get_logger
+from cascade.samples import DEFAULT_SAMPLE, Sample, load_sample
+from cascade.state import Provenance, RunRecord, SimRecord, TraceRecord
+from cascade.tracefiles import bundle_prefix
+from cascade.traces.bundle import KERNELS_NAME, MANIFEST_NAME, BundleBuilder
+
+from services.api.keys import BUS, SETTINGS, STORAGE
+
+log = get_logger("cascade.api.samples")
+
+class SampleLoadReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What one load did: ids created now vs. already present."""
+
+    sample: str
+    created: list[str] = []
+    existing: list[str] = []
+    bundle_key: str = ""
+
+
+def recorded_sim_id(run_id: str, config: str) -> str:
+    """Id of the recorded run's sim on one config."""
+    return subjects.check_token(f"{run_id}-{config.lower()}", "sim_id")
+
+
+def recorded_records(sample: Sample, now: float) -> tuple[TraceRecord, RunRecord, list[SimRecord]]:
+    """The recorded trace, run and its per-config sims."""
+    ref = sample.reference
+    prov = Provenance(badge=ref.badge, source="sample-recorded", read_only=True,
+                      rerun_refusal=ref.rerun_refusal,
+                      description=f"{ref.title}. {' '.join(ref.caveats)}")
+    source = next((r for r in ref.results if r.config == ref.trace.source_config), None)
+    baseline = {"e2e_ms": source.real_mean_e2e_ms} if source and source.real_mean_e2e_ms else {}
+    trace = TraceRecord(
+        id=sample.recorded_trace_id, name=ref.title, source_gpu=ref.trace.source_config,
+        kind="instructions", workload=ref.workload.description, state="ready", sealed=True,
+        created_at=now, updated_at=now, baseline=baseline, provenance=prov,
+        warnings=[(f"{ref.trace.instruction_traces_mb:g} MB of {ref.trace.tracer} traces are not "
+                  "bundled: this trace can be viewed, not run")],
+    )
+    sims = [
+        SimRecord(id=recorded_sim_id(sample.recorded_run_id, r.config), run_id=sample.recorded_run_id,
+                  config=r.config, state="completed", percent=100.0, started_at=now, finished_at=now,
+                  predicted_e2e_ns=r.simulated_mean_e2e_ms * 1e6, model=ref.kernel_model)
+        for r in ref.results
+    ]
+    run = RunRecord(
+        id=sample.recorded_run_id, trace_id=sample.recorded_trace_id,
+        configs=[r.config for r in ref.results], replicas=1, model=ref.kernel_model,
+        state="completed", created_at=now, updated_at=now, sim_ids=[s.id for s in sims],
+        provenance=prov, options={"recorded": True},
+    )
+    return trace, run, sims
+
+
+def synthetic_bundle(sample: Sample) -> tuple[str, bytes, bytes]:
+    """(hash, manifest.json, kernels.npz) of the synthetic replica (deterministic)."""
+    manifest = sample.synthetic_manifest
+    workload = (f"{manifest.workload.get('model', 'facebook/opt-125m')} eager greedy generation "
+                "(synthetic replica)")
+    builder = BundleBuilder(trace_id=sample.synthetic_trace_id, source_gpu=manifest.source_gpu,
+                            workload=workload, kind="timeline")
+    builder.add_timeline(sample.synthetic_table, key=manifest.timeline)
+    return builder.finalize()
+
+
+def synthetic_record(sample: Sample, bundle_hash: str, kernels: int, now: float) -> TraceRecord:
+    """The synthetic replica's TraceRecord (ready, empty baseline)."""
+    manifest = sample.synthetic_manifest
+    workload = (f"{manifest.workload.get('model', 'facebook/opt-125m')} eager greedy generation "
+                "(synthetic replica)")
+    return TraceRecord(
+        id=sample.synthetic_trace_id, name=f"{sample.name} synthetic replica",
+        source_gpu=manifest.source_gpu, kind="timeline", workload=workload, state="ready",
+        sealed=True, created_at=now, updated_at=now, kernels_total=kernels,
+        kernels_prepared=kernels, bundle_key=bundle_prefix(sample.synthetic_trace_id, bundle_hash),
+        bundle_hash=bundle_hash, bundle_kernels=kernels, baseline={},
+        provenance=Provenance(badge=manifest.label, source="sample-synthetic", read_only=False,
+                              description=manifest.description),
+    )
+
+
+async def _create(kv: Any, key: str, value: Any, report: dict[str, list[str]]) -> bool:
+    try:
+        await kv.create(key, value)
+    except ConflictError:
+        report["existing"].append(key)
+        return False
+    report["created"].append(key)
+    return True
+
+
+async def load_sample_into_state(bus: Any, storage: Any, *, name: str = DEFAULT_SAMPLE,
+                                 root: str | None = None) -> SampleLoadReport:
+    """Put the sample's traces, run, sims, reference and synthetic bundle into KV and S3.
+
+    Create-if-absent throughout: a second call (a restart, another replica) changes nothing.
+    """
+    sample = await asyncio.to_thread(load_sample, name, root=root)
+    now = time.time()
+    traces = await bus.kv(subjects.KV_TRACES)
+    runs = await bus.kv(subjects.KV_RUNS)
+    sims_kv = await bus.kv(subjects.KV_SIMS)
+    report: dict[str, list[str]] = {"created": [], "existing": []}
+
+    trace, run, sims = recorded_records(sample, now)
+    await _create(traces, subjects.kv_key(trace.id), trace, report)
+    for sim in sims:
+        await _create(sims_kv, subjects.kv_key(sim.id), sim, report)
+    await _create(runs, subjects.kv_key(run.id), run, report)
+
+    bundle_hash, manifest, npz = await asyncio.to_thread(synthetic_bundle, sample)
+    prefix = bundle_prefix(sample.synthetic_trace_id, bundle_hash)
+    if await storage.head(prefix + MANIFEST_NAME) is None:
+        await storage.put_bytes(prefix + KERNELS_NAME, npz)
+        await storage.put_bytes(prefix + MANIFEST_NAME, manifest, content_type="application/json")
+    kernels = int(msgspec.json.decode(manifest).get("kernel_count", 0))
+    await _create(traces, subjects.kv_key(sample.synthetic_trace_id),
+                  synthetic_record(sample, bundle_hash, kernels, now), report)
+    out = SampleLoadReport(sample=name, created=report["created"], existing=report["existing"],
+                           bundle_key=prefix)
+    log.info("sample loaded", sample=name, created=len(out.created), existing=len(out.existing))
+    return out
+
+
+SAMPLE_REPORT = web.AppKey("sample_report", dict)
+
+
+def install_sample_loader(app: web.Application) -> None:
+    """Load the sample when the app starts, unless ``settings.samples`` is false.
+
+    A failure (S3 or NATS unavailable) is logged and the api serves anyway; the
+    next start tries again.
+    """
+    if not app[SETTINGS].samples or SAMPLE_REPORT in app:
+        return
+    app[SAMPLE_REPORT] = {}
+
+    async def on_startup(app: web.Application) -> None:
+        try:
+            report = await load_sample_into_state(app[BUS], app[STORAGE])
+        except CascadeError as exc:
+            log.error("could not load the sample", error=str(exc))
+            app[SAMPLE_REPORT]["error"] = str(exc)
+            return
+        app[SAMPLE_REPORT].update(msgspec.to_builtins(report))
+
+    app.on_startup.append(on_startup)

@@ -1,0 +1,165 @@
+"""The simulator's use of the performance engine: inputs, chunked prediction, replay.
+
+Thin glue between a job and :mod:`cascade.engine`: load the bundle and
+decide the source spec and baseline once (:func:`load_inputs`), predict one
+chunk of kernels (:func:`predict_chunk`, run in a worker thread), and replay
+the whole timeline with the predicted durations (:func:`replay_timeline`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cascade.engine import predict
+from cascade.engine.perf import REGIMES
+from cascade.gpus import GPUSpec, default_registry
+from cascade.kerneltable import KernelTable
+from cascade.results import StepResult
+from cascade.runplan import MODELS
+from cascade.state import TraceRecord
+from cascade.traces.bundle import load_bundle
+
+_REGIME_NAMES = np.asarray(REGIMES, dtype=object)
+
+
+@dataclass(frozen=True)
+class SimulationInputs:
+    """Everything a simulation needs besides the job: kernels, specs, baseline."""
+
+    table: KernelTable
+    target: GPUSpec
+    source: GPUSpec | None
+    source_id: str
+    baseline_e2e_ns: float | None
+    """Real (unprofiled) end-to-end time on the target, when the trace recorded one."""
+    source_e2e_ns: float | None
+    """End-to-end span of the trace as captured on its source GPU."""
+
+    def model_label(self, provenance: Any) -> str:
+        """The model name recorded in the result."""
+        return str(getattr(provenance, "model", "") or "auto")
+
+    def calibration_label(self, provenance: Any) -> str:
+        """``calibration_id@version`` of the prediction (empty when unknown)."""
+        if provenance is None:
+            return ""
+        return f"{provenance.calibration_id}@{provenance.calibration_version}"
+
+
+@dataclass(frozen=True)
+class ChunkOutput:
+    """Predictions of one chunk of kernels."""
+
+    predicted_ns: np.ndarray
+    regime: np.ndarray
+    """Regime names (compute, memory, latency, launch)."""
+    models: Counter[str]
+    """Kernels per model that predicted them (``auto`` mixes models)."""
+    extrapolated: int
+    provenance: Any
+
+
+@dataclass(frozen=True)
+class ReplayOutput:
+    """Timeline replay with predicted durations."""
+
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    e2e_ns: float
+    steps: list[StepResult]
+
+
+def baseline_for(trace: TraceRecord, config_id: str, source_id: str) -> float | None:
+    """The real end-to-end baseline (ns) of ``config_id`` from the trace's recorded baseline.
+
+    ``TraceRecord.baseline`` keys: ``e2e_ms`` (measured on the source GPU),
+    ``e2e_ms:{SPEC_ID}`` (measured on another GPU); ``e2e_ns`` variants likewise.
+    """
+    b = trace.baseline
+    for key, scale in ((f"e2e_ns:{config_id}", 1.0), (f"e2e_ms:{config_id}", 1e6)):
+        if key in b and b[key] > 0:
+            return float(b[key]) * scale
+    if config_id == source_id:
+        for key, scale in (("e2e_ns", 1.0), ("e2e_ms", 1e6)):
+            if key in b and b[key] > 0:
+                return float(b[key]) * scale
+    return None
+
+
+def load_inputs(folder: Path, trace: TraceRecord, target: GPUSpec, model: str) -> SimulationInputs:
+    """Load a local bundle and resolve source spec and baseline for one target."""
+    bundle = load_bundle(folder)
+    reg = default_registry()
+    source_name = bundle.manifest.source_gpu or trace.source_gpu
+    source = reg.resolve(source_name) if source_name else None
+    source_id = source.id if source is not None else source_name
+    span = bundle.manifest.baseline.get("span_ns")
+    return SimulationInputs(
+        table=bundle.kernels, target=target, source=source, source_id=source_id,
+        baseline_e2e_ns=baseline_for(trace, target.id, source_id),
+        source_e2e_ns=float(span) if span else None,
+    )
+
+
+def predict_chunk(part: KernelTable, inputs: SimulationInputs, model: str) -> ChunkOutput:
+    """Predict one chunk of kernels on the target (CPU-bound: call it in a thread)."""
+    if model not in MODELS:
+        from cascade.errors import UnknownNameError
+
+        raise UnknownNameError("kernel model", model, MODELS)
+    pred = predict(part, inputs.target, source=inputs.source, model=model)
+    names = [str(m) for m in pred.models]
+    return ChunkOutput(
+        predicted_ns=pred.predicted_ns, regime=_REGIME_NAMES[pred.regime.astype(np.int64)],
+        models=Counter(names), extrapolated=0, provenance=pred.provenance,
+    )
+
+
+
+def replay_timeline(table: KernelTable, predicted_ns: np.ndarray) -> ReplayOutput:
+    """Replay the trace's timeline with predicted kernel durations.
+
+    Each kernel starts at max(its host launch, its stream's previous kernel's end);
+    measured host gaps are kept. When the host synchronised after a kernel
+    (``sync_after``), later launches move by the difference between the device's
+    predicted and measured idle time at that point. Without launch times (or
+    measured starts), kernels run back to back in table order.
+    """
+    n = len(table)
+    if n == 0:
+        return ReplayOutput(np.zeros(0), np.zeros(0), 0.0, [])
+    pred = np.asarray(predicted_ns, dtype=np.float64)
+    launch = table["host_launch_ns"].astype(np.float64)
+    if np.any(np.isnan(launch)):
+        launch = table["start_ns"].astype(np.float64)
+    has_launch = not np.any(np.isnan(launch))
+    order = np.argsort(launch, kind="stable") if has_launch else np.arange(n)
+    measured_end = np.nan_to_num(table["start_ns"] + table["duration_ns"], nan=-np.inf)
+    measured_done = np.maximum.accumulate(measured_end[order])
+    streams = table["stream"].tolist()
+    sync = (table["sync_after"] == 1).tolist()
+    launch_l = launch.tolist()
+    pred_l = pred.tolist()
+    start = np.zeros(n)
+    end = np.zeros(n)
+    free: dict[int, float] = {}
+    shift = 0.0
+    device_done = 0.0
+    for pos, i in enumerate(order.tolist()):
+        at = launch_l[i] + shift if has_launch else device_done
+        st = max(at, free.get(streams[i], -np.inf))
+        en = st + pred_l[i]
+        start[i], end[i] = st, en
+        free[streams[i]] = en
+        device_done = max(device_done, en)
+        if has_launch and sync[i] and np.isfinite(measured_done[pos]):
+            shift = device_done - float(measured_done[pos])
+    origin = min(float(np.min(launch)) if has_launch else 0.0, float(start.min()))
+    from cascade.results import steps_from_table
+
+    return ReplayOutput(start, end, float(end.max() - origin), steps_from_table(table, pred, start, end))

@@ -1,0 +1,310 @@
+"""Fit the calibration on measured cross-GPU data (``cascade calibrate``).
+
+Objective: the mean absolute percentage error of the ``scaled`` model over every
+ordered GPU pair (groups weighted equally), plus a small absolute term that
+anchors each GPU's achievable fractions to its own measured times, so GPUs
+without data fall back to physically sensible values. A fixed fraction of
+operator shapes (hash of the shape key) is held out of the fit and reported;
+for data sets with three or more GPUs each GPU is also held out in turn.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from cascade.calibration import Calibration, Globals, SpecParams
+from cascade.engine import ops
+from cascade.engine.measured import MeasuredSet, Pair, discover, pairs
+from cascade.engine.models import ModelContext, ScaledConfig, ScaledModel
+from cascade.engine.perf import kernel_times, target_tiles
+from cascade.engine.workload import Workload, workload_of
+from cascade.gpus.registry import GPURegistry, default_registry
+
+#: Candidate GEMM tiles (first covers n, second covers m).
+TILE_CANDIDATES: tuple[tuple[int, int], ...] = (
+    (0, 0), (64, 64), (128, 64), (64, 128), (128, 128), (256, 128), (128, 256))
+_FAMILY_PARAMS = ("norm", "embedding", "elementwise")
+
+
+def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, step: float = 0.3,
+                iters: int = 1500, tol: float = 1e-7) -> tuple[np.ndarray, float]:
+    """Minimise ``f`` from ``x0`` (plain Nelder-Mead simplex; deterministic)."""
+    n = len(x0)
+    pts = [np.asarray(x0, dtype=np.float64)]
+    for i in range(n):
+        x = pts[0].copy()
+        x[i] += step
+        pts.append(x)
+    vals = [f(p) for p in pts]
+    for _ in range(iters):
+        order = np.argsort(vals)
+        pts = [pts[i] for i in order]
+        vals = [vals[i] for i in order]
+        if abs(vals[-1] - vals[0]) < tol:
+            break
+        c = np.mean(pts[:-1], axis=0)
+        xr = c + (c - pts[-1])
+        fr = f(xr)
+        if fr < vals[0]:
+            xe = c + 2.0 * (c - pts[-1])
+            fe = f(xe)
+            pts[-1], vals[-1] = (xe, fe) if fe < fr else (xr, fr)
+        elif fr < vals[-2]:
+            pts[-1], vals[-1] = xr, fr
+        else:
+            xc = c + 0.5 * (pts[-1] - c)
+            fc = f(xc)
+            if fc < vals[-1]:
+                pts[-1], vals[-1] = xc, fc
+            else:
+                for i in range(1, len(pts)):
+                    pts[i] = pts[0] + 0.5 * (pts[i] - pts[0])
+                    vals[i] = f(pts[i])
+    i = int(np.argmin(vals))
+    return pts[i], float(vals[i])
+
+
+def heldout_mask(keys: np.ndarray, fraction: float) -> np.ndarray:
+    """True for rows whose shape key hashes into the held-out fraction (stable across runs)."""
+    cut = int(round(fraction * 1000))
+    return np.fromiter((zlib.crc32(str(k).encode()) % 1000 < cut for k in keys), dtype=bool, count=len(keys))
+
+
+def _sig(x: float) -> float:
+    return float(1.0 / (1.0 + np.exp(-x)))
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, 1e-4), 1 - 1e-4)
+    return float(np.log(p / (1 - p)))
+
+
+@dataclass
+class _Prepared:
+    pair: Pair
+    w: Workload
+    measured: np.ndarray
+    fit_rows: np.ndarray
+
+
+@dataclass
+class _Layout:
+    """Which parameter sits at which index of the search vector."""
+
+    names: list[tuple[str, ...]]
+
+    def index(self, *name: str) -> int:
+        return self.names.index(tuple(name))
+
+
+def _build_calibration(x: np.ndarray, layout: _Layout, tiles: dict[str, dict[str, list[int]]],
+                       base: Calibration) -> Calibration:
+    specs: dict[str, dict[str, object]] = {}
+    floors: dict[str, dict[str, float]] = {}
+    glob = {"softness": base.globals.softness, "alpha_gemm": base.globals.alpha_gemm,
+            "alpha_other": base.globals.alpha_other, "min_tile_area": base.globals.min_tile_area}
+    for value, name in zip(x, layout.names):
+        match name:
+            case ("spec", sid, "family_bw", fam):
+                specs.setdefault(sid, {}).setdefault("family_bw", {})[fam] = float(np.exp(value))  # type: ignore[index]
+            case ("spec", sid, field):
+                specs.setdefault(sid, {})[field] = _sig(float(value))
+            case ("floor", kind, sid):
+                floors.setdefault(kind, {})[sid] = float(np.exp(value))
+            case ("global", "softness"):
+                glob["softness"] = float(1.0 + np.exp(value))
+            case ("global", "min_tile_area"):
+                glob["min_tile_area"] = float(np.exp(value))
+            case ("global", field):
+                glob[field] = _sig(float(value))
+    return Calibration(
+        id=base.id, version=base.version, globals=Globals(**glob),  # type: ignore[arg-type]
+        specs={sid: SpecParams(**p) for sid, p in specs.items()},  # type: ignore[arg-type]
+        floors_ns=floors, tiles=tiles)
+
+
+def _initial(sets: Sequence[MeasuredSet]) -> tuple[_Layout, np.ndarray]:
+    names: list[tuple[str, ...]] = []
+    x: list[float] = []
+    seen: set[tuple[str, ...]] = set()
+
+    def add(name: tuple[str, ...], value: float) -> None:
+        if name not in seen:
+            seen.add(name)
+            names.append(name)
+            x.append(value)
+
+    for s in sets:
+        w = workload_of(s.table)
+        sid = s.spec.id
+        if np.any(w.is_gemm & w.tensor):
+            add(("spec", sid, "tensor_eff"), _logit(0.75))
+        if np.any(w.is_gemm & ~w.tensor):
+            add(("spec", sid, "simt_eff"), _logit(0.8))
+        add(("spec", sid, "bw_eff"), _logit(0.7))
+        for fam in _FAMILY_PARAMS:
+            if np.any(w.family == ops.FAMILIES.index(fam)):
+                add(("spec", sid, "family_bw", fam), 0.0)
+        add(("floor", s.measurement, sid), float(np.log(max(np.percentile(s.table["duration_ns"], 1) * 0.8, 500.0))))
+    add(("global", "softness"), float(np.log(2.0)))
+    add(("global", "alpha_gemm"), _logit(0.8))
+    add(("global", "alpha_other"), _logit(0.95))
+    add(("global", "min_tile_area"), float(np.log(4096.0)))
+    return _Layout(names), np.asarray(x)
+
+
+def _objective(prepared: Sequence[_Prepared], layout: _Layout, tiles: dict[str, dict[str, list[int]]],
+               base: Calibration, archs: dict[str, str], anchor: float) -> Callable[[np.ndarray], float]:
+    model = ScaledModel()
+
+    def f(x: np.ndarray) -> float:
+        cal = _build_calibration(x, layout, tiles, base)
+        groups: dict[tuple[str, str], list[float]] = {}
+        for p in prepared:
+            src, tgt = p.pair.source, p.pair.target
+            ctx = ModelContext(src.spec, cal, ScaledConfig(measurement=src.measurement), archs)
+            sel = p.fit_rows
+            pred = model.predict(p.pair.source_table, p.w, tgt.spec, ctx).predicted_ns
+            err = float(np.mean(np.abs(pred[sel] / p.measured[sel] - 1.0)))
+            if anchor > 0:
+                fixed = cal.floor_ns(src.measurement, tgt.spec) or tgt.spec.launch_overhead_ns
+                absolute = kernel_times(p.w, tgt.spec, cal.params_for(tgt.spec, archs), cal, fixed,
+                                        target_tiles(p.w, tgt.spec, cal, src.spec)).total_ns
+                err += anchor * float(np.mean(np.abs(np.log(absolute[sel] / p.measured[sel]))))
+            groups.setdefault((src.kind, src.dataset), []).append(err)
+        return float(np.mean([np.mean(v) for v in groups.values()]))
+
+    return f
+
+
+def _choose_tiles(prepared: Sequence[_Prepared], layout: _Layout, x: np.ndarray,
+                  base: Calibration, archs: dict[str, str],
+                  start: dict[str, dict[str, list[int]]]) -> dict[str, dict[str, list[int]]]:
+    """Pick each (arch, path) GEMM tile from the candidates, one slot at a time."""
+    tiles: dict[str, dict[str, list[int]]] = {}
+    slots: list[tuple[str, str]] = []
+    for p in prepared:
+        for spec in (p.pair.source.spec, p.pair.target.spec):
+            for tensor in (False, True):
+                for batched in (False, True):
+                    sel = p.w.is_gemm & (p.w.tensor == tensor) & ((p.w.batch > 1) == batched)
+                    if sel.any():
+                        key = ("tensor" if tensor else "simt") + ("_batched" if batched else "")
+                        if (spec.arch, key) not in slots:
+                            slots.append((spec.arch, key))
+    for arch, key in slots:
+        tiles.setdefault(arch, {})[key] = list(start.get(arch, {}).get(key, [0, 0]))
+    for _round in range(2):
+        for arch, key in slots:
+            best: tuple[float, list[int]] | None = None
+            for cand in TILE_CANDIDATES:
+                tiles[arch][key] = list(cand)
+                val = _objective(prepared, layout, tiles, base, archs, 0.0)(x)
+                if best is None or val < best[0]:
+                    best = (val, list(cand))
+            assert best is not None
+            tiles[arch][key] = best[1]
+    return tiles
+
+
+def _file_digests(sets: Sequence[MeasuredSet], root: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    paths = {s.path for s in sets}
+    for s in sets:
+        dev = s.path.with_name(f"device__{s.gpu_label}.json")
+        if dev.is_file():
+            paths.add(dev)
+    for path in sorted(paths):
+        out[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def fit_sets(sets: Sequence[MeasuredSet], *, holdout: float = 0.2, iters: int = 1200,
+             anchor: float = 0.15, registry: GPURegistry | None = None,
+             log: Callable[[str], None] = lambda _m: None) -> Calibration:
+    """Fit a calibration on measured sets, holding out ``holdout`` of the shapes."""
+    reg = registry or default_registry()
+    archs = {s.id: s.arch for s in reg}
+    base = Calibration(id="cascade-default")
+    prepared = []
+    for pair in pairs(list(sets)):
+        test = heldout_mask(pair.keys, holdout)
+        prepared.append(_Prepared(pair, workload_of(pair.source_table), pair.target_ns, ~test))
+    layout, x = _initial(sets)
+    log(f"fitting {len(x)} parameters on {len(prepared)} GPU pairs")
+    tiles: dict[str, dict[str, list[int]]] = {}
+    best = float("inf")
+    for round_ in range(3):
+        x, val = nelder_mead(_objective(prepared, layout, tiles, base, archs, anchor), x,
+                             step=0.4 if round_ == 0 else 0.15, iters=iters)
+        log(f"round {round_}: objective {val:.4f}")
+        tiles = _choose_tiles(prepared, layout, x, base, archs, tiles)
+        log(f"tiles: {tiles}")
+        if best - val < 1e-3:
+            break
+        best = val
+    x, val = nelder_mead(_objective(prepared, layout, tiles, base, archs, anchor), x, step=0.1,
+                         iters=iters // 2)
+    log(f"final objective {val:.4f}; tiles {tiles}")
+    return _build_calibration(x, layout, tiles, base)
+
+
+def fit_directory(directory: str | Path, *, holdout: float = 0.2, iters: int = 1200,
+                  registry: GPURegistry | None = None, log: Callable[[str], None] = lambda _m: None,
+                  leave_one_gpu_out: bool = True) -> Calibration:
+    """Fit on every measured file under ``directory`` and record provenance and accuracy."""
+    from cascade.engine.validation import evaluate
+
+    reg = registry or default_registry()
+    root = Path(directory).resolve()
+    sets = discover(root, reg)
+    if not sets:
+        from cascade.errors import ValidationError
+
+        raise ValidationError(f"no Vidur or NeuSight files under {root}", field="data")
+    cal = fit_sets(sets, holdout=holdout, iters=iters, registry=reg, log=log)
+    all_pairs = pairs(sets)
+    select_test = {(p.source.dataset, p.source.spec.id, p.target.spec.id): heldout_mask(p.keys, holdout)
+                   for p in all_pairs}
+    metrics: dict[str, object] = {
+        "heldout_shapes": _summ(evaluate(all_pairs, cal, ("roofline", "scaled"), reg=reg, select=select_test)),
+    }
+    if leave_one_gpu_out:
+        logo: list[dict[str, object]] = []
+        for kind_ds in sorted({(s.kind, s.dataset) for s in sets}):
+            members = [s for s in sets if (s.kind, s.dataset) == kind_ds]
+            if len(members) < 3:
+                continue
+            for out in members:
+                rest = [s for s in sets if s.spec.id != out.spec.id]
+                log(f"leave-one-GPU-out: {out.spec.id}")
+                cal_wo = fit_sets(rest, holdout=0.0, iters=iters // 2, registry=reg)
+                involved = [p for p in all_pairs if (p.source.kind, p.source.dataset) == kind_ds
+                            and out.spec.id in (p.source.spec.id, p.target.spec.id)]
+                logo.extend(_summ(evaluate(involved, cal_wo, ("roofline", "scaled"), reg=reg)))
+        metrics["leave_one_gpu_out"] = logo
+    now = _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
+    return Calibration(
+        id="cascade-default", version=now[:10], created=now,
+        command=f"cascade calibrate --data {directory} --holdout {holdout}",
+        data_files=_file_digests(sets, root), globals=cal.globals, specs=cal.specs,
+        floors_ns=cal.floors_ns, tiles=cal.tiles, metrics=metrics)
+
+
+def _summ(stats: Sequence[object]) -> list[dict[str, object]]:
+    from msgspec import to_builtins
+
+    rows = []
+    for s in stats:
+        d = to_builtins(s)
+        for k in ("mape", "median_ape", "p90_ape"):
+            d[k] = round(d[k], 2)
+        rows.append(d)
+    return rows

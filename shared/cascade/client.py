@@ -1,0 +1,233 @@
+"""An async HTTP client for the Cascade api (used by ``cascade import`` and tests).
+
+::
+
+    async with CascadeClient("http://127.0.0.1:8080", token="...") as api:
+        trace = await api.create_trace(name="opt", source_gpu="SM90_H100")
+        await api.upload_files(trace["id"], [Path("kernel-1.traceg")])
+        await api.seal(trace["id"])
+        ready = await api.wait_for_state(trace["id"], {"ready"}, timeout=60)
+
+Uploads use the api's presigned URLs: a single PUT for small files, presigned
+part URLs plus ``uploads/complete`` for big ones; file bodies are streamed
+from disk with an optional progress callback. Error answers raise
+:class:`ApiError` carrying the status and the JSON body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from yarl import URL
+
+from cascade.errors import CascadeError
+
+Progress = Callable[[int], None]
+"""Called with the number of bytes just sent."""
+
+CHUNK = 1024 * 1024
+
+
+class ApiError(CascadeError):
+    """The api answered with an error status."""
+
+    def __init__(self, status: int, body: Any, method: str, path: str) -> None:
+        self.http_status = status
+        self.body = body
+        self.code = str(body.get("error", "http_error")) if isinstance(body, dict) else "http_error"
+        message = body.get("message") if isinstance(body, dict) else str(body)[:300]
+        super().__init__(f"{method} {path} -> {status}: {message}")
+
+
+class UploadError(CascadeError):
+    """S3 refused a presigned upload."""
+
+
+def md5_etag(path: Path, part_size: int | None = None) -> str:
+    """The ETag S3 gives ``path``: its MD5, or for multipart the MD5 of part MD5s plus ``-N``."""
+    if part_size is None:
+        h = hashlib.md5(usedforsecurity=False)
+        with path.open("rb") as fh:
+            while block := fh.read(CHUNK * 8):
+                h.update(block)
+        return h.hexdigest()
+    digests = []
+    with path.open("rb") as fh:
+        while True:
+            part = hashlib.md5(usedforsecurity=False)
+            left = part_size
+            while left > 0 and (block := fh.read(min(left, CHUNK * 8))):
+                part.update(block)
+                left -= len(block)
+            if left == part_size:
+                break
+            digests.append(part.digest())
+    return hashlib.md5(b"".join(digests), usedforsecurity=False).hexdigest() + f"-{len(digests)}"
+
+
+async def _file_chunks(path: Path, start: int, length: int, progress: Progress | None) -> AsyncIterator[bytes]:
+    with path.open("rb") as fh:
+        fh.seek(start)
+        left = length
+        while left > 0:
+            block = await asyncio.to_thread(fh.read, min(CHUNK, left))
+            if not block:
+                raise UploadError(f"{path} shrank while it was being uploaded")
+            left -= len(block)
+            if progress is not None:
+                progress(len(block))
+            yield block
+
+
+class CascadeClient:
+    """One api endpoint, one aiohttp session."""
+
+    def __init__(self, base_url: str, token: str | None = None, *, timeout: float = 300.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.token = token or None
+        self.timeout = aiohttp.ClientTimeout(total=timeout)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> CascadeClient:
+        self._session = aiohttp.ClientSession(timeout=self.timeout)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the HTTP session (idempotent)."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        """The open session (enter the client with ``async with`` first)."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self.timeout)
+        return self._session
+
+    # -- plumbing ----------------------------------------------------------------------------
+    async def request(self, method: str, path: str, *, json: Any = None,
+                      params: dict[str, Any] | None = None) -> Any:
+        """Call the api; the decoded JSON answer, or :class:`ApiError`."""
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        async with self.session.request(method, self.base_url + path, json=json, params=params,
+                                        headers=headers) as resp:
+            try:
+                body: Any = await resp.json(content_type=None)
+            except (ValueError, aiohttp.ContentTypeError):
+                body = await resp.text()
+            if resp.status >= 400:
+                raise ApiError(resp.status, body, method, path)
+            return body
+
+    # -- traces ------------------------------------------------------------------------------
+    async def create_trace(self, *, name: str, source_gpu: str, kind: str = "instructions",
+                           workload: str = "") -> dict[str, Any]:
+        """POST /api/traces."""
+        return await self.request("POST", "/api/traces", json={
+            "name": name, "source_gpu": source_gpu, "kind": kind, "workload": workload})
+
+    async def list_traces(self) -> list[dict[str, Any]]:
+        """GET /api/traces."""
+        return list((await self.request("GET", "/api/traces"))["traces"])
+
+    async def get_trace(self, trace_id: str) -> dict[str, Any]:
+        """GET /api/traces/{id}: record, files, kernels, progress."""
+        return dict(await self.request("GET", f"/api/traces/{trace_id}"))
+
+    async def kernels(self, trace_id: str, *, offset: int = 0, limit: int = 100,
+                      sort: str = "kernel_id", order: str = "asc") -> dict[str, Any]:
+        """GET /api/traces/{id}/kernels."""
+        return dict(await self.request("GET", f"/api/traces/{trace_id}/kernels", params={
+            "offset": offset, "limit": limit, "sort": sort, "order": order}))
+
+    async def delete_trace(self, trace_id: str) -> dict[str, Any]:
+        """DELETE /api/traces/{id}."""
+        return dict(await self.request("DELETE", f"/api/traces/{trace_id}"))
+
+    async def request_uploads(self, trace_id: str, files: Iterable[tuple[str, int]]) -> dict[str, Any]:
+        """POST /api/traces/{id}/uploads with ``(name, size)`` pairs."""
+        return dict(await self.request("POST", f"/api/traces/{trace_id}/uploads", json={
+            "files": [{"name": n, "size": s} for n, s in files]}))
+
+    async def report_uploaded(self, trace_id: str, name: str, etag: str = "") -> dict[str, Any]:
+        """POST /api/traces/{id}/uploaded (the upload callback)."""
+        return dict(await self.request("POST", f"/api/traces/{trace_id}/uploaded",
+                                       json={"name": name, "etag": etag}))
+
+    async def seal(self, trace_id: str, *, expected_files: list[str] | None = None,
+                   expected_kernels: int | None = None) -> dict[str, Any]:
+        """POST /api/traces/{id}/seal."""
+        body: dict[str, Any] = {}
+        if expected_files is not None:
+            body["expected_files"] = expected_files
+        if expected_kernels is not None:
+            body["expected_kernels"] = expected_kernels
+        return dict(await self.request("POST", f"/api/traces/{trace_id}/seal", json=body))
+
+    async def wait_for_state(self, trace_id: str, states: set[str], *, timeout: float = 60.0,
+                             interval: float = 0.1) -> dict[str, Any]:
+        """Poll until the trace reaches one of ``states``; TimeoutError names the last state."""
+        deadline = time.monotonic() + timeout
+        while True:
+            trace = await self.get_trace(trace_id)
+            if trace["state"] in states:
+                return trace
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"trace {trace_id} still {trace['state']} after {timeout:g}s "
+                    f"(prepared {trace.get('kernels_prepared')}/{trace.get('kernels_total')})"
+                )
+            await asyncio.sleep(interval)
+
+    # -- uploads -----------------------------------------------------------------------------
+    async def put_presigned(self, url: str, path: Path, *, start: int = 0, length: int | None = None,
+                            progress: Progress | None = None) -> str:
+        """PUT a byte range of ``path`` to a presigned URL; returns the ETag S3 answered."""
+        size = path.stat().st_size if length is None else length
+        headers = {"Content-Length": str(size)}
+        async with self.session.put(URL(url, encoded=True), headers=headers,
+                                    data=_file_chunks(path, start, size, progress)) as resp:
+            if resp.status >= 300:
+                text = await resp.text()
+                raise UploadError(f"S3 refused the upload of {path.name}: {resp.status} {text[:300]}")
+            return resp.headers.get("ETag", "").strip('"')
+
+    async def upload_target(self, trace_id: str, target: dict[str, Any], path: Path,
+                            progress: Progress | None = None) -> dict[str, Any]:
+        """Upload one file as the api told (single PUT or multipart) and report it."""
+        multipart = target.get("multipart")
+        if multipart is None:
+            etag = await self.put_presigned(target["url"], path, progress=progress)
+            return await self.report_uploaded(trace_id, target["name"], etag)
+        part_size = int(multipart["part_size"])
+        parts = []
+        for part in multipart["parts"]:
+            n = int(part["part_number"])
+            etag = await self.put_presigned(part["url"], path, start=(n - 1) * part_size,
+                                            length=int(part["size"]), progress=progress)
+            parts.append({"part_number": n, "etag": etag})
+        return dict(await self.request("POST", f"/api/traces/{trace_id}/uploads/complete", json={
+            "name": target["name"], "upload_id": multipart["upload_id"], "parts": parts}))
+
+    async def upload_files(self, trace_id: str, paths: Iterable[Path],
+                           progress: Progress | None = None) -> list[dict[str, Any]]:
+        """Request presigned URLs for ``paths`` (named by file name), upload and report each."""
+        files = [Path(p) for p in paths]
+        if not files:
+            return []
+        answer = await self.request_uploads(trace_id, [(p.name, p.stat().st_size) for p in files])
+        by_name = {p.name: p for p in files}
+        return [
+            await self.upload_target(trace_id, target, by_name[target["name"]], progress)
+            for target in answer["uploads"]
+        ]

@@ -1,0 +1,409 @@
+"""Runs end to end on the embedded real servers (nats-server, SeaweedFS).
+
+The api and the orchestrator run in-process (their ``run()`` coroutines);
+simulators run as real ``python -m services.simulator --once`` processes
+(``local`` backend) or in-process pool workers (``pool`` backend).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from cascade import subjects
+from cascade.bench._runbed import generate_timeline, publish_trace
+from cascade.bus import connect
+from cascade.settings import Settings, load_settings
+from cascade.state import RunRecord, SimRecord, TraceRecord
+from cascade.storage import Storage
+
+pytestmark = pytest.mark.integration
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Stack:
+    """api + orchestrator (+ optional pool simulators) in-process, restartable one by one."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.base = f"http://127.0.0.1:{settings.http_port}"
+        self.stops: dict[str, asyncio.Event] = {}
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+
+    async def start(self, name: str) -> None:
+        from services.api import run as api_run
+        from services.orchestrator import run as orch_run
+        from services.simulator import run as sim_run
+
+        fn = {"api": api_run, "orchestrator": orch_run}.get(name.split(":")[0], sim_run)
+        stop = asyncio.Event()
+        self.stops[name] = stop
+        self.tasks[name] = asyncio.create_task(fn(self.settings, stop=stop))
+        if name == "api":
+            await self.wait_http()
+
+    async def stop(self, name: str) -> None:
+        self.stops[name].set()
+        await asyncio.wait_for(self.tasks.pop(name), 30)
+
+    async def close(self) -> None:
+        for name in list(self.tasks):
+            await self.stop(name)
+
+    async def wait_http(self) -> None:
+        deadline = time.monotonic() + 20
+        async with aiohttp.ClientSession() as s:
+            while time.monotonic() < deadline:
+                task = self.tasks["api"]
+                if task.done():
+                    task.result()
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with s.get(self.base + "/healthz") as r:
+                        if r.status == 200:
+                            return
+                await asyncio.sleep(0.1)
+        raise TimeoutError("api did not start")
+
+
+def make_settings(s3_server: Any, nats_url: str, tmp_path: Any, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "nats_url": nats_url, "s3_endpoint": s3_server.endpoint,
+        "s3_access_key": s3_server.access_key, "s3_secret_key": s3_server.secret_key,
+        "bucket": f"runs-{uuid.uuid4().hex[:10]}", "data_dir": str(tmp_path / "data"),
+        "http_port": _free_port(), "job_ack_wait_s": 2.0, "job_max_deliver": 3,
+        "drain_timeout_s": 1.0, "log_format": "json", "log_level": "warning", "samples": False,
+        "orchestrator_backend": "local", "max_local_sims": 3, "nats_connect_timeout_s": 3.0,
+    }
+    values.update(overrides)
+    return load_settings({}, **values)
+
+
+@contextlib.asynccontextmanager
+async def running(settings: Settings, *services: str) -> AsyncIterator[Stack]:
+    async with Storage.from_settings(settings) as st:
+        await st.ensure_bucket()
+    stack = Stack(settings)
+    try:
+        for name in services:
+            await stack.start(name)
+        yield stack
+    finally:
+        await stack.close()
+
+
+async def make_trace(settings: Settings, n_kernels: int = 1500, **kw: Any) -> TraceRecord:
+    trace_id = f"tr-{uuid.uuid4().hex[:8]}"
+    table = generate_timeline(n_kernels)
+    span_ms = float((table["start_ns"] + table["duration_ns"]).max() - table["host_launch_ns"].min()) / 1e6
+    bus = await connect(settings)
+    await bus.ensure_streams()
+    try:
+        async with Storage.from_settings(settings) as st:
+            return await publish_trace(bus, st, trace_id, table, source_gpu="SM80_A100",
+                                       baseline={"e2e_ms": span_ms * 0.98}, **kw)
+    finally:
+        await bus.close()
+
+
+async def post(base: str, path: str, body: Any) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as s, s.post(base + path, json=body) as r:
+        return r.status, await r.json()
+
+
+async def get(base: str, path: str) -> Any:
+    async with aiohttp.ClientSession() as s, s.get(base + path) as r:
+        assert r.status == 200, await r.text()
+        if r.content_type == "text/csv":
+            return await r.text()
+        return await r.json()
+
+
+async def read_sse(url: str, *, headers: dict[str, str] | None = None, timeout: float = 120) -> list[dict[str, Any]]:
+    """Every SSE event until the server ends the stream: ``{"id", "event", "data"}``."""
+    events: list[dict[str, Any]] = []
+    cur: dict[str, Any] = {}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as s, \
+            s.get(url, headers=headers) as r:
+        assert r.status == 200
+        assert r.headers["Content-Type"].startswith("text/event-stream")
+        async for raw in r.content:
+            line = raw.decode().rstrip("\n")
+            if not line:
+                if cur:
+                    events.append(cur)
+                cur = {}
+            elif line.startswith("id: "):
+                cur["id"] = int(line[4:])
+            elif line.startswith("event: "):
+                cur["event"] = line[7:]
+            elif line.startswith("data: "):
+                cur["data"] = json.loads(line[6:])
+    return events
+
+
+async def wait_run(base: str, run_id: str, states: set[str], timeout: float = 120) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        detail = await get(base, f"/api/runs/{run_id}")
+        if detail["run"]["state"] in states:
+            return detail
+        await asyncio.sleep(0.2)
+    raise TimeoutError(f"run {run_id} did not reach {states}: {detail}")
+
+
+async def wait_sim(base: str, run_id: str, pred: Any, timeout: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        detail = await get(base, f"/api/runs/{run_id}")
+        for sim in detail["sims"]:
+            if pred(sim):
+                return sim
+        await asyncio.sleep(0.1)
+    raise TimeoutError(f"no sim of {run_id} matched")
+
+
+# --------------------------------------------------------------------------- tests
+
+
+async def test_three_configs_two_replicas_local_backend(s3_server: Any, nats_url: str, tmp_path: Any) -> None:
+    settings = make_settings(s3_server, nats_url, tmp_path)
+    async with running(settings, "api", "orchestrator") as stack:
+        trace = await make_trace(settings)
+        status, body = await post(stack.base, "/api/runs", {
+            "trace_id": trace.id, "configs": ["SM80_A100", "NVIDIA H100 80GB HBM3", "SM90_H200"],
+            "replicas": 2, "model": "auto"})
+        assert status == 202, body
+        run_id = body["id"]
+        assert body["state"] == "queued"
+        events = await read_sse(f"{stack.base}/api/runs/{run_id}/events")
+        kinds = [e["event"] for e in events]
+        assert kinds[-1] == "run" and events[-1]["data"]["state"] == "completed"
+        sim_events = [e["data"] for e in events if e["event"] == "sim"]
+        assert {d["id"] for d in sim_events} == set(body["run"]["sim_ids"])
+        assert any(d["state"] == "running" and 0 < d.get("percent", 0) < 100 for d in sim_events)
+        assert all(isinstance(e.get("id"), int) for e in events[1:])
+
+        detail = await get(stack.base, f"/api/runs/{run_id}")
+        assert detail["run"]["state"] == "completed"
+        assert len(detail["sims"]) == 6
+        for sim in detail["sims"]:
+            assert sim["state"] == "completed" and sim["percent"] == 100
+            assert sim["kernels_done"] == sim["kernels_total"] == trace.kernels_total
+            assert sim["attempts"] == 1 and sim["result_key"]
+
+        results = await get(stack.base, f"/api/runs/{run_id}/results")
+        by = {c["config"]: c for c in results["configs"]}
+        assert set(by) == {"SM80_A100", "SM90_H100", "SM90_H200"}
+        assert by["SM90_H100"]["predicted_e2e_ms"] < by["SM80_A100"]["predicted_e2e_ms"]
+        a100 = by["SM80_A100"]
+        assert a100["counterfactual"] is False and a100["baseline_e2e_ms"] > 0
+        assert abs(a100["error_pct"]) < 10
+        assert by["SM90_H100"]["counterfactual"] is True and by["SM90_H100"]["error_pct"] is None
+        for c in by.values():
+            assert len(c["replicas"]) == 2 and len(c["steps"]) > 10
+            assert c["steps"][0]["kind"] == "prefill" and c["steps"][1]["kind"] == "decode"
+            assert c["top_kernels"][0]["regime"] in ("compute", "memory", "latency", "launch")
+            assert "gemm" in c["families"] and c["spec_hash"] and c["model"]
+        csv_text = await get(stack.base, f"/api/runs/{run_id}/results?format=csv")
+        assert len(csv_text.strip().splitlines()) == 7
+        sim_id = detail["sims"][0]["id"]
+        page = await get(stack.base, f"/api/runs/{run_id}/results/{sim_id}/kernels?offset=10&limit=5")
+        assert page["total"] == trace.kernels_total and len(page["kernels"]) == 5
+        assert page["kernels"][0]["kernel_id"] == 11 and page["kernels"][0]["predicted_ns"] > 0
+
+        # resume: replaying from the middle gives exactly the later events
+        mid = events[len(events) // 2]["id"]
+        rest = await read_sse(f"{stack.base}/api/runs/{run_id}/events",
+                              headers={"Last-Event-ID": str(mid)})
+        assert [e["id"] for e in rest] == [e["id"] for e in events if e.get("id", 0) > mid]
+
+
+async def test_sigkilled_simulator_is_redone(s3_server: Any, nats_url: str, tmp_path: Any) -> None:
+    settings = make_settings(s3_server, nats_url, tmp_path, max_local_sims=2)
+    async with running(settings, "api", "orchestrator") as stack:
+        trace = await make_trace(settings, 800)
+        status, body = await post(stack.base, "/api/runs", {
+            "trace_id": trace.id, "configs": ["SM90_H100"], "options": {"chunk_delay_s": 0.06}})
+        assert status == 202, body
+        run_id = body["id"]
+        sim = await wait_sim(stack.base, run_id, lambda s: s["state"] == "running" and s["percent"] >= 10)
+        pid = int(sim["worker"].split(":")[1].split("/")[0])
+        os.kill(pid, signal.SIGKILL)
+        detail = await wait_run(stack.base, run_id, {"completed", "failed"}, timeout=90)
+        assert detail["run"]["state"] == "completed", detail
+        assert detail["sims"][0]["attempts"] == 2
+        assert detail["sims"][0]["worker"] != sim["worker"]
+
+
+async def test_restart_api_and_orchestrator_mid_run(s3_server: Any, nats_url: str, tmp_path: Any) -> None:
+    settings = make_settings(s3_server, nats_url, tmp_path, orchestrator_backend="pool")
+    async with running(settings, "api", "orchestrator", "sim:1", "sim:2") as stack:
+        trace = await make_trace(settings, 600)
+        status, body = await post(stack.base, "/api/runs", {
+            "trace_id": trace.id, "configs": ["SM80_A100", "SM90_H100"], "replicas": 2,
+            "options": {"chunk_delay_s": 0.03}})
+        assert status == 202, body
+        run_id = body["id"]
+        await wait_sim(stack.base, run_id, lambda s: s["state"] == "running" and s["percent"] > 5)
+        await stack.stop("orchestrator")
+        await stack.stop("api")
+        await asyncio.sleep(1.0)  # sims progress and finish while nobody tracks them
+        await stack.start("orchestrator")
+        await stack.start("api")
+        events = await read_sse(f"{stack.base}/api/runs/{run_id}/events")
+        assert events[-1]["data"]["state"] == "completed"
+        detail = await get(stack.base, f"/api/runs/{run_id}")
+        assert detail["run"]["state"] == "completed"
+        assert [s["state"] for s in detail["sims"]] == ["completed"] * 4
+        assert all(s["attempts"] == 1 for s in detail["sims"])
+        runs = await get(stack.base, "/api/runs")
+        assert run_id in [r["id"] for r in runs["runs"]]
+
+
+async def test_cancel_run(s3_server: Any, nats_url: str, tmp_path: Any) -> None:
+    settings = make_settings(s3_server, nats_url, tmp_path, orchestrator_backend="pool")
+    async with running(settings, "api", "orchestrator", "sim:1") as stack:
+        trace = await make_trace(settings, 600)
+        status, body = await post(stack.base, "/api/runs", {
+            "trace_id": trace.id, "configs": ["SM80_A100", "SM90_H100"],
+            "options": {"chunk_delay_s": 0.2}})
+        run_id = body["id"]
+        await wait_sim(stack.base, run_id, lambda s: s["state"] == "running")
+        status, answer = await post(stack.base, f"/api/runs/{run_id}/cancel", {})
+        assert status == 202 and answer["cancel_requested"] is True
+        events = await read_sse(f"{stack.base}/api/runs/{run_id}/events", timeout=30)
+        assert events[-1]["event"] == "run" and events[-1]["data"]["state"] == "cancelled"
+        detail = await wait_run(stack.base, run_id, {"cancelled"})
+        assert {s["state"] for s in detail["sims"]} == {"cancelled"}
+        status, again = await post(stack.base, f"/api/runs/{run_id}/cancel", {})
+        assert status == 409 and "cancelled" in again["message"]
+
+
+async def test_exhausted_deliveries_fail_the_run(s3_server: Any, nats_url: str, tmp_path: Any) -> None:
+    settings = make_settings(s3_server, nats_url, tmp_path, orchestrator_backend="pool",
+                             job_max_deliver=2)
+    async with running(settings, "api", "orchestrator", "sim:1") as stack:
+        trace = await make_trace(settings, 200)
+        async with Storage.from_settings(settings) as st:
+            assert trace.bundle_key
+            await st.delete_prefix(trace.bundle_key)
+        status, body = await post(stack.base, "/api/runs", {"trace_id": trace.id, "configs": ["SM90_H100"]})
+        run_id = body["id"]
+        detail = await wait_run(stack.base, run_id, {"failed", "completed"}, timeout=60)
+        assert detail["run"]["state"] == "failed"
+        sim = detail["sims"][0]
+        assert sim["state"] == "failed" and sim["attempts"] == 2
+        assert "manifest.json" in sim["error"]
+        assert sim["id"] in detail["run"]["error"]
+
+
+async def test_invalid_requests(s3_server: Any, nats_url: str, tmp_path: Any) -> None:
+    settings = make_settings(s3_server, nats_url, tmp_path, orchestrator_backend="pool")
+    async with running(settings, "api") as stack:
+        trace = await make_trace(settings, 100)
+        status, body = await post(stack.base, "/api/runs", {"trace_id": trace.id, "configs": ["SM99_NOPE"]})
+        assert status == 400 and "SM90_H100" in body["known"] and "SM99_NOPE" in body["message"]
+        status, body = await post(stack.base, "/api/runs", {"trace_id": trace.id, "configs": ["SM90_H100"],
+                                                            "replicas": 0})
+        assert status == 400 and "replicas" in body["message"]
+        status, body = await post(stack.base, "/api/runs", {"trace_id": trace.id, "configs": []})
+        assert status == 400
+        status, body = await post(stack.base, "/api/runs", {"trace_id": "nope", "configs": ["SM90_H100"]})
+        assert status == 404
+        status, body = await post(stack.base, "/api/runs", {"trace_id": trace.id, "configs": ["SM90_H100"],
+                                                            "model": "magic"})
+        assert status == 400 and "model" in body["message"]
+        bus = await connect(settings)
+        try:
+            kv = await bus.kv(subjects.KV_TRACES)
+            import msgspec
+
+            from cascade.state import Provenance
+
+            await kv.put(trace.id, msgspec.structs.replace(trace, state="preparing"))
+            status, body = await post(stack.base, "/api/runs", {"trace_id": trace.id, "configs": ["SM90_H100"]})
+            assert status == 409 and "preparing" in body["message"] and body["state"] == "preparing"
+            refusal = "recorded sample: its instruction traces are not bundled"
+            await kv.put(trace.id, msgspec.structs.replace(trace, provenance=Provenance(
+                read_only=True, rerun_refusal=refusal, source="sample-recorded")))
+            status, body = await post(stack.base, "/api/runs", {"trace_id": trace.id, "configs": ["SM90_H100"]})
+            assert status == 409 and body["message"] == refusal
+        finally:
+            await bus.close()
+        status, body = await post(stack.base, "/api/runs/run-doesnotexist/cancel", {})
+        assert status == 404
+
+
+async def test_configs_list_and_custom_spec_run(s3_server: Any, nats_url: str, tmp_path: Any) -> None:
+    settings = make_settings(s3_server, nats_url, tmp_path, orchestrator_backend="pool")
+    async with running(settings, "api", "orchestrator", "sim:1") as stack:
+        listing = await get(stack.base, "/api/configs")
+        ids = {c["id"]: c for c in listing["configs"]}
+        h100 = ids["SM90_H100"]
+        assert h100["sms"] == 132 and h100["memory_bandwidth_gbps"] > 3000 and h100["tensor_tflops"]["fp16"] > 900
+        spec = (await get(stack.base, "/api/configs/SM90_H100"))["spec"]
+        custom = dict(spec, id="MY_H100_FAST", name="H100 at 2x clock", aliases=[],
+                      boost_clock_mhz=spec["boost_clock_mhz"] * 2,
+                      tensor_tflops={k: v * 2 for k, v in spec["tensor_tflops"].items()},
+                      fp32_tflops=spec["fp32_tflops"] * 2)
+        status, body = await post(stack.base, "/api/configs", custom)
+        assert status == 201 and body["config"]["custom"] is True
+        status, body = await post(stack.base, "/api/configs", dict(spec))
+        assert status == 409
+        status, body = await post(stack.base, "/api/configs", {"id": "X"})
+        assert status == 400
+        assert "MY_H100_FAST" in {c["id"] for c in (await get(stack.base, "/api/configs"))["configs"]}
+        trace = await make_trace(settings, 300)
+        status, body = await post(stack.base, "/api/runs", {
+            "trace_id": trace.id, "configs": ["SM90_H100", "my_h100_fast"]})
+        assert status == 202, body
+        await wait_run(stack.base, body["id"], {"completed", "failed"})
+        res = {c["config"]: c for c in (await get(stack.base, f"/api/runs/{body['id']}/results"))["configs"]}
+        assert res["MY_H100_FAST"]["predicted_e2e_ms"] < res["SM90_H100"]["predicted_e2e_ms"]
+        assert res["MY_H100_FAST"]["spec_hash"] != res["SM90_H100"]["spec_hash"]
+
+
+async def test_run_state_in_kv_matches_api(s3_server: Any, nats_url: str, tmp_path: Any) -> None:
+    """The orchestrator creates a run published straight on the bus (no api), and finishes it."""
+    settings = make_settings(s3_server, nats_url, tmp_path, orchestrator_backend="pool")
+    async with running(settings, "orchestrator", "sim:1"):
+        trace = await make_trace(settings, 200)
+        from cascade.messages.run import RunRequested
+
+        bus = await connect(settings)
+        try:
+            run_id = f"run-{uuid.uuid4().hex[:12]}"
+            await bus.publish(subjects.RUN_REQUESTED, RunRequested(
+                run_id=run_id, trace_id=trace.id, configs=["SM80_A100"], replicas=2))
+            kv = await bus.kv(subjects.KV_RUNS)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                entry = await kv.get(run_id, RunRecord)
+                if entry is not None and entry.value.state == "completed":
+                    break
+                await asyncio.sleep(0.2)
+            assert entry is not None and entry.value.state == "completed"
+            assert entry.value.jobs_published and len(entry.value.sim_ids) == 2
+            sims = await bus.kv(subjects.KV_SIMS)
+            for sid in entry.value.sim_ids:
+                sim = await sims.get(sid, SimRecord)
+                assert sim is not None and sim.value.state == "completed"
+                assert sim.value.predicted_e2e_ns and sim.value.predicted_e2e_ns > 0
+        finally:
+            await bus.close()

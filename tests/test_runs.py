@@ -20,7 +20,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-
 from cascade import subjects
 from cascade.bench._runbed import generate_timeline, publish_trace
 from cascade.bus import connect
@@ -304,6 +303,7 @@ async def test_exhausted_deliveries_fail_the_run(s3_server: Any, nats_url: str, 
             assert trace.bundle_key
             await st.delete_prefix(trace.bundle_key)
         status, body = await post(stack.base, "/api/runs", {"trace_id": trace.id, "configs": ["SM90_H100"]})
+        assert status == 202, body
         run_id = body["id"]
         detail = await wait_run(stack.base, run_id, {"failed", "completed"}, timeout=60)
         assert detail["run"]["state"] == "failed"
@@ -333,7 +333,6 @@ async def test_invalid_requests(s3_server: Any, nats_url: str, tmp_path: Any) ->
         try:
             kv = await bus.kv(subjects.KV_TRACES)
             import msgspec
-
             from cascade.state import Provenance
 
             await kv.put(trace.id, msgspec.structs.replace(trace, state="preparing"))

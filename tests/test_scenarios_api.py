@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
-
 from cascade.bus import Bus
 from cascade.settings import Settings
 from cascade.storage import Storage
+
 from tests.test_v1 import FinishedSim, make_finished_sim, start_client
 
 pytestmark = pytest.mark.integration
@@ -52,7 +52,11 @@ async def test_scenario_returns_metrics_and_vllm_like_summary(client: TestClient
     assert res["total_output_tokens"] == 200 * 32 and res["total_input_tokens"] == 200 * 6
     assert len(res["replicas"]) == 2
     assert res["ttft_ms"]["count"] == 200 and res["ttft_ms"]["p99"] >= res["ttft_ms"]["median"] > 0
-    assert res["extrapolated"] is False
+    # six-token prompts and contexts up to 37 are calibrated; batches of 2+ concurrent decodes are not
+    assert set(res["extrapolation"]) <= {"decode_batch"}
+    assert res["extrapolated"] == bool(res["extrapolation"])
+    if res["extrapolated"]:
+        assert "extrapolated" in body["summary"]
     assert body["sim"] == finished.sim_id and body["config"] == finished.config
     summary = body["summary"]
     assert "Serving Benchmark Result" in summary
@@ -125,7 +129,8 @@ async def test_trace_replay_inline_csv(client: TestClient, finished: FinishedSim
     assert resp.status == 200, await resp.text()
     res = (await resp.json())["result"]
     assert res["completed"] == 3 and res["total_output_tokens"] == 14
-    assert res["extrapolated"] is False
+    far = res["extrapolation"]["prefill_tokens"]  # a 12-token prompt on a sim calibrated on six
+    assert (far["value"], far["high"]) == (12, 6)
 
 
 async def _wait_job(client: TestClient, job_id: str, timeout: float = 60.0) -> dict[str, Any]:

@@ -59,7 +59,7 @@ async def test_real_v4_trace_becomes_a_ready_bundle(traces_stack: TracesStack, t
 async def test_generated_xz_trace_with_multipart_upload(traces_stack: TracesStack, tmp_path: Path) -> None:
     paths = write_kernels(tmp_path / "gen", 12, blocks=4, iterations=2)
     big = tmp_path / "gen" / "kernel-13.traceg"
-    write_kernels(tmp_path / "big", 1, blocks=160, iterations=6, xz=False, first=13)
+    write_kernels(tmp_path / "big", 1, blocks=40, iterations=6, xz=False, first=13, repeat=4)
     (tmp_path / "big" / "kernel-13.traceg").rename(big)
     listing = (tmp_path / "gen" / "kernelslist.g").read_text() + "kernel-13.traceg\n"
     (tmp_path / "gen" / "kernelslist.g").write_text(listing)

@@ -14,13 +14,12 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
 import numpy as np
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-
 from cascade import subjects
 from cascade.bus import Bus
 from cascade.results import SimResult, build_result, kernels_with_predictions, write_result
@@ -28,6 +27,7 @@ from cascade.samples import load_sample
 from cascade.settings import Settings
 from cascade.state import Provenance, RunRecord, SimRecord, TraceRecord
 from cascade.storage import Storage
+
 from services.api.app import create_app
 from services.api.sim_models import SIM_MODELS
 

@@ -143,14 +143,21 @@ async def load_sample_into_state(bus: Any, storage: Any, *, name: str = DEFAULT_
         await _create(sims_kv, subjects.kv_key(sim.id), sim, report)
     await _create(runs, subjects.kv_key(run.id), run, report)
 
-    bundle_hash, manifest, npz = await asyncio.to_thread(synthetic_bundle, sample)
-    prefix = bundle_prefix(sample.synthetic_trace_id, bundle_hash)
-    if await storage.head(prefix + MANIFEST_NAME) is None:
-        await storage.put_bytes(prefix + KERNELS_NAME, npz)
-        await storage.put_bytes(prefix + MANIFEST_NAME, manifest, content_type="application/json")
-    kernels = int(msgspec.json.decode(manifest).get("kernel_count", 0))
-    await _create(traces, subjects.kv_key(sample.synthetic_trace_id),
-                  synthetic_record(sample, bundle_hash, kernels, now), report)
+    existing = await traces.get(subjects.kv_key(sample.synthetic_trace_id), TraceRecord)
+    if (existing is not None and existing.value.bundle_key
+            and await storage.head(existing.value.bundle_key + MANIFEST_NAME) is not None):
+        report["existing"].append(sample.synthetic_trace_id)
+        prefix = existing.value.bundle_key
+    else:
+        # build (deterministic, content-addressed) and upload when the bundle is not in S3
+        bundle_hash, manifest, npz = await asyncio.to_thread(synthetic_bundle, sample)
+        prefix = bundle_prefix(sample.synthetic_trace_id, bundle_hash)
+        if await storage.head(prefix + MANIFEST_NAME) is None:
+            await storage.put_bytes(prefix + KERNELS_NAME, npz)
+            await storage.put_bytes(prefix + MANIFEST_NAME, manifest, content_type="application/json")
+        kernels = int(msgspec.json.decode(manifest).get("kernel_count", 0))
+        await _create(traces, subjects.kv_key(sample.synthetic_trace_id),
+                      synthetic_record(sample, bundle_hash, kernels, now), report)
     out = SampleLoadReport(sample=name, created=report["created"], existing=report["existing"],
                            bundle_key=prefix)
     log.info("sample loaded", sample=name, created=len(out.created), existing=len(out.existing))

@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import msgspec
-
 from cascade.errors import ConfigError, DuplicateNameError, UnknownNameError
 from cascade.log import get_logger
 from cascade.messages.jobs import SimJob
@@ -352,8 +351,8 @@ class KubernetesBackend(Backend):
             cfg.host = t.api_url
             cfg.verify_ssl = t.verify_ssl
             if t.token:
-                cfg.api_key = {"authorization": t.token}
-                cfg.api_key_prefix = {"authorization": "Bearer"}
+                cfg.api_key = {"BearerToken": t.token}
+                cfg.api_key_prefix = {"BearerToken": "Bearer"}
             self._client = client.ApiClient(configuration=cfg)
         else:
             try:

@@ -109,6 +109,7 @@ class OrchestratorService:
         runs = await self.bus.subscribe(
             subjects.RUN_EVENTS, RunEvent, self.on_run_event,
             durable=subjects.DURABLE_ORCHESTRATOR_RUNS, deliver_new=True, concurrency=4,
+            on_exhausted=self.on_run_event_exhausted,
         )
         self.ctx.stack.push_async_callback(runs.stop)
         sims = await self.bus.subscribe(
@@ -163,6 +164,11 @@ class OrchestratorService:
             case _:
                 return
 
+    async def on_run_event_exhausted(self, event: RunEvent, error: BaseException, attempts: int) -> None:
+        """A run request that cannot be handled fails its run visibly (never dropped)."""
+        if isinstance(event, RunRequested):
+            await self.fail_run(event.run_id, f"cannot start the run: {error}")
+
     async def on_run_requested(self, req: RunRequested) -> None:
         """Create the run record if needed, then plan and queue its sims."""
         subjects.check_token(req.run_id, "run_id")
@@ -195,7 +201,8 @@ class OrchestratorService:
         if run.cancel_requested:
             await self._finish(run.id, "cancelled", reason="cancelled before it started")
             return
-        trace = await self.traces_kv.get(run.trace_id, TraceRecord)
+        trace_entry = await self.traces_kv.get(run.trace_id, TraceRecord)
+        trace = trace_entry.value if trace_entry is not None else None
         if trace is None or trace.state != "ready" or not trace.bundle_key:
             state = "missing" if trace is None else trace.state
             await self.fail_run(run.id, f"trace {run.trace_id} is {state}, not ready to simulate")

@@ -45,11 +45,11 @@ from cascade.messages.trace import (
 )
 from cascade.runtime import ServiceContext
 from cascade.state import TraceRecord
-from cascade.tracefiles import bundle_prefix, check_name, part_key, split_raw_key
+from cascade.tracefiles import bundle_prefix, check_name, part_key, raw_prefix, split_raw_key
 from cascade.traces.bundle import KERNELS_NAME, MANIFEST_NAME, BundleBuilder, table_to_npz
 from cascade.traces.parse import KernelFeatures, KernelTraceParser
 from cascade.traces.timeline import import_timeline
-from cascade.tracestore import TraceStore, UnitRecord, assess, capped, replace
+from cascade.tracestore import FileRecord, TraceStore, UnitRecord, assess, capped, replace
 
 #: KernelTable columns copied into a unit's progress record.
 SUMMARY_COLUMNS: tuple[str, ...] = (
@@ -322,6 +322,12 @@ class PrepareService:
             store.expected(tid), store.files(tid), store.units(tid)
         )
         a = assess(record, expected, files, units)
+        unrecorded = await self._unrecorded(tid, files)
+        if unrecorded:
+            # Ingest has not caught up with every uploaded object (a kernelslist may still
+            # add expectations): it queues this job again once they are recorded.
+            self.log.info("bundle waits for ingest", trace_id=tid, unrecorded=unrecorded[:5])
+            return None
         if not a.complete:
             self.log.info("bundle not ready yet", trace_id=tid, pending=len(a.pending),
                           missing=len(a.missing), failed=len(a.failed), reason=reason)
@@ -379,6 +385,21 @@ class PrepareService:
             msg_id=f"state:{tid}:ready:{bundle_hash}",
         )
         return new
+
+    async def _unrecorded(self, tid: str, files: list[FileRecord]) -> list[str]:
+        """Valid raw objects in S3 that ingest has not recorded (with their current ETag)."""
+        recorded = {f.name: f.etag for f in files}
+        prefix = raw_prefix(tid)
+        out = []
+        async for info in self.storage.list(prefix):
+            name = info.key[len(prefix):]
+            try:
+                check_name(name)
+            except ValidationError:
+                continue
+            if recorded.get(name) != info.etag:
+                out.append(name)
+        return out
 
     def _build(self, record: TraceRecord, units: list[UnitRecord],
                bodies: list[bytes]) -> tuple[str, bytes, bytes]:

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from cascade.engine import predict
 from cascade.engine.perf import REGIMES
 from cascade.gpus import GPUSpec, default_registry

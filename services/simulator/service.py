@@ -36,11 +36,10 @@ from typing import Any
 
 import msgspec
 import numpy as np
-from nats.js import api as jsapi
-
 from cascade import subjects
 from cascade.bundlecache import cache_dir_for, fetch_bundle
 from cascade.bus import Delivery
+from cascade.engine import model_names
 from cascade.errors import (
     CancelledRunError,
     ConfigError,
@@ -56,6 +55,7 @@ from cascade.results import build_result, kernels_with_predictions, write_result
 from cascade.runplan import spec_of_job_config
 from cascade.runtime import ServiceContext
 from cascade.state import RunRecord, SimRecord, TraceRecord
+from nats.js import api as jsapi
 
 from services.simulator.engine import SimulationInputs, load_inputs, predict_chunk, replay_timeline
 
@@ -111,6 +111,8 @@ class SimulatorService:
         self.sims_kv = await self.bus.kv(subjects.KV_SIMS)
         self.traces_kv = await self.bus.kv(subjects.KV_TRACES)
         self.ctx.add_stats(self.stats)
+        # Register the engine's built-in models once, here, not from two worker threads at once.
+        model_names()
         if self.once:
             self.ctx.spawn(self._run_once(), name="simulator-once")
         else:
@@ -248,9 +250,16 @@ class SimulatorService:
             return
         try:
             await self._check_cancel(job)
+            trace = await self._trace(job)
+            total = trace.kernels_total
             await self._publish(job, "started", SimStarted(
-                sim_id=job.sim_id, run_id=job.run_id, attempt=delivery.attempt, worker=self.worker))
-            inputs = await self._load(job)
+                sim_id=job.sim_id, run_id=job.run_id, attempt=delivery.attempt, worker=self.worker,
+                kernels_total=total))
+            await self._publish(job, "progress", SimProgress(
+                sim_id=job.sim_id, run_id=job.run_id, kernels_done=0, kernels_total=total,
+                percent=0.0, attempt=delivery.attempt))
+            self._first_progress()
+            inputs = await self._load(job, trace)
             await self._simulate(job, inputs, delivery.attempt, t0, log)
         except CancelledRunError as exc:
             await self._publish(job, "cancelled", SimCancelled(
@@ -266,11 +275,18 @@ class SimulatorService:
     async def _publish(self, job: SimJob, kind: str, message: Any, msg_id: str | None = None) -> None:
         await self.bus.publish(subjects.sim_event(job.sim_id, kind), message, msg_id=msg_id)
 
-    async def _load(self, job: SimJob) -> SimulationInputs:
+    def _first_progress(self) -> None:
+        if self.first_progress_s is None:
+            self.first_progress_s = time.perf_counter() - self._t0
+            self.log.info("first progress event", seconds_since_start=round(self.first_progress_s, 3))
+
+    async def _trace(self, job: SimJob) -> TraceRecord:
         entry = await self.traces_kv.get(job.trace_id, TraceRecord)
         if entry is None:
             raise ValidationError(f"trace {job.trace_id} does not exist", field="trace_id")
-        trace = entry.value
+        return entry.value
+
+    async def _load(self, job: SimJob, trace: TraceRecord) -> SimulationInputs:
         if not trace.bundle_key:
             raise ValidationError(f"trace {job.trace_id} has no bundle ({trace.state})", field="trace_id")
         if job.bundle_key and trace.bundle_key.rstrip("/") != job.bundle_key.rstrip("/"):
@@ -310,11 +326,8 @@ class SimulatorService:
                 sim_id=job.sim_id, run_id=job.run_id, kernels_done=done, kernels_total=n,
                 percent=min(100.0, percent), simulated_ns=float(predicted[:done].sum()),
                 eta_s=eta, attempt=attempt))
-            if self.first_progress_s is None:
-                self.first_progress_s = time.perf_counter() - self._t0
             last_progress, last_percent = now, int(percent)
 
-        await progress(0)
         done = 0
         while done < n:
             stop = min(n, done + chunk)
@@ -327,7 +340,8 @@ class SimulatorService:
             done = stop
             now = time.perf_counter()
             if now > deadline:
-                raise JobTimeoutError(f"simulation exceeded {self.settings.sim_timeout_s:g} s")
+                raise JobTimeoutError(
+                    f"timed out after {self.settings.sim_timeout_s:g} s (CASCADE_SIM_TIMEOUT_S)")
             percent = int(100 * done / n)
             if done < n and (percent > last_percent or now - last_progress >= PROGRESS_INTERVAL_S):
                 await progress(done)

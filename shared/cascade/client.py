@@ -140,9 +140,10 @@ class CascadeClient:
         """GET /api/traces."""
         return list((await self.request("GET", "/api/traces"))["traces"])
 
-    async def get_trace(self, trace_id: str) -> dict[str, Any]:
-        """GET /api/traces/{id}: record, files, kernels, progress."""
-        return dict(await self.request("GET", f"/api/traces/{trace_id}"))
+    async def get_trace(self, trace_id: str, *, details: bool = True) -> dict[str, Any]:
+        """GET /api/traces/{id}: record, files, kernels, progress (record only without details)."""
+        params = None if details else {"details": "false"}
+        return dict(await self.request("GET", f"/api/traces/{trace_id}", params=params))
 
     async def kernels(self, trace_id: str, *, offset: int = 0, limit: int = 100,
                       sort: str = "kernel_id", order: str = "asc") -> dict[str, Any]:
@@ -179,9 +180,9 @@ class CascadeClient:
         """Poll until the trace reaches one of ``states``; TimeoutError names the last state."""
         deadline = time.monotonic() + timeout
         while True:
-            trace = await self.get_trace(trace_id)
+            trace = await self.get_trace(trace_id, details=False)
             if trace["state"] in states:
-                return trace
+                return await self.get_trace(trace_id)
             if time.monotonic() >= deadline:
                 raise TimeoutError(
                     f"trace {trace_id} still {trace['state']} after {timeout:g}s "

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
 import msgspec
 import numpy as np
@@ -357,10 +357,16 @@ def steps_to_records(result: SimResult) -> list[Any]:
 
     out = []
     for s in result.steps:
-        if s.kind not in ("prefill", "decode") or s.tokens < 1:
+        if s.tokens < 1:
+            continue
+        if s.kind == "prefill":
+            kind: Literal["prefill", "decode"] = "prefill"
+        elif s.kind == "decode":
+            kind = "decode"
+        else:
             continue
         out.append(StepRecord(
-            kind=s.kind, tokens=s.tokens, batch=max(1, s.batch),
+            kind=kind, tokens=s.tokens, batch=max(1, s.batch),
             context=max(1, s.context or s.tokens), host_ns=s.host_ns, gpu_ns=s.gpu_ns,
         ))
     return out

@@ -138,9 +138,9 @@ def resolve_config(
         return ResolvedConfig(spec.id, spec, None if builtin is not None else spec_mapping(spec))
     if not isinstance(ref, str) or not ref.strip():
         raise ValidationError("expected a GPU spec id or a spec object", field=where)
-    spec = registry.resolve(ref)
-    if spec is not None:
-        return ResolvedConfig(spec.id, spec, None)
+    builtin_spec = registry.resolve(ref)
+    if builtin_spec is not None:
+        return ResolvedConfig(builtin_spec.id, builtin_spec, None)
     wanted = normalize_name(ref)
     for cid, cspec in custom.items():
         if wanted in (normalize_name(cid), *(normalize_name(a) for a in cspec.aliases)):

@@ -9,7 +9,7 @@ Per-file and per-kernel details of big traces live under their own KV keys
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -103,7 +103,7 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
     configs: list[str]
     replicas: int = 1
     model: str = "auto"
-    options: dict[str, object] = {}
+    options: dict[str, Any] = {}
     state: RunStateName = "queued"
     created_at: float = 0.0
     updated_at: float = 0.0
@@ -111,7 +111,7 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
     cancel_requested: bool = False
     provenance: Provenance = Provenance()
-    custom_specs: dict[str, dict[str, object]] = {}
+    custom_specs: dict[str, dict[str, Any]] = {}
     """Custom GPU specs supplied inline with the request, by name."""
     jobs_published: bool = False
     """True once the orchestrator queued every sim's job (on restart it re-publishes otherwise)."""

@@ -52,6 +52,8 @@ SCHEMA_VERSION = 1
 DEFAULT_TOKEN_BUDGET = 8192
 #: Contexts at which an out-of-range decode is timed with the kernel model (interpolated between).
 EXTRAPOLATION_POINTS = 8
+#: Request shapes whose estimates one SimStepModel keeps (oldest dropped first).
+ESTIMATE_MEMO = 4096
 
 
 def step_model_key(run_id: str, sim_id: str) -> str:
@@ -243,6 +245,7 @@ class SimStepModel:
     fingerprint: str = ""
     _prefill_memo: dict[tuple[int, int], Any] = field(default_factory=dict)
     _decode_memo: dict[int, float] = field(default_factory=dict)
+    _estimate_memo: dict[tuple[int, int, int], RequestEstimate] = field(default_factory=dict)
 
     @property
     def model(self) -> StepTimeModel:
@@ -279,8 +282,9 @@ class SimStepModel:
         linearly interpolated between them. Returns (times, kernel_model_used).
         """
         m = self.model
-        host = m.decode_host.value(1.0, contexts.astype(float))
-        gpu = m.decode_gpu.value(1.0, contexts.astype(float))
+        ctx_f = contexts.astype(float)
+        host = m.decode_host.intercept_ns + m.decode_host.per_token_ns + m.decode_host.per_attention_ns * ctx_f
+        gpu = m.decode_gpu.intercept_ns + m.decode_gpu.per_token_ns + m.decode_gpu.per_attention_ns * ctx_f
         times = np.asarray(host + gpu, dtype=float)
         cal = m.calibration
         ext = self.extrapolator
@@ -301,8 +305,16 @@ class SimStepModel:
 
     def estimate(self, prompt_tokens: int, output_tokens: int, *,
                  token_budget: int = DEFAULT_TOKEN_BUDGET) -> RequestEstimate:
-        """See :func:`estimate_request`."""
-        return estimate_request(self, prompt_tokens, output_tokens, token_budget=token_budget)
+        """See :func:`estimate_request` (memoised per shape: estimates are pure)."""
+        key = (prompt_tokens, output_tokens, token_budget)
+        hit = self._estimate_memo.get(key)
+        if hit is not None:
+            return hit
+        est = estimate_request(self, prompt_tokens, output_tokens, token_budget=token_budget)
+        if len(self._estimate_memo) >= ESTIMATE_MEMO:
+            self._estimate_memo.pop(next(iter(self._estimate_memo)))
+        self._estimate_memo[key] = est
+        return est
 
 
 def estimate_request(sm: SimStepModel, prompt_tokens: int, output_tokens: int, *,

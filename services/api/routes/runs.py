@@ -68,7 +68,14 @@ from cascade.messages.sim import (
     decode_sim_event,
 )
 from cascade.results import SimResult, read_kernels, read_result
-from cascade.runplan import MAX_REPLICAS, MAX_SIMS, load_custom_specs, new_run_id, plan_sims, resolve_config
+from cascade.runplan import (
+    MAX_REPLICAS,
+    MAX_SIMS,
+    load_custom_specs,
+    new_run_id,
+    plan_sims,
+    resolve_config,
+)
 from cascade.samples import is_recorded_run, list_samples, load_reference, refuse_rerun
 from cascade.state import TERMINAL_RUN_STATES, RunRecord, SimRecord, TraceRecord
 from nats.js import api as jsapi
@@ -269,7 +276,8 @@ async def cancel_run(request: web.Request) -> web.Response:
 def sim_event_data(data: bytes) -> dict[str, Any] | None:
     """A sim event as the SimRecord-like fields the UI merges into its row."""
     ev = decode_sim_event(data)
-    base: dict[str, Any] = {"id": ev.sim_id, "run_id": ev.run_id, "type": type(ev).__struct_config__.tag}
+    base: dict[str, Any] = {"id": ev.sim_id, "run_id": ev.run_id, "type": type(ev).__struct_config__.tag,
+                            "at": ev.at}
     match ev:
         case SimQueued():
             base.update(state="queued", config=ev.config, replica=ev.replica, percent=0.0)
@@ -297,7 +305,7 @@ def sim_event_data(data: bytes) -> dict[str, Any] | None:
 def run_event_data(data: bytes) -> dict[str, Any] | None:
     """A run event as ``{"id", "state", ...}`` (None for the request itself)."""
     ev = decode_run_event(data)
-    base: dict[str, Any] = {"id": ev.run_id, "type": type(ev).__struct_config__.tag}
+    base: dict[str, Any] = {"id": ev.run_id, "type": type(ev).__struct_config__.tag, "at": ev.at}
     match ev:
         case RunStateChanged():
             base.update(state=ev.state, previous=ev.previous, reason=ev.reason)

@@ -56,7 +56,7 @@ from cascade.serving.report import format_summary
 from cascade.serving.scenario import Scenario, ScenarioResult, resolve, run_scenario
 
 from services.api.http import doc, json_response, read_json
-from services.api.keys import BUS, STORAGE
+from services.api.keys import BUS, get_storage
 from services.api.sim_models import ModelEntry, install, sim_models
 
 routes = web.RouteTableDef()
@@ -392,7 +392,8 @@ async def _prepare(request: web.Request, req: ScenarioRequest, tmpdir: Path
 async def post_scenario(request: web.Request) -> web.Response:
     """Simulate serving traffic on replicas of a finished sim; metrics as `vllm bench serve` names them."""
     req = await read_json(request, ScenarioRequest)
-    tmp = tempfile.TemporaryDirectory(prefix="cascade-scenario-")
+    tmp: tempfile.TemporaryDirectory[str] | None = tempfile.TemporaryDirectory(prefix="cascade-scenario-")
+    assert tmp is not None
     try:
         entry, scenario, model, kv = await _prepare(request, req, Path(tmp.name))
         if req.background or _work(req, scenario) > JOB_THRESHOLD:
@@ -409,7 +410,7 @@ async def post_scenario(request: web.Request) -> web.Response:
 
 # ---- jobs -------------------------------------------------------------------------------------
 
-JOBS = web.AppKey("scenario_jobs", set)
+JOBS: web.AppKey[set[asyncio.Task[None]]] = web.AppKey("scenario_jobs", set)
 
 
 def _job_key(job_id: str) -> str:
@@ -478,7 +479,7 @@ async def _run_job(app: web.Application, job: JobRecord, req: ScenarioRequest, e
         result, cap = await asyncio.to_thread(compute, req, scenario, model, kv_cfg, progress)
         body = response_body(entry, result, cap)
         key = _response_key(job.id)
-        await app[STORAGE].put_bytes(key, msgspec.json.encode(body), content_type="application/json")
+        await get_storage(app).put_bytes(key, msgspec.json.encode(body), content_type="application/json")
         finished.set()
         await beater
         await _update(meta, job.id, state="completed", done=result.completed, total=result.completed,
@@ -520,14 +521,15 @@ async def get_scenario(request: web.Request) -> web.Response:
         raise NotFoundError(f"no scenario job {job_id!r}")
     view = _job_view(entry.value)
     if entry.value.state == "completed" and entry.value.response_key:
-        data = await request.app[STORAGE].get_bytes(entry.value.response_key, max_bytes=512 * 1024 * 1024)
+        data = await get_storage(request.app).get_bytes(entry.value.response_key, max_bytes=512 * 1024 * 1024)
         view["response"] = msgspec.json.decode(data)
     return json_response(view)
 
 
 async def _jobs_ctx(app: web.Application) -> Any:
     yield
-    tasks = list(app[JOBS])
+    jobs: set[asyncio.Task[None]] = app[JOBS]
+    tasks = list(jobs)
     for task in tasks:
         task.cancel()
     for task in tasks:

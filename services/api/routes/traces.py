@@ -351,12 +351,18 @@ async def seal_trace(request: web.Request) -> web.Response:
 
 
 @routes.get("/api/traces/{trace_id}")
-@doc(tags=("traces",), responses={404: "no such trace"})
+@doc(tags=("traces",), responses={404: "no such trace"},
+     query={"details": "false: the record only, without per-file and per-kernel lists"})
 async def get_trace(request: web.Request) -> web.Response:
     """The trace record with per-file and per-kernel progress and errors."""
     tid = _trace_id(request)
     store = _store(request)
     record = await store.require(tid)
+    details = request.query.get("details", "true").lower()
+    if details not in ("true", "false", "1", "0"):
+        raise ValidationError("expected true or false", field="details")
+    if details in ("false", "0"):
+        return json_response(record)
     files = await store.files(tid)
     units = await store.units(tid)
     expected = await store.expected(tid)

@@ -73,7 +73,7 @@ def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, step: float = 
 
 def heldout_mask(keys: np.ndarray, fraction: float) -> np.ndarray:
     """True for rows whose shape key hashes into the held-out fraction (stable across runs)."""
-    cut = int(round(fraction * 1000))
+    cut = round(fraction * 1000)
     return np.fromiter((zlib.crc32(str(k).encode()) % 1000 < cut for k in keys), dtype=bool, count=len(keys))
 
 

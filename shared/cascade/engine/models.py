@@ -84,7 +84,8 @@ def _ensure_builtin() -> None:
     from cascade.engine.accelsim import AccelSimModel
     from cascade.engine.analytical import AnalyticalModel
 
-    for factory in (RooflineModel, ScaledModel, AnalyticalModel, AccelSimModel, AutoModel):
+    factories: tuple[Any, ...] = (RooflineModel, ScaledModel, AnalyticalModel, AccelSimModel, AutoModel)
+    for factory in factories:
         register_model(factory.name, factory)
 
 
@@ -173,8 +174,10 @@ class ScaledModel:
     The per-kernel ratio comes from :mod:`cascade.engine.perf` evaluated on both GPUs
     (regime per kernel from compute vs memory vs fixed time; tile sizes from kernel
     names on the same architecture, the target architecture's typical tile otherwise).
-    The exponent alpha (calibrated) shrinks a kernel's measured deviation from the
-    model before carrying it over. Rows without a source time use the target model alone.
+    Between architectures, the exponent alpha (calibrated) shrinks a kernel's measured
+    deviation from the model before carrying it over (same architecture: carried in full,
+    so source == target reproduces the measured times). Rows without a source time use
+    the target model alone.
     """
 
     name = "scaled"
@@ -194,6 +197,8 @@ class ScaledModel:
         mt = perf.kernel_times(w, target, pt, cal, ft, perf.target_tiles(w, target, cal, src))
         ag = cfg.alpha_gemm if cfg.alpha_gemm is not None else cal.globals.alpha_gemm
         ao = cfg.alpha_other if cfg.alpha_other is not None else cal.globals.alpha_other
+        if src.arch == target.arch:
+            ag = ao = 1.0
         alpha = np.where(w.is_gemm, ag, ao)
         with np.errstate(invalid="ignore", divide="ignore"):
             pred = mt.total_ns * (t_src / ms.total_ns) ** alpha

@@ -17,6 +17,7 @@ from cascade.calibration import BW_FAMILIES, Calibration, ResolvedParams
 from cascade.engine import ops
 from cascade.engine.workload import Workload
 from cascade.gpus.spec import GPUSpec
+from cascade.kerneltable import DTYPES
 
 #: Regime labels (index = code).
 REGIMES: tuple[str, ...] = ("compute", "memory", "latency", "launch")
@@ -25,13 +26,9 @@ COMPUTE, MEMORY, LATENCY, LAUNCH = range(4)
 
 def peak_flops(w: Workload, spec: GPUSpec) -> np.ndarray:
     """Peak FLOP/s each kernel can reach on a spec (tensor path where it has one)."""
-    out = np.empty(len(w))
-    dtypes = w.dtype.astype(str)
-    for d in np.unique(dtypes):
-        sel = dtypes == d
-        out[sel & w.tensor] = spec.peak_flops(str(d), True)
-        out[sel & ~w.tensor] = spec.peak_flops(str(d), False)
-    return out
+    tensor = np.array([spec.peak_flops(d, True) for d in DTYPES])
+    simt = np.array([spec.peak_flops(d, False) for d in DTYPES])
+    return np.where(w.tensor, tensor[w.dtype_code], simt[w.dtype_code])
 
 
 def roofline_ns(w: Workload, spec: GPUSpec) -> np.ndarray:
@@ -61,11 +58,11 @@ def gemm_compute_ns(w: Workload, spec: GPUSpec, rate: np.ndarray, ta: np.ndarray
                     min_tile_area: float) -> np.ndarray:
     """Compute time of tiled GEMMs: each SM works through its share of tiles (at least one);
     a tile smaller than ``min_tile_area`` takes as long as one of that area (its K loop, not
-    its size, bounds it). ``rate`` is the sustained FLOP/s of the whole GPU."""
+    its size, bounds it; split over ``k_split`` warps for sliced-K kernels). ``rate`` is the sustained FLOP/s of the whole GPU."""
     with np.errstate(invalid="ignore"):
         tiles = w.batch * np.ceil(w.n / np.maximum(ta, 1)) * np.ceil(w.m / np.maximum(tb, 1))
         per_sm = np.maximum(tiles / spec.sms, 1.0)
-        tile_flops = 2.0 * w.k * np.maximum(ta * tb, min_tile_area)
+        tile_flops = 2.0 * w.k * np.maximum(ta * tb, min_tile_area / w.k_split)
         return per_sm * tile_flops / (rate / spec.sms) * 1e9
 
 

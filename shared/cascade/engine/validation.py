@@ -69,12 +69,12 @@ def evaluate(
     models: Sequence[str] = DEFAULT_MODELS,
     *,
     reg: GPURegistry | None = None,
-    select: dict[tuple[str, str], np.ndarray] | None = None,
+    select: dict[tuple[str, str, str], np.ndarray] | None = None,
 ) -> list[ErrorStats]:
     """Per (dataset, family, pair, model) error statistics, plus an ``all`` family per pair.
 
-    ``select`` optionally restricts each pair (keyed by (source spec id, target spec id)
-    within its dataset) to a boolean mask of its rows, e.g. a held-out split.
+    ``select`` optionally restricts each pair (keyed by (dataset, source spec id,
+    target spec id)) to a boolean mask of its rows, e.g. a held-out split.
     """
     out: list[ErrorStats] = []
     for pair in pairs:

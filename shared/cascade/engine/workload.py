@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cascade.engine import ops
-from cascade.kerneltable import KernelTable
+from cascade.kerneltable import DTYPES, KernelTable
 
 #: dtypes with tensor-core paths (on GPUs that have them).
 TENSOR_DTYPES: tuple[str, ...] = ("fp16", "bf16", "tf32", "fp8", "int8")
@@ -21,6 +21,8 @@ class Workload:
     """Family code (see :data:`cascade.engine.ops.FAMILIES`)."""
     dtype: np.ndarray
     """Math dtype strings ('' -> treated as fp16 for tensor kernels, fp32 otherwise)."""
+    dtype_code: np.ndarray
+    """Index of ``dtype`` in :data:`cascade.kerneltable.DTYPES`."""
     tensor: np.ndarray
     """True where the kernel runs on tensor cores."""
     flops: np.ndarray
@@ -37,6 +39,8 @@ class Workload:
     """Tile named in the kernel name (0 where none): a covers n, b covers m."""
     blocks: np.ndarray
     """Grid size in blocks (NaN where unknown)."""
+    k_split: np.ndarray
+    """Warps sharing a tile's K loop (``sliced1x4`` kernels: 4), else 1."""
 
     def __len__(self) -> int:
         return len(self.family)
@@ -57,13 +61,16 @@ def workload_of(table: KernelTable) -> Workload:
     n = len(table)
     names = table["name"]
     fam = ops.families(table["op"], names)
-    tile_a, tile_b, path = ops.name_hints(names)
+    tile_a, tile_b, path, k_split = ops.name_hints(names)
     dtype = np.asarray(table["dtype"], dtype=object).copy()
     unknown = dtype == ""
     if unknown.any():
         dtype[unknown & (path == 1)] = "fp16"
         dtype[unknown & (path != 1)] = "fp32"
-    is_tensor_dtype = np.isin(dtype.astype(str), TENSOR_DTYPES)
+    dt_u, dt_c = ops.factorize(dtype)
+    dtype_code = np.asarray([DTYPES.index(d) if d in DTYPES else DTYPES.index("fp32") for d in dt_u],
+                            dtype=np.int8)[dt_c] if n else np.zeros(0, dtype=np.int8)
+    is_tensor_dtype = np.isin(dtype_code, [DTYPES.index(d) for d in TENSOR_DTYPES])
     matmul_like = (fam == ops.GEMM) | (fam == ops.ATTENTION)
     tensor = np.where(path >= 0, path == 1, is_tensor_dtype & matmul_like)
     batch = _dims(table, "batch")
@@ -83,6 +90,7 @@ def workload_of(table: KernelTable) -> Workload:
     blocks = (table["grid_x"].astype(np.float64) * np.maximum(table["grid_y"], 1)
               * np.maximum(table["grid_z"], 1))
     blocks = np.where(table["grid_x"] > 0, blocks, np.nan)
-    return Workload(family=fam, dtype=dtype, tensor=tensor.astype(bool), flops=flops, bytes=nbytes,
+    return Workload(family=fam, dtype=dtype, dtype_code=dtype_code, tensor=tensor.astype(bool), flops=flops, bytes=nbytes,
                     batch=batch, m=m, n=nn, k=k, tile_a=tile_a.astype(np.float64),
-                    tile_b=tile_b.astype(np.float64), blocks=blocks)
+                    tile_b=tile_b.astype(np.float64), blocks=blocks,
+                    k_split=np.maximum(k_split, 1).astype(np.float64))

@@ -15,7 +15,13 @@ async function api(path, opts = {}) {
   const text = await res.text();
   let body = null;
   try { body = text ? JSON.parse(text) : null; } catch (_) { body = { message: text }; }
-  if (!res.ok) throw new Error((body && (body.message || body.error)) || res.statusText);
+  if (!res.ok) {
+    // Cascade errors: {error: code, message, field?}; OpenAI-style (/v1): {error: {message, param}}
+    const err = body && typeof body.error === "object" && body.error ? body.error : body;
+    const where = err && (err.field || err.param);
+    const text = (err && (err.message || err.error)) || res.statusText;
+    throw new Error(where && !String(text).startsWith(where) ? `${where}: ${text}` : text);
+  }
   return body;
 }
 
@@ -91,7 +97,9 @@ async function renderResults(runId) {
     let html = `<table><thead><tr><th>Config</th><th>Real mean E2E</th><th>Predicted mean E2E</th><th>Error</th><th>Model</th><th>Calibration</th></tr></thead><tbody>${rows}</tbody></table>`;
     if (res.reference) {
       html += `<h4>Recorded reference (${esc(res.reference.badge || "Sample")})</h4><table><thead><tr><th>Config</th><th>Real mean E2E</th><th>Simulated mean E2E</th><th>Error</th></tr></thead><tbody>` +
-        res.reference.configs.map((c) => `<tr><td>${esc(c.config)}</td><td>${fmtMs(c.real_e2e_ms)}</td><td>${fmtMs(c.simulated_e2e_ms)}</td><td>${c.counterfactual ? '<span class="counterfactual">counterfactual</span>' : (c.error_pct >= 0 ? "+" : "") + c.error_pct.toFixed(2) + "%"}</td></tr>`).join("") + "</tbody></table>";
+        res.reference.configs.map((c) => `<tr><td>${esc(c.config)}</td><td>${fmtMs(c.real_e2e_ms)}</td><td>${fmtMs(c.simulated_e2e_ms)}</td><td>${c.counterfactual ? '<span class="counterfactual">counterfactual</span>' : (c.error_pct != null ? (c.error_pct >= 0 ? "+" : "") + c.error_pct.toFixed(2) + "%" : "-")}</td></tr>`).join("") + "</tbody></table>";
+      const notes = res.reference.notes || res.reference.caveats || [];
+      if (notes.length) html += `<ul class="notes">${notes.map((n) => `<li>${esc(n)}</li>`).join("")}</ul>`;
     }
     for (const c of res.configs || []) {
       const top = (c.top_kernels || []).slice(0, 5);

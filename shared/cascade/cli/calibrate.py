@@ -1,0 +1,37 @@
+"""`cascade calibrate --data DIR [--out FILE]`: refit the model calibration on measured data."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser("calibrate", help="fit model parameters on measured cross-GPU data")
+    p.add_argument("--data", required=True, metavar="DIR", help="directory of Vidur / NeuSight measurements")
+    p.add_argument("--out", metavar="FILE", help="where to write (default: the packaged default.json)")
+    p.add_argument("--holdout", type=float, default=0.2, help="fraction of shapes held out of the fit")
+    p.add_argument("--iters", type=int, default=250, help="simplex iterations per round")
+    p.add_argument("--no-leave-one-gpu-out", action="store_true", help="skip the per-GPU hold-out refits")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Fit, write the JSON with provenance and print the held-out accuracy."""
+    import cascade.calibration as calibration_pkg
+    from cascade.calibration import save_calibration
+    from cascade.calibration.fit import fit_directory
+
+    out = Path(args.out) if args.out else Path(calibration_pkg.__file__).with_name("default.json")
+    cal = fit_directory(args.data, holdout=args.holdout, iters=args.iters,
+                        leave_one_gpu_out=not args.no_leave_one_gpu_out, log=print)
+    save_calibration(cal, out)
+    print(f"wrote {out}")
+    for section, rows in cal.metrics.items():
+        print(f"[{section}]")
+        for r in rows:  # type: ignore[attr-defined]
+            if r["family"] in ("all", "linear", "bmm") or r["kind"] == "vidur":
+                print(f"  {r['dataset']:12s} {r['family']:12s} {r['source']:>20s} -> {r['target']:<20s} "
+                      f"{r['model']:9s} n={r['count']:6d} MAPE {r['mape']:6.2f} median {r['median_ape']:6.2f} "
+                      f"p90 {r['p90_ape']:6.2f}")
+    return 0

@@ -1,0 +1,212 @@
+"""``cascade import PATH --app URL``: upload an existing trace folder or timeline file.
+
+Uses the same presigned flow as the profiler: create the trace (or reuse the
+one this PATH was imported into before), upload what has not arrived yet with
+a progress bar, report each upload, then seal with the full file list.
+Resumable: the trace id of every (app, PATH) pair is kept in a state file
+(``.cascade-import.json`` next to the data, or under ``~/.cascade/`` when that
+folder is read-only), and a rerun skips files the api already holds with the
+same size and ETag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from cascade.client import ApiError, CascadeClient, md5_etag
+from cascade.errors import NotFoundError, ValidationError
+from cascade.tracefiles import check_name
+
+STATE_NAME = ".cascade-import.json"
+TOKEN_ENV = "CASCADE_API_TOKEN"
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``import`` sub-command."""
+    p = subparsers.add_parser(
+        "import", help="upload an existing trace folder or timeline file to a running app",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("path", type=Path, help="trace folder (kernel-N.trace[g][.xz], kernelslist, "
+                   "stats.csv, timeline files) or one timeline file")
+    p.add_argument("--app", required=True, help="api URL, e.g. http://127.0.0.1:8080")
+    p.add_argument("--token", default=None, help=f"bearer token (default: ${TOKEN_ENV})")
+    p.add_argument("--name", default=None, help="trace name (default: the folder or file name)")
+    p.add_argument("--source-gpu", default=None,
+                   help="GPU the trace was captured on: spec id or driver device name "
+                        "(required for a new trace)")
+    p.add_argument("--kind", choices=("instructions", "timeline", "both"), default=None,
+                   help="what the trace holds (default: from the files found)")
+    p.add_argument("--workload", default="", help="free-form workload description")
+    p.add_argument("--trace-id", default=None, help="continue this trace instead of the remembered one")
+    p.add_argument("--state-file", type=Path, default=None,
+                   help=f"where the PATH -> trace id mapping is kept (default: PATH's folder/{STATE_NAME})")
+    p.add_argument("--no-seal", action="store_true", help="upload only; do not seal the trace")
+    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                   help="after sealing, wait up to SECONDS for the trace to be ready")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=main)
+
+
+def collect_files(path: Path) -> list[Path]:
+    """The trace files under ``path`` (a folder: its accepted files; a file: itself)."""
+    if path.is_file():
+        check_name(path.name, field=str(path))
+        return [path]
+    if not path.is_dir():
+        raise NotFoundError(f"{path}: no such file or folder")
+    files = []
+    for entry in sorted(path.iterdir()):
+        if not entry.is_file() or entry.name.startswith("."):
+            continue
+        try:
+            check_name(entry.name)
+        except ValidationError:
+            continue
+        files.append(entry)
+    if not files:
+        raise ValidationError(f"{path} holds no trace files (kernel-N.trace[g][.xz], kernelslist, "
+                              "stats.csv or timeline files)", field="path")
+    return files
+
+
+def infer_kind(files: list[Path]) -> str:
+    """instructions, timeline or both, from the file names."""
+    kinds = {check_name(f.name).kind for f in files}
+    has_kernels = "kernel" in kinds
+    has_timeline = "timeline" in kinds
+    if has_kernels and has_timeline:
+        return "both"
+    return "timeline" if has_timeline else "instructions"
+
+
+def state_file_for(path: Path, override: Path | None) -> Path:
+    """The state file to use: next to the data when writable, else ~/.cascade/imports.json."""
+    if override is not None:
+        return override
+    folder = path if path.is_dir() else path.parent
+    if os.access(folder, os.W_OK):
+        return folder / STATE_NAME
+    return Path.home() / ".cascade" / "imports.json"
+
+
+def _load_state(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _save_state(path: Path, state: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(state, indent=2, sort_keys=True))
+    tmp.replace(path)
+
+
+def already_there(local: Path, remote: dict[str, Any] | None, part_size: int | None) -> bool:
+    """True when the api holds ``local`` already (same size and ETag)."""
+    if remote is None or remote.get("state") != "received":
+        return False
+    if int(remote.get("size", -1)) != local.stat().st_size:
+        return False
+    etag = str(remote.get("etag", ""))
+    if "-" in etag:
+        return part_size is not None and md5_etag(local, part_size) == etag
+    return md5_etag(local) == etag
+
+
+async def run_import(args: argparse.Namespace) -> dict[str, Any]:
+    """Do the import; returns a summary (trace id, uploaded, skipped, final state)."""
+    path: Path = args.path.resolve()
+    files = collect_files(path)
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    state_path = state_file_for(path, args.state_file)
+    state = _load_state(state_path)
+    entry_key = f"{args.app.rstrip('/')} {path}"
+    entry: dict[str, Any] = dict(state.get(entry_key) or {})
+    async with CascadeClient(args.app, token) as api:
+        trace_id = args.trace_id or entry.get("trace_id")
+        trace: dict[str, Any] | None = None
+        if trace_id:
+            try:
+                trace = await api.get_trace(trace_id)
+            except ApiError as exc:
+                if exc.http_status != 404 or args.trace_id:
+                    raise
+                trace = None
+        if trace is None:
+            if not args.source_gpu:
+                raise ValidationError("a new trace needs --source-gpu (spec id or device name)",
+                                      field="--source-gpu")
+            created = await api.create_trace(
+                name=args.name or path.name, source_gpu=args.source_gpu,
+                kind=args.kind or infer_kind(files), workload=args.workload,
+            )
+            trace = await api.get_trace(created["id"])
+            entry = {"trace_id": created["id"], "part_sizes": {}}
+        trace_id = str(trace["id"])
+        entry["trace_id"] = trace_id
+        state[entry_key] = entry
+        _save_state(state_path, state)
+        remote = {f["name"]: f for f in trace.get("files", [])}
+        part_sizes: dict[str, int] = dict(entry.get("part_sizes") or {})
+        todo = [f for f in files if not already_there(f, remote.get(f.name), part_sizes.get(f.name))]
+        skipped = len(files) - len(todo)
+        if todo:
+            answer = await api.request_uploads(trace_id, [(f.name, f.stat().st_size) for f in todo])
+            by_name = {f.name: f for f in todo}
+            for target in answer["uploads"]:
+                if target.get("multipart"):
+                    part_sizes[target["name"]] = int(target["multipart"]["part_size"])
+            entry["part_sizes"] = part_sizes
+            _save_state(state_path, state)
+            await _upload_all(api, trace_id, answer["uploads"], by_name, quiet=args.quiet)
+        final = trace
+        if not args.no_seal:
+            final = await api.seal(trace_id, expected_files=[f.name for f in files])
+            if args.wait > 0:
+                final = await api.wait_for_state(trace_id, {"ready", "incomplete", "failed"},
+                                                 timeout=args.wait)
+    return {"trace_id": trace_id, "uploaded": len(todo), "skipped": skipped,
+            "state": final.get("state"), "state_file": str(state_path)}
+
+
+async def _upload_all(api: CascadeClient, trace_id: str, targets: list[dict[str, Any]],
+                      by_name: dict[str, Path], *, quiet: bool) -> None:
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    total = sum(by_name[t["name"]].stat().st_size for t in targets)
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                  TransferSpeedColumn(), TimeRemainingColumn(), disable=quiet) as bar:
+        task = bar.add_task(f"uploading {len(targets)} files", total=total)
+        for target in targets:
+            path = by_name[target["name"]]
+            bar.update(task, description=f"{path.name}")
+            await api.upload_target(trace_id, target, path,
+                                    progress=lambda n: bar.advance(task, n))
+
+
+def main(args: argparse.Namespace) -> int:
+    """Entry point of ``cascade import``."""
+    try:
+        summary = asyncio.run(run_import(args))
+    except ApiError as exc:
+        print(f"cascade import: {exc}")
+        return 1
+    print(f"trace {summary['trace_id']}: uploaded {summary['uploaded']}, "
+          f"already there {summary['skipped']}, state {summary['state']}")
+    return 0 if summary["state"] not in ("failed", "incomplete") else 1

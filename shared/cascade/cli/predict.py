@@ -1,0 +1,73 @@
+"""`cascade predict --trace FILE --source SPEC --target SPEC[,SPEC...]`: per-kernel predictions."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser("predict", help="predict a traced kernel table on other GPUs")
+    p.add_argument("--trace", required=True, metavar="FILE", help="kernel-table CSV (or a loader-supported input)")
+    p.add_argument("--source", metavar="SPEC", help="GPU the trace was captured on (id or device name)")
+    p.add_argument("--target", required=True, metavar="SPEC[,SPEC...]", help="target GPU(s)")
+    p.add_argument("--model", default="auto", help="kernel model (auto, scaled, analytical, roofline, accel-sim)")
+    p.add_argument("--measurement", default="kernel",
+                   help="how duration_ns was measured: kernel (default) or a harness name (neusight)")
+    p.add_argument("--calibration", metavar="FILE", help="calibration JSON (default: packaged)")
+    p.add_argument("--specs", metavar="DIR", help="also load user GPU spec files from DIR")
+    p.add_argument("--out", metavar="FILE", help="write the CSV here instead of stdout")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Predict and write input columns + target,predicted_ns,regime,model."""
+    from cascade.calibration import load_calibration
+    from cascade.engine.analytical import AnalyticalConfig
+    from cascade.engine.io import load_kernel_table
+    from cascade.engine.models import AutoConfig, ScaledConfig
+    from cascade.engine.predict import predict_many
+    from cascade.errors import ValidationError
+    from cascade.gpus import GPURegistry, builtin_specs
+    from cascade.kerneltable import _fmt
+
+    reg = GPURegistry(builtin_specs())
+    if args.specs:
+        reg.load_dir(args.specs)
+    table, traced_on = load_kernel_table(args.trace)
+    source = reg.get(args.source) if args.source else traced_on
+    targets = [reg.get(t.strip()) for t in args.target.split(",") if t.strip()]
+    if not targets:
+        raise ValidationError("give at least one target GPU", field="target")
+    if args.model == "scaled" and source is None:
+        raise ValidationError("--model scaled needs --source", field="source")
+    config: object = None
+    if args.model == "scaled":
+        config = ScaledConfig(measurement=args.measurement)
+    elif args.model == "auto":
+        config = AutoConfig(scaled=ScaledConfig(measurement=args.measurement))
+    elif args.model == "analytical":
+        config = AnalyticalConfig(measurement=args.measurement)
+    cal = load_calibration(args.calibration) if args.calibration else load_calibration()
+    preds = predict_many(table, targets, source=source, model=args.model, calibration=cal,
+                         config=config, registry=reg)
+    columns = table.columns
+    out = open(args.out, "w", newline="") if args.out else sys.stdout  # noqa: SIM115
+    try:
+        w = csv.writer(out, lineterminator="\n")
+        w.writerow([*columns, "target", "predicted_ns", "regime", "model"])
+        cols = [table[c] for c in columns]
+        for p in preds:
+            regimes = p.regime_names
+            for i in range(len(table)):
+                w.writerow([*(_fmt(c[i]) for c in cols), p.target, f"{p.predicted_ns[i]:.1f}",
+                            regimes[i], p.models[i]])
+    finally:
+        if args.out:
+            out.close()
+    if args.out:
+        totals = ", ".join(f"{p.target}: {p.total_ns / 1e6:.3f} ms" for p in preds)
+        print(f"wrote {len(table) * len(preds)} rows to {Path(args.out)} (sum of kernels {totals})")
+    return 0

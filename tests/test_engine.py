@@ -1,0 +1,258 @@
+"""Kernel models: registry, name hints, physical sanity, scaled identity, analytical, accel-sim."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cascade.engine import (
+    get_model,
+    model_names,
+    predict,
+    predict_many,
+    register_model,
+    workload_of,
+)
+from cascade.engine.accelsim import AccelSimConfig, parse_accelsim_output
+from cascade.engine.ops import FAMILIES, family_of, k_split_of, tensor_path_of, tile_of
+from cascade.engine.perf import roofline_ns
+from cascade.errors import DuplicateNameError, TraceFormatError, UnknownNameError, ValidationError
+from cascade.gpus import default_registry
+from cascade.kerneltable import KernelTable
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+LOG = DATA / "accelsim-log" / "vectoradd-100-32.accelsim_log.txt"
+
+
+def gemm_rows(count: int = 1, **kw: object) -> list[dict[str, object]]:
+    base = {"name": "ampere_fp16_s16816gemm_fp16_256x128_ldg8_f2f_stages_32x3_nn", "op": "linear",
+            "dtype": "fp16", "m": 4096, "n": 4096, "k": 4096, "duration_ns": 600_000.0}
+    base.update(kw)
+    return [dict(base) for _ in range(count)]
+
+
+def test_model_registry() -> None:
+    assert {"roofline", "scaled", "analytical", "accel-sim", "auto"} <= set(model_names())
+    with pytest.raises(UnknownNameError) as err:
+        get_model("magic")
+    assert "roofline" in str(err.value)
+    with pytest.raises(DuplicateNameError):
+        register_model("roofline", lambda: get_model("roofline"))
+
+
+@pytest.mark.parametrize(("name", "tile", "tensor", "ksplit"), [
+    ("ampere_sgemm_128x64_tn", (128, 64), 0, 1),
+    ("volta_sgemm_32x32_sliced1x4_tn", (32, 32), 0, 4),
+    ("ampere_fp16_s16816gemm_fp16_256x128_ldg8_f2f_stages_32x3_nn", (256, 128), 1, 1),
+    ("sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x256x64_warpgroupsize1x1x1_execute", (128, 256), 1, 1),
+    ("volta_h884gemm_64x128_ldg8_nn", (64, 128), 1, 1),
+    ("turing_fp16_s1688gemm_fp16_128x128_ldg8_f2f_tn", (128, 128), 1, 1),
+    ("void at::native::vectorized_elementwise_kernel<4>", (0, 0), -1, 1),
+])
+def test_name_hints(name: str, tile: tuple[int, int], tensor: int, ksplit: int) -> None:
+    assert tile_of(name) == tile
+    assert tensor_path_of(name) == tensor
+    assert k_split_of(name) == ksplit
+
+
+@pytest.mark.parametrize(("op", "family"), [
+    ("linear", "gemm"), ("bmm", "gemm"), ("attn_pre_proj", "gemm"), ("input_layernorm", "norm"),
+    ("rmsnorm", "norm"), ("softmax", "softmax"), ("mlp_act", "elementwise"), ("attention", "attention"),
+    ("emb", "embedding"), ("post_attention_layernorm", "norm")])
+def test_op_families(op: str, family: str) -> None:
+    assert FAMILIES[family_of(op, "")] == family
+
+
+def test_gemm_flops_and_bytes_filled_from_shape() -> None:
+    w = workload_of(KernelTable.from_rows(gemm_rows(batch=2, m=64, n=128, k=32)))
+    assert w.flops[0] == 2 * 2 * 64 * 128 * 32
+    assert w.bytes[0] == 2 * 2 * (64 * 32 + 32 * 128 + 64 * 128)
+    assert bool(w.tensor[0])
+
+
+def test_h100_faster_than_a100_on_large_fp16_gemm_by_about_peak_ratio() -> None:
+    t = KernelTable.from_rows(gemm_rows(m=8192, n=8192, k=8192, duration_ns=4.2e6))
+    p = predict(t, "H100", source="A100", model="scaled")
+    ratio = t["duration_ns"][0] / p.predicted_ns[0]
+    assert 2.0 < ratio < 3.8
+    assert p.regime_names[0] == "compute"
+    assert p.provenance.spec_id == "SM90_H100" and p.provenance.source_id == "SM80_A100"
+
+
+def test_memory_bound_kernel_scales_with_bandwidth() -> None:
+    t = KernelTable.from_rows([{"name": "add", "op": "add", "dtype": "fp16", "bytes": 3e8, "duration_ns": 2e5}])
+    p = predict(t, "SM90_H200", source="SM90_H100", model="scaled")
+    assert p.regime_names[0] == "memory"
+    assert 1.2 < 2e5 / p.predicted_ns[0] < 1.7  # 4800 / 3350 GB/s
+
+
+def test_tiny_kernel_is_launch_bound() -> None:
+    t = KernelTable.from_rows([{"name": "add", "op": "add", "dtype": "fp16", "bytes": 64.0, "duration_ns": 2500.0}])
+    p = predict(t, "H100", source="A100", model="scaled")
+    assert p.regime_names[0] == "launch"
+    assert 1000 < p.predicted_ns[0] < 4000
+
+
+def test_scaled_on_own_source_reproduces_measured_times() -> None:
+    rows = gemm_rows(m=77, n=3000, k=512, duration_ns=41_000.0) + [
+        {"name": "rms", "op": "rmsnorm", "dtype": "fp16", "bytes": 1e7, "duration_ns": 9000.0}]
+    t = KernelTable.from_rows(rows)
+    p = predict(t, "SM80_A100", source="SM80_A100", model="scaled")
+    np.testing.assert_allclose(p.predicted_ns, t["duration_ns"], rtol=1e-9)
+
+
+def test_scaled_needs_a_source() -> None:
+    with pytest.raises(ValidationError):
+        predict(KernelTable.from_rows(gemm_rows()), "H100", model="scaled")
+
+
+def test_auto_picks_per_row() -> None:
+    rows = gemm_rows() + [{"name": "x", "op": "add", "dtype": "fp16", "bytes": 1e6},
+                          {"name": "mystery_kernel"}]
+    p = predict(KernelTable.from_rows(rows), "H100", source="A100", model="auto")
+    assert list(p.models) == ["scaled", "analytical", "roofline"]
+    assert np.all(np.isfinite(p.predicted_ns)) and np.all(p.predicted_ns > 0)
+
+
+_SPEC_IDS = sorted(default_registry().ids())
+_ROW = st.fixed_dictionaries({
+    "kind": st.sampled_from(["gemm", "mem", "bmm_fp32"]),
+    "m": st.integers(1, 16384), "n": st.integers(1, 16384), "k": st.integers(1, 16384),
+    "batch": st.integers(1, 64), "bytes": st.floats(0, 1e10), "duration_ns": st.floats(500, 1e9),
+    "dtype": st.sampled_from(["fp16", "bf16", "fp32", "tf32", "fp8", "int8"]),
+})
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=st.lists(_ROW, min_size=1, max_size=8), src=st.sampled_from(_SPEC_IDS),
+       tgt=st.sampled_from(_SPEC_IDS), model=st.sampled_from(["roofline", "scaled", "analytical", "auto"]))
+def test_no_prediction_beats_the_roofline(rows: list[dict[str, object]], src: str, tgt: str, model: str) -> None:
+    table_rows = []
+    for r in rows:
+        if r["kind"] == "mem":
+            table_rows.append({"name": "vectorized_elementwise_kernel", "op": "add", "dtype": r["dtype"],
+                               "bytes": r["bytes"], "flops": float(r["bytes"]) / 4, "duration_ns": r["duration_ns"]})
+        else:
+            name = "volta_sgemm_64x64_nn" if r["kind"] == "bmm_fp32" else "gemm_kernel"
+            table_rows.append({"name": name, "op": "bmm", "dtype": r["dtype"], "m": r["m"], "n": r["n"],
+                               "k": r["k"], "batch": r["batch"], "duration_ns": r["duration_ns"]})
+    t = KernelTable.from_rows(table_rows)
+    p = predict(t, tgt, source=src, model=model)
+    spec = default_registry().get(tgt)
+    w = workload_of(t)
+    floor = np.maximum(w.flops / np.array([spec.peak_flops(str(d), True) for d in w.dtype]),
+                       w.bytes / spec.bandwidth_bps) * 1e9
+    assert np.all(p.predicted_ns >= floor * (1 - 1e-9))
+    assert np.all(p.predicted_ns >= roofline_ns(w, spec) * (1 - 1e-9))
+    assert np.all(np.isfinite(p.predicted_ns))
+
+
+def test_predict_many_shares_work_and_keeps_order() -> None:
+    t = KernelTable.from_rows(gemm_rows(3))
+    preds = predict_many(t, ["H100", "H200", "B200"], source="A100")
+    assert [p.target for p in preds] == ["SM90_H100", "SM90_H200", "SM100_B200"]
+    assert preds[2].predicted_ns[0] < preds[0].predicted_ns[0]
+
+
+# ---- analytical ------------------------------------------------------------------------
+def feature_row(**kw: object) -> dict[str, object]:
+    row: dict[str, object] = {"name": "k", "grid_x": 1080, "grid_y": 1, "grid_z": 1, "block_x": 256,
+                              "block_y": 1, "block_z": 1, "regs": 32, "smem_bytes": 0,
+                              "warp_insts": 8.64e6, "insts_fp32": 4e6, "insts_int": 1e6,
+                              "insts_ld_global": 3e5, "insts_st_global": 1e5, "gmem_sectors": 1.6e6,
+                              "footprint_lines": 4e5, "warps": 8640, "dep_chain": 200.0}
+    row.update(kw)
+    return row
+
+
+def test_analytical_occupancy_limits() -> None:
+    from cascade.engine.analytical import occupancy
+
+    spec = default_registry().get("SM80_A100")
+    t = KernelTable.from_rows([feature_row(), feature_row(regs=255), feature_row(smem_bytes=100_000),
+                               feature_row(block_x=1024)])
+    bps, threads = occupancy(t, spec)
+    assert list(bps) == [8, 1, 1, 2]
+    assert threads[3] == 1024
+
+
+def test_analytical_more_work_takes_longer_and_memory_regime() -> None:
+    t = KernelTable.from_rows([feature_row(), feature_row(insts_fp32=4e7, warp_insts=5e7),
+                               feature_row(gmem_sectors=1e9, footprint_lines=2.5e8)])
+    p = predict(t, "SM80_A100", model="analytical")
+    assert p.predicted_ns[1] > p.predicted_ns[0]
+    assert p.regime_names[2] == "memory" and p.predicted_ns[2] > p.predicted_ns[1]
+    faster = predict(t, "SM90_H100", model="analytical")
+    assert np.all(faster.predicted_ns < p.predicted_ns)
+
+
+def test_analytical_tail_wave_costs_a_full_wave() -> None:
+    spec = default_registry().get("SM80_A100")
+    one = feature_row(grid_x=spec.sms, warp_insts=spec.sms * 8 * 1e4, insts_fp32=spec.sms * 8 * 1e4,
+                      gmem_sectors=0, footprint_lines=0, dep_chain=0.0)
+    tail = dict(one, grid_x=spec.sms + 1)
+    p = predict(KernelTable.from_rows([one, tail]), spec, model="analytical")
+    assert p.predicted_ns[1] > 1.8 * p.predicted_ns[0] - spec.launch_overhead_ns
+
+
+# ---- accel-sim ---------------------------------------------------------------------------
+def test_parse_real_accelsim_log() -> None:
+    kernels = parse_accelsim_output(LOG.read_text(), str(LOG))
+    assert len(kernels) == 1
+    k = kernels[0]
+    assert (k.uid, k.name, k.cycles, k.instructions, k.core_clock_mhz) == (
+        1, "_Z6vecAddIfEvPT_S1_S1_i", 1282, 10516, 1607.0)
+    assert k.duration_ns == pytest.approx(1282 / 1607.0 * 1e3)
+
+
+def test_parse_rejects_output_without_kernels() -> None:
+    with pytest.raises(TraceFormatError):
+        parse_accelsim_output("GPGPU-Sim: nothing here\n", "x.log")
+
+
+def _stand_in(tmp_path: Path) -> Path:
+    """A stand-in accel-sim.out printing the real log format for two kernels."""
+    text = LOG.read_text()
+    head = "\n".join(line for line in text.splitlines() if line.startswith("-gpgpu_clock_domains"))
+    body = []
+    for uid, cycles in ((1, 1282), (2, 5000)):
+        body += ["kernel_name = _Z6vecAddIfEvPT_S1_S1_i ", f"kernel_launch_uid = {uid} ",
+                 f"gpu_sim_cycle = {cycles}", "gpu_sim_insn = 10516", "gpu_ipc =       8.2028"]
+    script = tmp_path / "accel-sim.out"
+    script.write_text(f"#!{sys.executable}\nimport sys\nassert '-trace' in sys.argv\n"
+                      f"print({(head + chr(10) + chr(10).join(body))!r})\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script
+
+
+def test_accelsim_model_runs_binary_and_maps_kernels(tmp_path: Path) -> None:
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    (trace / "kernelslist.g").write_text("kernel-1.traceg\nkernel-2.traceg\n")
+    cfg = AccelSimConfig(binary=str(_stand_in(tmp_path)), trace_dir=str(trace), config_files=[])
+    t = KernelTable.from_rows([{"name": "vecAdd", "kernel_id": 1, "bytes": 1200.0},
+                               {"name": "vecAdd", "kernel_id": 2, "bytes": 1200.0},
+                               {"name": "other", "kernel_id": 3, "bytes": 1e6}])
+    p = predict(t, "SM80_A100", model="accel-sim", config=cfg)
+    assert p.predicted_ns[:2] == pytest.approx([1282 / 1.607, 5000 / 1.607])
+    assert list(p.models) == ["accel-sim", "accel-sim", "analytical"]
+
+
+def test_accelsim_model_failure_is_reported(tmp_path: Path) -> None:
+    from cascade.errors import CascadeError
+
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    (trace / "kernelslist.g").write_text("kernel-1.traceg\n")
+    bad = tmp_path / "fail.sh"
+    bad.write_text("#!/bin/sh\necho boom\nexit 3\n")
+    os.chmod(bad, 0o755)
+    with pytest.raises(CascadeError, match="exited with 3"):
+        predict(KernelTable.from_rows([{"name": "k"}]), "A100", model="accel-sim",
+                config=AccelSimConfig(binary=str(bad), trace_dir=str(trace)))

@@ -1,0 +1,187 @@
+"""Measured-data loaders, `cascade validate`, `cascade predict`, calibration provenance."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cascade.calibration import Calibration, load_calibration
+from cascade.calibration.fit import heldout_mask, nelder_mead
+from cascade.engine.io import load_kernel_table
+from cascade.engine.measured import discover, load_neusight, load_vidur, pairs
+from cascade.engine.validation import evaluate
+from cascade.errors import TraceFormatError, UnknownGPUError
+from cascade.gpus import default_registry
+from cascade.kerneltable import CSV_HEADER
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+MEASURED = DATA / "measured"
+
+
+def _head(src: Path, dst: Path, rows: int) -> None:
+    lines = src.read_text().splitlines()
+    dst.write_text("\n".join(lines[: rows + 1]) + "\n")
+
+
+@pytest.fixture(scope="module")
+def small_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Derived fixture: the first rows of each NeuSight file, H100 under NeuSight's naming."""
+    root = tmp_path_factory.mktemp("measured")
+    ns = root / "neusight"
+    ns.mkdir()
+    for f in (MEASURED / "neusight-train").glob("*__*"):
+        if f.suffix == ".json":
+            shutil.copy(f, ns / f.name)
+        else:
+            _head(f, ns / f.name, 400)
+    # a GPU under another naming scheme: rows of the A100 file relabelled as H100
+    _head(MEASURED / "neusight-train" / "linear__NVIDIA_A100-PCIE-40GB.csv", ns / "linear__NVIDIA_H100_80GB_HBM3.csv", 50)
+    vd = root / "vidur"
+    vd.mkdir()
+    for f in (MEASURED / "vidur").glob("*.csv"):
+        _head(f, vd / f.name.replace("llama-2-7b", "tiny-llama"), 120)
+    return root
+
+
+def test_loaders_read_real_files() -> None:
+    reg = default_registry()
+    v = load_vidur(MEASURED / "vidur" / "llama-2-7b__mlp__h100.csv", reg)
+    assert v.spec.id == "SM90_H100" and v.dataset == "llama-2-7b"
+    qkv = np.flatnonzero(v.table["op"] == "attn_pre_proj")[0]
+    assert (v.table["n"][qkv], v.table["k"][qkv]) == (3 * 4096, 4096)
+    n = load_neusight(MEASURED / "neusight-train" / "linear__Tesla_T4.csv", reg)
+    assert n.spec.id == "SM75_T4" and n.table["dtype"][0] == "fp32"
+    # NeuSight: C[M, K] = A[M, N] @ W[N, K] -> GEMM m = M, n = K, reduction k = N
+    assert (n.table["m"][0], n.table["n"][0], n.table["k"][0]) == (58, 141, 13)
+
+
+def test_discover_maps_device_names_through_aliases(small_data: Path) -> None:
+    sets = discover(small_data, default_registry())
+    ids = {(s.kind, s.spec.id) for s in sets}
+    assert ("neusight", "SM90_H100") in ids and ("vidur", "SM80_A100") in ids
+    assert {(p.source.spec.id, p.target.spec.id) for p in pairs(sets) if p.source.dataset == "linear"} >= {
+        ("SM90_H100", "SM80_A100_PCIE_40GB"), ("SM70_V100_PCIE_32GB", "SM75_T4")}
+
+
+def test_unknown_device_is_a_clear_error(tmp_path: Path) -> None:
+    _head(MEASURED / "neusight-train" / "bmm__Tesla_T4.csv", tmp_path / "bmm__GeForce_256.csv", 3)
+    with pytest.raises(UnknownGPUError) as err:
+        discover(tmp_path, default_registry())
+    assert "GeForce_256" in str(err.value)
+
+
+def test_bad_number_names_file_and_line(tmp_path: Path) -> None:
+    src = (MEASURED / "neusight-train" / "bmm__Tesla_T4.csv").read_text().splitlines()
+    cells = src[2].split(",")
+    cells[1] = "fast"
+    (tmp_path / "bmm__Tesla_T4.csv").write_text("\n".join([src[0], src[1], ",".join(cells)]) + "\n")
+    with pytest.raises(TraceFormatError) as err:
+        discover(tmp_path, default_registry())
+    assert "bmm__Tesla_T4.csv:3" in str(err.value) and "Latency" in str(err.value)
+
+
+def test_scaled_beats_roofline_on_vidur_a100_to_h100() -> None:
+    reg = default_registry()
+    sets = [load_vidur(MEASURED / "vidur" / f"llama-2-7b__mlp__{g}.csv", reg) for g in ("a100", "h100")]
+    stats = evaluate(pairs(sets), load_calibration(), ("roofline", "scaled"))
+    by = {(s.source, s.family, s.model): s for s in stats}
+    scaled = by[("SM80_A100", "all", "scaled")]
+    roof = by[("SM80_A100", "all", "roofline")]
+    assert scaled.count > 10_000 and scaled.mape < roof.mape
+    assert scaled.mape <= 10.0
+
+
+def test_cli_validate_json(small_data: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "cascade", "validate", "--data", str(small_data), "--json"],
+                         capture_output=True, text=True, check=True)
+    doc = json.loads(out.stdout)
+    rows = doc["results"]
+    models = {r["model"] for r in rows}
+    assert models == {"roofline", "scaled", "analytical"}
+    first = rows[0]
+    assert {"count", "mape", "median_ape", "p90_ape", "source", "target", "family"} <= set(first)
+    assert any(r["dataset"] == "tiny-llama" and r["family"] == "linear" for r in rows)
+    assert all(r["count"] > 0 for r in rows)
+
+
+def test_cli_validate_table(small_data: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "cascade", "validate", "--data", str(small_data / "vidur"),
+                          "--models", "roofline,scaled"], capture_output=True, text=True, check=True)
+    assert "MAPE" in out.stdout and "SM80_A100 -> SM90_H100" in out.stdout
+
+
+def test_packaged_calibration_has_provenance() -> None:
+    cal = load_calibration()
+    assert cal.id == "cascade-default" and cal.command.startswith("cascade calibrate")
+    assert cal.data_files and cal.specs and cal.metrics
+    root = MEASURED
+    for rel, digest in cal.data_files.items():
+        assert hashlib.sha256((root / rel).read_bytes()).hexdigest() == digest, rel
+    for params in cal.specs.values():
+        for eff in (params.simt_eff, params.tensor_eff, params.bw_eff):
+            assert eff is None or 0 < eff <= 1
+
+
+def test_uncalibrated_gpu_falls_back_to_arch_then_all() -> None:
+    cal = load_calibration()
+    reg = default_registry()
+    h200 = cal.params_for(reg.get("SM90_H200"))
+    h100 = cal.params_for(reg.get("SM90_H100"))
+    assert not h200.calibrated and h200.tensor_eff == h100.tensor_eff
+    l4 = cal.params_for(reg.get("SM89_L4"))
+    assert 0 < l4.simt_eff <= 1 and 0 < l4.bw_eff <= 1
+
+
+def test_heldout_split_is_stable_and_sized() -> None:
+    keys = np.array([f"{i},{i * 7}" for i in range(5000)], dtype=object)
+    a, b = heldout_mask(keys, 0.2), heldout_mask(keys, 0.2)
+    assert np.array_equal(a, b) and 0.17 < a.mean() < 0.23
+
+
+def test_nelder_mead_minimises_a_quadratic() -> None:
+    x, v = nelder_mead(lambda p: float(np.sum((p - np.array([1.0, -2.0])) ** 2)), np.zeros(2), iters=500)
+    assert v < 1e-6 and np.allclose(x, [1.0, -2.0], atol=1e-3)
+
+
+def test_calibration_round_trip(tmp_path: Path) -> None:
+    from cascade.calibration import save_calibration
+
+    cal = load_calibration()
+    save_calibration(cal, tmp_path / "c.json")
+    again = load_calibration(tmp_path / "c.json")
+    assert isinstance(again, Calibration) and again.digest() == cal.digest()
+
+
+def test_cli_predict_csv(tmp_path: Path) -> None:
+    trace = tmp_path / "k.csv"
+    trace.write_text(",".join(CSV_HEADER) + "\n"
+                     "ampere_fp16_s16816gemm_fp16_256x128_ldg8_f2f_stages_32x3_nn,,,,,,,,,,1200000,linear,fp16,,,1,4096,8192,4096\n"
+                     "rmsnorm_kernel,,,,,,,,,,40000,rmsnorm,fp16,,50000000,,,,\n"
+                     "mystery,,,,,,,,,,,,,,,,,,\n")
+    table, source = load_kernel_table(trace)
+    assert len(table) == 3 and source is None
+    out = tmp_path / "pred.csv"
+    subprocess.run([sys.executable, "-m", "cascade", "predict", "--trace", str(trace), "--source", "A100",
+                    "--target", "H100,NVIDIA H200", "--out", str(out)], check=True, capture_output=True)
+    lines = out.read_text().splitlines()
+    assert lines[0].split(",")[-4:] == ["target", "predicted_ns", "regime", "model"]
+    assert lines[0].startswith("name,")
+    assert len(lines) == 1 + 3 * 2
+    first = lines[1].split(",")
+    assert first[-4] == "SM90_H100" and first[-1] == "scaled" and first[-2] == "compute"
+    assert 300_000 < float(first[-3]) < 700_000
+    assert lines[3].split(",")[-1] == "roofline"
+
+
+def test_cli_predict_unknown_target_lists_known(tmp_path: Path) -> None:
+    trace = tmp_path / "k.csv"
+    trace.write_text("name,duration_ns\nk,1000\n")
+    out = subprocess.run([sys.executable, "-m", "cascade", "predict", "--trace", str(trace), "--target", "Voodoo2"],
+                         check=False, capture_output=True, text=True)
+    assert out.returncode != 0 and "SM90_H100" in out.stderr

@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from cascade.cli.importer import collect_files, infer_kind, run_import
 from cascade.client import md5_etag
 from cascade.errors import ValidationError
+
 from tests.traces_stack import REAL_TRACE, REPO, TOKEN, TracesStack, traces_stack, write_kernels
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

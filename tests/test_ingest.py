@@ -13,9 +13,9 @@ from typing import Any
 from urllib.parse import quote_plus
 
 import pytest
-
 from cascade import subjects
 from cascade.tracefiles import decode_event_key, raw_key
+
 from services.ingest.s3events import S3Notification, created_objects
 from tests.traces_stack import TracesStack, running_stack, write_kernels
 

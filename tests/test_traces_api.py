@@ -10,10 +10,10 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-
 from cascade.bundlecache import fetch_bundle
 from cascade.client import ApiError
 from cascade.traces.bundle import load_bundle
+
 from tests.traces_stack import REAL_TRACE, TracesStack, traces_stack, write_kernels
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from cascade.bus import Bus, connect
 from cascade.client import CascadeClient
 from cascade.embedded.ports import free_port
@@ -112,13 +111,12 @@ def stack_env(settings: Settings) -> dict[str, str]:
 async def running_stack(s3_server: Any, base: Path, *, prepare: bool = True,
                         **overrides: Any) -> AsyncIterator[TracesStack]:
     """Start NATS + the three services; stop everything on exit."""
-    from services.api import run as run_api
-    from services.ingest import run as run_ingest
-    from services.prepare import run as run_prepare
-
     import importlib
 
     import services.api.app as app_module
+    from services.api import run as run_api
+    from services.ingest import run as run_ingest
+    from services.prepare import run as run_prepare
 
     def only_ours() -> list[Any]:
         # Other route modules are written concurrently; these tests need health + traces only.

@@ -279,10 +279,14 @@ class IngestService:
         def update(r: TraceRecord) -> TraceRecord | None:
             if r.state == "ready":
                 return None
+            # The scan may be older than concurrent increments by prepare workers: counts
+            # only move up here (this heals counts a crashed worker left too low).
             changes: dict[str, Any] = {
-                "files_received": a.files_received, "bytes_received": a.bytes_received,
-                "kernels_total": a.kernels_total, "kernels_prepared": a.kernels_prepared,
-                "kernels_failed": a.kernels_failed,
+                "files_received": max(r.files_received, a.files_received),
+                "bytes_received": a.bytes_received,
+                "kernels_total": max(r.kernels_total, a.kernels_total),
+                "kernels_prepared": max(r.kernels_prepared, a.kernels_prepared),
+                "kernels_failed": max(r.kernels_failed, a.kernels_failed),
                 "missing": capped(a.missing) if r.sealed else [],
             }
             if expected is not None and expected.kernels is not None:

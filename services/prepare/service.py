@@ -171,6 +171,7 @@ class PrepareService:
                 body = _ENC.encode(features)
                 row = features.row
                 prepared = {"name": str(row.get("name", "")), "summary": _summary(row),
+                            "row": {k: v.item() if hasattr(v, "item") else v for k, v in row.items()},
                                 "warnings": capped(list(features.warnings), 20), "rows": 1,
                                 "kernel_id": int(row.get("kernel_id", tf.kernel_id or -1))}
             else:
@@ -315,6 +316,7 @@ class PrepareService:
         Returns the ready record, or None when nothing was done.
         """
         store = self._store
+        t0 = time.perf_counter()
         record = await store.get(tid)
         if record is None or record.state in ("ready", "failed") or not record.sealed:
             return None
@@ -333,18 +335,23 @@ class PrepareService:
                           missing=len(a.missing), failed=len(a.failed), reason=reason)
             return None
         started = time.perf_counter()
+        phases = {"check_s": started - t0}
         by_unit = {u.unit: u for u in units}
         chosen = [by_unit[u] for u in a.prepared]
         limit = asyncio.Semaphore(PART_FETCH_CONCURRENCY)
 
         async def fetch(u: UnitRecord) -> bytes:
+            if u.kind == "kernel" and u.row:
+                return b""
             async with limit:
                 return await self.storage.get_bytes(u.part_key, max_bytes=512 * 1024 * 1024)
 
         bodies = await asyncio.gather(*(fetch(u) for u in chosen))
+        phases["fetch_s"] = time.perf_counter() - started
         bundle_hash, manifest, npz = await asyncio.to_thread(
             self._build, record, chosen, bodies
         )
+        phases["build_s"] = time.perf_counter() - started - phases["fetch_s"]
         prefix = bundle_prefix(tid, bundle_hash)
         if await self.storage.head(prefix + MANIFEST_NAME) is None:
             await self.storage.put_bytes(prefix + KERNELS_NAME, npz)
@@ -371,7 +378,8 @@ class PrepareService:
             return None
         self.counts["bundles"] += 1
         self.log.info("bundle ready", trace_id=tid, bundle_hash=bundle_hash, kernels=kernel_count,
-                      seconds=round(time.perf_counter() - started, 3))
+                      seconds=round(time.perf_counter() - started, 3),
+                      **{k: round(v, 3) for k, v in phases.items()})
         await self.bus.publish(
             subjects.trace_event(tid, "bundle"),
             BundleReady(trace_id=tid, bundle_key=prefix, bundle_hash=bundle_hash,
@@ -406,7 +414,9 @@ class PrepareService:
         builder = BundleBuilder(trace_id=record.id, source_gpu=record.source_gpu,
                                 workload=record.workload, kind=record.kind)
         for unit, body in zip(units, bodies, strict=True):
-            if unit.kind == "kernel":
+            if unit.kind == "kernel" and unit.row:
+                builder.add_kernel(unit.unit, unit.row, unit.warnings)
+            elif unit.kind == "kernel":
                 builder.add_features(_FEATURES.decode(body), key=unit.unit)
             else:
                 builder.add_timeline(KernelTable.load_npz(io.BytesIO(body)), key=unit.unit)

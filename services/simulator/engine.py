@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from cascade.engine import predict
 from cascade.engine.perf import REGIMES
+from cascade.engine.replay import replay
 from cascade.gpus import GPUSpec, default_registry
 from cascade.kerneltable import KernelTable
 from cascade.results import StepResult
@@ -120,45 +121,29 @@ def predict_chunk(part: KernelTable, inputs: SimulationInputs, model: str) -> Ch
 
 
 
+
 def replay_timeline(table: KernelTable, predicted_ns: np.ndarray) -> ReplayOutput:
-    """Replay the trace's timeline with predicted kernel durations.
+    """Replay the trace's timeline with predicted durations (:func:`cascade.engine.replay.replay`).
 
-    Each kernel starts at max(its host launch, its stream's previous kernel's end);
-    measured host gaps are kept. When the host synchronised after a kernel
-    (``sync_after``), later launches move by the difference between the device's
-    predicted and measured idle time at that point. Without launch times (or
-    measured starts), kernels run back to back in table order.
+    Per step: wall span from its first host launch to its last kernel's end,
+    GPU time (sum of predicted durations) and host time not hidden behind GPU
+    work (span minus GPU time, at least 0), as :class:`StepResult`.
     """
-    n = len(table)
-    if n == 0:
-        return ReplayOutput(np.zeros(0), np.zeros(0), 0.0, [])
-    pred = np.asarray(predicted_ns, dtype=np.float64)
-    launch = table["host_launch_ns"].astype(np.float64)
-    if np.any(np.isnan(launch)):
-        launch = table["start_ns"].astype(np.float64)
-    has_launch = not np.any(np.isnan(launch))
-    order = np.argsort(launch, kind="stable") if has_launch else np.arange(n)
-    measured_end = np.nan_to_num(table["start_ns"] + table["duration_ns"], nan=-np.inf)
-    measured_done = np.maximum.accumulate(measured_end[order])
-    streams = table["stream"].tolist()
-    sync = (table["sync_after"] == 1).tolist()
-    launch_l = launch.tolist()
-    pred_l = pred.tolist()
-    start = np.zeros(n)
-    end = np.zeros(n)
-    free: dict[int, float] = {}
-    shift = 0.0
-    device_done = 0.0
-    for pos, i in enumerate(order.tolist()):
-        at = launch_l[i] + shift if has_launch else device_done
-        st = max(at, free.get(streams[i], -np.inf))
-        en = st + pred_l[i]
-        start[i], end[i] = st, en
-        free[streams[i]] = en
-        device_done = max(device_done, en)
-        if has_launch and sync[i] and np.isfinite(measured_done[pos]):
-            shift = device_done - float(measured_done[pos])
-    origin = min(float(np.min(launch)) if has_launch else 0.0, float(start.min()))
-    from cascade.results import steps_from_table
-
-    return ReplayOutput(start, end, float(end.max() - origin), steps_from_table(table, pred, start, end))
+    rep = replay(table, predicted_ns)
+    st = rep.steps
+    batch = table["batch"]
+    first_row: dict[int, int] = {}
+    for row, step in enumerate(table["step"].tolist()):
+        first_row.setdefault(step, row)
+    steps = []
+    for i in range(len(st.step)):
+        sid = int(st.step[i])
+        b = int(batch[first_row[sid]]) if sid in first_row and batch[first_row[sid]] > 0 else 1
+        gpu = float(st.gpu_ns[i])
+        span = float(st.duration_ns[i])
+        steps.append(StepResult(
+            step=sid, kind=str(st.kind[i]), tokens=max(0, int(st.tokens[i])), batch=b,
+            context=max(0, int(st.context[i])), host_ns=max(0.0, span - gpu), gpu_ns=gpu,
+            start_ns=float(st.start_ns[i]), end_ns=float(st.end_ns[i]), kernels=int(st.kernels[i]),
+        ))
+    return ReplayOutput(rep.start_ns, rep.end_ns, float(rep.end_to_end_ns), steps)

@@ -32,14 +32,13 @@ import math
 import os
 import socket
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
 from cascade import subjects
 from cascade.bundlecache import cache_dir_for, fetch_bundle
 from cascade.bus import Delivery
-from cascade.engine import model_names
 from cascade.errors import (
     CancelledRunError,
     ConfigError,
@@ -57,7 +56,8 @@ from cascade.runtime import ServiceContext
 from cascade.state import RunRecord, SimRecord, TraceRecord
 from nats.js import api as jsapi
 
-from services.simulator.engine import SimulationInputs, load_inputs, predict_chunk, replay_timeline
+if TYPE_CHECKING:
+    from services.simulator.engine import SimulationInputs
 
 #: Errors that no retry can fix: reported at once as SimFailed.
 PERMANENT_ERRORS: tuple[type[BaseException], ...] = (
@@ -111,8 +111,6 @@ class SimulatorService:
         self.sims_kv = await self.bus.kv(subjects.KV_SIMS)
         self.traces_kv = await self.bus.kv(subjects.KV_TRACES)
         self.ctx.add_stats(self.stats)
-        # Register the engine's built-in models once, here, not from two worker threads at once.
-        model_names()
         if self.once:
             self.ctx.spawn(self._run_once(), name="simulator-once")
         else:
@@ -287,6 +285,13 @@ class SimulatorService:
         return entry.value
 
     async def _load(self, job: SimJob, trace: TraceRecord) -> SimulationInputs:
+        # The engine is imported after the first progress event (start-up latency), and its
+        # built-in models are registered here, not from two worker threads at once.
+        from cascade.engine import model_names
+
+        from services.simulator.engine import load_inputs
+
+        model_names()
         if not trace.bundle_key:
             raise ValidationError(f"trace {job.trace_id} has no bundle ({trace.state})", field="trace_id")
         if job.bundle_key and trace.bundle_key.rstrip("/") != job.bundle_key.rstrip("/"):
@@ -299,6 +304,8 @@ class SimulatorService:
     async def _simulate(
         self, job: SimJob, inputs: SimulationInputs, attempt: int, t0: float, log: Any
     ) -> None:
+        from services.simulator.engine import predict_chunk, replay_timeline
+
         table = inputs.table
         n = len(table)
         delay = float(job.options.get("chunk_delay_s", 0.0) or 0.0)

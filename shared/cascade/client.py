@@ -21,7 +21,7 @@ import hashlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import aiohttp
 from yarl import URL
@@ -94,7 +94,7 @@ class CascadeClient:
         self.timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
 
-    async def __aenter__(self) -> CascadeClient:
+    async def __aenter__(self) -> Self:
         self._session = aiohttp.ClientSession(timeout=self.timeout)
         return self
 

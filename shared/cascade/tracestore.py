@@ -84,6 +84,9 @@ class UnitRecord(msgspec.Struct, frozen=True, kw_only=True):
     """S3 key of the prepared result."""
     rows: int = 0
     """Kernel rows the unit produced (1 per kernel trace; a timeline has many)."""
+    row: dict[str, Any] = {}
+    """The kernel's full KernelTable row (NaN stored as null), so a bundle is assembled
+    from one KV scan instead of one S3 GET per kernel; empty for timelines."""
     updated_at: float = 0.0
 
 

@@ -35,6 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=2,
                         help="prepare workers: one in-process plus WORKERS-1 processes (default 2)")
     parser.add_argument("--timeout", type=float, default=300.0, help="give up after this many seconds")
+    parser.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"),
+                        help="log level of the in-process services (default warning)")
 
 
 def _kernel_files(folder: Path, count: int, blocks: int) -> list[Path]:
@@ -84,7 +86,6 @@ async def _bench(args: argparse.Namespace, base: Path) -> dict[str, float]:
     from cascade.natsserver import NatsServer
     from cascade.settings import load_settings
     from cascade.storage import Storage
-
     from services.api import run as run_api
     from services.ingest import run as run_ingest
     from services.prepare import run as run_prepare
@@ -95,7 +96,7 @@ async def _bench(args: argparse.Namespace, base: Path) -> dict[str, float]:
     port = free_port()
     token = "bench-" + os.urandom(8).hex()
     settings = load_settings({}, nats_url=nats.url, http_port=port, api_tokens=[token],
-                             data_dir=str(base / "data"), log_level="warning", log_format="json",
+                             data_dir=str(base / "data"), log_level=args.log_level, log_format="json",
                              samples=False, reconcile_interval_s=5.0, **s3_values)
     procs: list[subprocess.Popen[bytes]] = []
     stops: list[tuple[asyncio.Event, asyncio.Task[None]]] = []
@@ -116,8 +117,10 @@ async def _bench(args: argparse.Namespace, base: Path) -> dict[str, float]:
             ("log_format", "json"), *s3_values.items())})
         for i in range(max(0, args.workers - 1)):
             with (base / f"prepare-{i}.log").open("wb") as log:
-                procs.append(subprocess.Popen([sys.executable, "-m", "services.prepare"], env=env,
-                                              stdout=log, stderr=subprocess.STDOUT))
+                procs.append(await asyncio.to_thread(
+                    subprocess.Popen, [sys.executable, "-m", "services.prepare"], env=env,
+                    stdout=log, stderr=subprocess.STDOUT,
+                ))
         gen = base / "trace"
         gen.mkdir()
         t = time.perf_counter()

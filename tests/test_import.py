@@ -56,7 +56,7 @@ def test_multipart_etag_matches_s3_rule(tmp_path: Path) -> None:
 
 async def test_import_real_trace_folder(traces_stack: TracesStack, tmp_path: Path) -> None:
     state = tmp_path / "state.json"
-    summary = await run_import(_args(traces_stack, REAL_TRACE, state, source_gpu="SM61_P4", wait=30.0))
+    summary = await run_import(_args(traces_stack, REAL_TRACE, state, source_gpu="SM61_P4", wait=60.0))
     assert summary["state"] == "ready" and summary["uploaded"] == 3 and summary["skipped"] == 0
     assert json.loads(state.read_text())[f"{traces_stack.base_url} {REAL_TRACE}"]["trace_id"] == summary["trace_id"]
     again = await run_import(_args(traces_stack, REAL_TRACE, state, source_gpu="SM61_P4"))
@@ -82,7 +82,7 @@ async def test_rerun_uploads_only_what_is_missing_or_changed(traces_stack: Trace
         await asyncio.sleep(0.05)
     (hidden / paths[3].name).rename(paths[3])
     paths[0].write_bytes(lzma.compress(lzma.decompress(paths[0].read_bytes()) + b"\n"))
-    second = await run_import(_args(traces_stack, folder, folder / ".cascade-import.json", wait=30.0))
+    second = await run_import(_args(traces_stack, folder, folder / ".cascade-import.json", wait=60.0))
     assert second["trace_id"] == first["trace_id"]
     # kernel-4 was new, kernel-1 changed; kernel-2, kernel-3, the multipart kernel-5 and
     # kernelslist.g were already there.
@@ -101,7 +101,7 @@ async def test_cli_uses_token_from_environment(traces_stack: TracesStack, tmp_pa
     env = {**os.environ, "CASCADE_API_TOKEN": TOKEN}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "cascade", "import", str(timeline), "--app", traces_stack.base_url,
-        "--source-gpu", "NVIDIA H100 80GB HBM3", "--wait", "30", "--quiet",
+        "--source-gpu", "NVIDIA H100 80GB HBM3", "--wait", "60", "--quiet",
         cwd=REPO, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )
     out, _ = await asyncio.wait_for(proc.communicate(), 60)

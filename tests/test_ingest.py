@@ -97,7 +97,7 @@ async def test_s3_event_path_records_and_prepares(stack: TracesStack, tmp_path: 
     assert {f.source for f in files} == {"s3-event"}
     async with stack.client() as api:
         await api.seal(tid, expected_kernels=2)
-        ready = await api.wait_for_state(tid, {"ready", "failed", "incomplete"}, timeout=30)
+        ready = await api.wait_for_state(tid, {"ready", "failed", "incomplete"}, timeout=60)
     assert ready["state"] == "ready" and ready["kernels_prepared"] == 2
     assert ready["files_received"] == 2
 
@@ -171,12 +171,12 @@ async def test_sealed_trace_missing_a_kernel_is_incomplete_then_recovers(
         tid = trace["id"]
         await api.upload_files(tid, [paths[0], paths[1], tmp_path / "inc" / "kernelslist.g"])
         await api.seal(tid)
-        done = await api.wait_for_state(tid, {"incomplete", "ready", "failed"}, timeout=30)
+        done = await api.wait_for_state(tid, {"incomplete", "ready", "failed"}, timeout=60)
         assert done["state"] == "incomplete", done
         assert done["missing"] == ["kernel-3.traceg"]
         assert done["kernels_prepared"] == 2
         await api.upload_files(tid, [paths[2]])
-        ready = await api.wait_for_state(tid, {"ready"}, timeout=30)
+        ready = await api.wait_for_state(tid, {"ready"}, timeout=60)
         assert ready["missing"] == [] and ready["bundle_kernels"] == 3
 
 
@@ -186,7 +186,7 @@ async def test_expected_kernel_count_from_seal(stack: TracesStack, tmp_path: Pat
         trace = await api.create_trace(name="count", source_gpu="SM80_A100")
         await api.upload_files(trace["id"], paths)
         await api.seal(trace["id"], expected_kernels=2)
-        done = await api.wait_for_state(trace["id"], {"incomplete", "ready", "failed"}, timeout=30)
+        done = await api.wait_for_state(trace["id"], {"incomplete", "ready", "failed"}, timeout=60)
         assert done["state"] == "incomplete"
         assert done["missing"] == ["1 of 2 kernel files"]
         assert done["expected_kernels"] == 2

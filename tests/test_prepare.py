@@ -52,7 +52,7 @@ async def test_malformed_line_fails_that_kernel_with_file_and_line(stack: Traces
         trace = await api.create_trace(name="malformed", source_gpu="SM80_A100")
         await api.upload_files(trace["id"], [*paths, truncated])
         await api.seal(trace["id"])
-        done = await api.wait_for_state(trace["id"], {"failed", "ready"}, timeout=30)
+        done = await api.wait_for_state(trace["id"], {"failed", "ready"}, timeout=60)
         assert done["state"] == "failed"
         # Every unit finishes: the good ones prepared, the bad ones failed with the reason.
         for _ in range(100):
@@ -87,13 +87,13 @@ async def test_timeline_file_becomes_the_bundle(stack: TracesStack, tmp_path: Pa
         trace = await api.create_trace(name="timeline", source_gpu="SM90_H100", kind="timeline")
         await api.upload_files(trace["id"], [timeline])
         await api.seal(trace["id"])
-        ready = await api.wait_for_state(trace["id"], {"ready", "failed", "incomplete"}, timeout=30)
+        ready = await api.wait_for_state(trace["id"], {"ready", "failed", "incomplete"}, timeout=60)
         assert ready["state"] == "ready", ready
         assert ready["bundle_kernels"] == 6
         bad = await api.create_trace(name="timeline-bad", source_gpu="SM90_H100", kind="timeline")
         await api.upload_files(bad["id"], [broken])
         await api.seal(bad["id"])
-        failed = await api.wait_for_state(bad["id"], {"ready", "failed", "incomplete"}, timeout=30)
+        failed = await api.wait_for_state(bad["id"], {"ready", "failed", "incomplete"}, timeout=60)
     assert failed["state"] == "failed"
     assert failed["kernels"][0]["error"].startswith("broken.jsonl:2: expected")
     record = await stack.store.require(trace["id"])

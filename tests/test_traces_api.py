@@ -34,7 +34,7 @@ async def test_real_v4_trace_becomes_a_ready_bundle(traces_stack: TracesStack, t
         names = await _upload_folder(traces_stack, trace["id"], REAL_TRACE)
         assert "kernel-1.traceg" in names
         await api.seal(trace["id"])
-        ready = await api.wait_for_state(trace["id"], {"ready", "failed", "incomplete"}, timeout=30)
+        ready = await api.wait_for_state(trace["id"], {"ready", "failed", "incomplete"}, timeout=60)
         assert ready["state"] == "ready", ready
         assert ready["kernels_total"] == 1 and ready["kernels_prepared"] == 1
         assert ready["bundle_kernels"] == 1
@@ -139,7 +139,7 @@ async def test_delete_removes_objects_and_state(traces_stack: TracesStack, tmp_p
         trace = await api.create_trace(name="doomed", source_gpu="SM90_H100")
         await _upload_folder(traces_stack, trace["id"], tmp_path / "del")
         await api.seal(trace["id"])
-        await api.wait_for_state(trace["id"], {"ready"}, timeout=30)
+        await api.wait_for_state(trace["id"], {"ready"}, timeout=60)
         answer = await api.delete_trace(trace["id"])
         assert answer["deleted"] and answer["objects"] >= 4
         with pytest.raises(ApiError) as err:

@@ -326,7 +326,7 @@ class IngestService:
     async def reconcile_once(self) -> int:
         """One pass over every unfinished trace; returns how many were reconciled."""
         done = 0
-        for record in await self._store.list():
+        for record in await self._store.records():
             if record.state not in ACTIVE_STATES or record.provenance.read_only:
                 continue
             try:

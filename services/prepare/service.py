@@ -165,6 +165,7 @@ class PrepareService:
 
         await self._store.mutate_unit(tid, tf.unit, preparing)
         pkey = part_key(tid, tf.unit, job.etag)
+        prepared: dict[str, Any]
         try:
             if tf.kind == "kernel":
                 features = await self._parse_kernel(job.key, name, record, tf.kernel_id)

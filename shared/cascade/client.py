@@ -133,8 +133,8 @@ class CascadeClient:
     async def create_trace(self, *, name: str, source_gpu: str, kind: str = "instructions",
                            workload: str = "") -> dict[str, Any]:
         """POST /api/traces."""
-        return await self.request("POST", "/api/traces", json={
-            "name": name, "source_gpu": source_gpu, "kind": kind, "workload": workload})
+        return dict(await self.request("POST", "/api/traces", json={
+            "name": name, "source_gpu": source_gpu, "kind": kind, "workload": workload}))
 
     async def list_traces(self) -> list[dict[str, Any]]:
         """GET /api/traces."""

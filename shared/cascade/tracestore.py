@@ -181,7 +181,7 @@ class TraceStore:
 
         return await self.kv.mutate(record_key(trace_id), TraceRecord, wrapped)
 
-    async def list(self) -> list[TraceRecord]:
+    async def records(self) -> list[TraceRecord]:
         """Every trace record (single-token keys), newest first."""
         found = await self._scan("*", _DEC_RECORD)
         return sorted(found.values(), key=lambda r: (-r.created_at, r.id))
@@ -263,7 +263,7 @@ class TraceStore:
         try:
             while True:
                 try:
-                    entry = await watcher.updates(timeout=10.0)
+                    entry = await watcher.updates(timeout=10.0)  # type: ignore[no-untyped-call]
                 except (TimeoutError, nats.errors.TimeoutError):
                     break
                 if entry is None:
@@ -272,7 +272,7 @@ class TraceStore:
                     out[entry.key] = decoder.decode(entry.value)
         finally:
             with contextlib.suppress(Exception):
-                await watcher.stop()
+                await watcher.stop()  # type: ignore[no-untyped-call]
         return out
 
 

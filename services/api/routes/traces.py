@@ -21,7 +21,7 @@ from cascade.errors import ConflictError, NotFoundError, TooLargeError, Validati
 from cascade.gpus import get_gpu
 from cascade.messages.trace import TraceCreated, TraceDeleted, TraceSealed, UploadReported
 from cascade.state import TraceRecord
-from cascade.storage import MAX_PARTS, MIN_PART_SIZE, UploadedPart
+from cascade.storage import MAX_PARTS, MIN_PART_SIZE, Storage, UploadedPart
 from cascade.tracefiles import (
     bundles_prefix,
     check_name,
@@ -157,6 +157,11 @@ class TraceList(msgspec.Struct, frozen=True, kw_only=True):
     traces: list[TraceRecord]
 
 
+def _storage(request: web.Request) -> Storage:
+    storage: Storage = request.app[STORAGE]  # type: ignore[assignment]
+    return storage
+
+
 def _store(request: web.Request) -> TraceStore:
     return request.app[TRACE_STORE]
 
@@ -207,7 +212,7 @@ async def create_trace(request: web.Request) -> web.Response:
 @doc(response=TraceList, tags=("traces",))
 async def list_traces(request: web.Request) -> web.Response:
     """Every trace, newest first."""
-    return json_response(TraceList(traces=await _store(request).list()))
+    return json_response(TraceList(traces=await _store(request).records()))
 
 
 @routes.post("/api/traces/{trace_id}/uploads")
@@ -230,7 +235,7 @@ async def request_uploads(request: web.Request) -> web.Response:
         seen.add(f.name)
         if f.size > settings.max_upload_bytes:
             raise TooLargeError(f"files[{i}] ({f.name})", f.size, settings.max_upload_bytes)
-    storage = request.app[STORAGE]
+    storage = _storage(request)
     ttl = settings.presign_ttl_s
     targets: list[UploadTarget] = []
     for f in body.files:
@@ -276,7 +281,7 @@ async def complete_upload(request: web.Request) -> web.Response:
     check_name(body.name, field="name")
     await _store(request).require(tid)
     key = raw_key(tid, body.name)
-    storage = request.app[STORAGE]
+    storage = _storage(request)
     etag = await storage.complete_multipart(
         key, body.upload_id,
         [UploadedPart(part_number=p.part_number, etag=p.etag) for p in body.parts],
@@ -302,7 +307,7 @@ async def report_uploaded(request: web.Request) -> web.Response:
     check_name(body.name, field="name")
     await _store(request).require(tid)
     key = raw_key(tid, body.name)
-    info = await request.app[STORAGE].head(key)
+    info = await _storage(request).head(key)
     if info is None:
         raise NotFoundError(f"name: {body.name!r} has not been uploaded (no object {key})")
     claimed = body.etag.strip('"')
@@ -447,7 +452,7 @@ async def _bundle_rows(request: web.Request, record: TraceRecord) -> tuple[list[
     from cascade.bundlecache import fetch_bundle, load_kernel_table
 
     settings = request.app[SETTINGS]
-    directory = await fetch_bundle(request.app[STORAGE], record, settings.data_path / "cache" / "bundles")
+    directory = await fetch_bundle(_storage(request), record, settings.data_path / "cache" / "bundles")
     table = load_kernel_table(directory)
     columns = [c for c in SUMMARY_COLUMNS if table.has(c)]
     data = {c: table[c].tolist() for c in columns}
@@ -471,7 +476,7 @@ async def delete_trace(request: web.Request) -> web.Response:
             f"trace {tid} is a read-only {record.provenance.badge or 'sample'}; it cannot be deleted",
             state=record.state,
         )
-    storage = request.app[STORAGE]
+    storage = _storage(request)
     objects = await storage.delete_prefix(trace_prefix(tid))
     objects += await storage.delete_prefix(bundles_prefix(tid))
     keys = await store.delete(tid)

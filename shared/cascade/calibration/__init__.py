@@ -86,14 +86,11 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
                      if archs.get(sid) == spec.arch and getattr(p, field) is not None]
         if same_arch:
             return float(statistics.median(same_arch))
-        everyone = [getattr(p, field) for p in self.specs.values() if getattr(p, field) is not None]
-        if everyone:
-            return float(statistics.median(everyone))
         return default
 
     def params_for(self, spec: GPUSpec, archs: dict[str, str] | None = None) -> ResolvedParams:
-        """Parameters for a spec: its own fit, else its architecture's, else all fits' median,
-        else the spec file's defaults. ``archs`` maps calibrated spec ids to their arch."""
+        """Parameters for a spec: its own fit, else the median fit of its architecture, else the
+        spec file's default efficiencies. ``archs`` maps calibrated spec ids to their arch."""
         archs = archs if archs is not None else _known_archs()
         own = self.specs.get(spec.id)
         family_bw: dict[str, float] = {}

@@ -334,7 +334,9 @@ class KubernetesBackend(Backend):
         self, settings: Settings, demand: Demand, *, template: KubernetesTemplate | None = None
     ) -> None:
         super().__init__(settings, demand)
-        self.template = template or load_kubernetes_template(settings.data_path / "kubernetes.toml")
+        path = Path(settings.kubernetes_template) if settings.kubernetes_template else (
+            settings.data_path / "kubernetes.toml")
+        self.template = template or load_kubernetes_template(path)
         self._api: Any = None
         self._client: Any = None
         self.created = 0

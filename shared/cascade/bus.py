@@ -501,30 +501,56 @@ class KV:
         with contextlib.suppress(nats.js.errors.KeyNotFoundError):
             await self.raw.delete(key)
 
-    async def keys(self, pattern: str = ">") -> list[str]:
-        """Keys matching a subject-style ``pattern`` (``>`` all, ``trace1.>``, ``*.state``)."""
-        watcher = await self.raw.watch(pattern, ignore_deletes=True, meta_only=True)
-        found: list[str] = []
+    async def scan_raw(self, pattern: str = ">", *, meta_only: bool = False) -> dict[str, bytes]:
+        """Current raw values of every live key matching ``pattern``, in one ordered pass.
+
+        nats-py's watcher may signal "initial values done" before it has handed
+        over entries the server already delivered (its check races with the
+        delivery callback under load). An early end marker with nothing
+        received is therefore confirmed against the stream's subject index
+        before an empty answer is believed.
+        """
+        watcher = await self.raw.watch(pattern, ignore_deletes=True, meta_only=meta_only)
+        out: dict[str, bytes] = {}
+        timeout = 5.0
         try:
             while True:
-                entry = await watcher.updates(timeout=5.0)
-                if entry is None:
+                try:
+                    entry = await watcher.updates(timeout=timeout)
+                except (TimeoutError, nats.errors.TimeoutError):
                     break
-                found.append(entry.key)
+                if entry is None:
+                    if out or not await self._has_keys(pattern):
+                        break
+                    timeout = 1.0  # entries are on their way; a deleted-only set ends here
+                    continue
+                out[entry.key] = entry.value or b""
                 if not entry.delta:
                     break
         finally:
-            await watcher.stop()
-        return sorted(set(found))
+            with contextlib.suppress(Exception):
+                await watcher.stop()
+        return out
+
+    async def _has_keys(self, pattern: str) -> bool:
+        """Whether the bucket's stream holds any message on a key matching ``pattern``."""
+        raw: Any = self.raw
+        info = await raw._js.stream_info(raw._stream, subjects_filter=f"{raw._pre}{pattern}")
+        return bool(info.state.subjects)
+
+    async def keys(self, pattern: str = ">") -> list[str]:
+        """Keys matching a subject-style ``pattern`` (``>`` all, ``trace1.>``, ``*.state``)."""
+        return sorted(await self.scan_raw(pattern, meta_only=True))
 
     async def values(self, type_: type[T], pattern: str = ">") -> dict[str, T]:
         """Every current value matching ``pattern``, decoded."""
-        out: dict[str, T] = {}
-        for key in await self.keys(pattern):
-            entry = await self.get(key, type_)
-            if entry is not None:
-                out[key] = entry.value
-        return out
+        dec = codec(type_)
+        found = await self.scan_raw(pattern)
+        return {
+            key: dec.decode(value, what=f"{self.bucket}/{key}")
+            for key, value in sorted(found.items())
+            if value
+        }
 
     async def watch(
         self, type_: type[T], pattern: str = ">", *, initial: bool = True

@@ -152,6 +152,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         float, _doc("Seconds a stopping service waits for in-flight work before handing it back", ge=0)
     ] = 10.0
 
+    # --- estimates and backends -----------------------------------------
+    tokenizer: Annotated[
+        str,
+        _doc("Path of a tokenizer.json used to count text prompt tokens in /v1 (empty: approximate)"),
+    ] = ""
+    kubernetes_template: Annotated[
+        str,
+        _doc("TOML/JSON file with the Kubernetes Job template (empty: {data_dir}/kubernetes.toml)"),
+    ] = ""
+
     # --- identity --------------------------------------------------------
     service_name: Annotated[
         str, _doc("Name this process reports (empty: the service's own name)")

@@ -16,13 +16,11 @@ prepare and api replicas can update the same trace concurrently.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
 import msgspec
-import nats.errors
 
 from cascade import subjects
 from cascade.bus import KV, Bus
@@ -258,22 +256,8 @@ class TraceStore:
     # -- helpers -----------------------------------------------------------------
     async def _scan(self, pattern: str, decoder: msgspec.json.Decoder[T]) -> dict[str, T]:
         """Current values of keys matching ``pattern`` in one ordered pass (no per-key gets)."""
-        watcher = await self.kv.raw.watch(pattern, ignore_deletes=True)
-        out: dict[str, T] = {}
-        try:
-            while True:
-                try:
-                    entry = await watcher.updates(timeout=10.0)  # type: ignore[no-untyped-call]
-                except (TimeoutError, nats.errors.TimeoutError):
-                    break
-                if entry is None:
-                    break
-                if entry.value:
-                    out[entry.key] = decoder.decode(entry.value)
-        finally:
-            with contextlib.suppress(Exception):
-                await watcher.stop()  # type: ignore[no-untyped-call]
-        return out
+        found = await self.kv.scan_raw(pattern)
+        return {key: decoder.decode(value) for key, value in found.items() if value}
 
 
 class Assessment(msgspec.Struct, frozen=True, kw_only=True):

@@ -436,5 +436,5 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 def setup(app: web.Application) -> None:
     """Install the model index and the prompt counter (tokenizer from settings or CASCADE_TOKENIZER)."""
     install(app)
-    path = str(getattr(app[SETTINGS], "tokenizer", "") or os.environ.get(TOKENIZER_ENV, "")).strip()
+    path = (app[SETTINGS].tokenizer or os.environ.get(TOKENIZER_ENV, "")).strip()
     app[PROMPT_COUNTER] = PromptCounter(path)

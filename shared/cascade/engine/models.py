@@ -6,6 +6,7 @@ durations (ns) and regime codes for every kernel, vectorised with numpy.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -78,15 +79,24 @@ def model_names() -> list[str]:
     return sorted(_MODELS)
 
 
-def _ensure_builtin() -> None:
-    if "roofline" in _MODELS:
-        return
-    from cascade.engine.accelsim import AccelSimModel
-    from cascade.engine.analytical import AnalyticalModel
+_BUILTIN_LOCK = threading.Lock()
 
-    factories: tuple[Any, ...] = (RooflineModel, ScaledModel, AnalyticalModel, AccelSimModel, AutoModel)
-    for factory in factories:
-        register_model(factory.name, factory)
+
+def _ensure_builtin() -> None:
+    """Register the built-in models once (thread-safe: simulators predict from worker threads)."""
+    if "auto" in _MODELS:
+        return
+    with _BUILTIN_LOCK:
+        if "auto" in _MODELS:
+            return
+        from cascade.engine.accelsim import AccelSimModel
+        from cascade.engine.analytical import AnalyticalModel
+
+        factories: tuple[Any, ...] = (
+            RooflineModel, ScaledModel, AnalyticalModel, AccelSimModel, AutoModel
+        )
+        for factory in factories:
+            register_model(factory.name, factory)
 
 
 def _names(n: int, name: str) -> np.ndarray:

@@ -62,6 +62,7 @@ COLUMNS: dict[str, tuple[np.dtype[Any], str]] = {
     "step_kind": (_STR, "'prefill', 'decode' or ''"),
     "step_tokens": (_I64, "tokens processed in this kernel's step (batch x new tokens)"),
     "step_context": (_I64, "context length (tokens already in KV cache + new) of the step"),
+    "step_batch": (_I64, "sequences in this kernel's step (-1: 1 for prefill, tokens for decode)"),
     # op annotations
     "op": (_STR, "op name (linear, matmul, bmm, attention, layernorm, softmax, ...)"),
     "dtype": (_STR, "math dtype: fp32, tf32, fp16, bf16, fp8, int8, fp64"),

@@ -252,7 +252,7 @@ def steps_from_table(
     kinds = table["step_kind"]
     tokens = table["step_tokens"]
     context = table["step_context"]
-    batch = table["batch"]
+    seqs = table["step_batch"]  # not the GEMM "batch" column: that counts matrices, not sequences
     out: list[StepResult] = []
     valid = step >= 0
     ids, inverse = np.unique(step[valid], return_inverse=True)
@@ -270,7 +270,10 @@ def steps_from_table(
         r = int(first_row[i])
         wall = float(last[i] - first[i])
         tok = int(tokens[r]) if tokens[r] > 0 else 0
-        b = int(batch[r]) if batch[r] > 0 else 1
+        if seqs[r] > 0:
+            b = int(seqs[r])
+        else:  # a decode step makes one token per sequence; a prefill is one sequence
+            b = tok if str(kinds[r]) == "decode" and tok > 0 else 1
         out.append(StepResult(
             step=int(s), kind=str(kinds[r]), tokens=tok, batch=b,
             context=int(context[r]) if context[r] > 0 else 0,

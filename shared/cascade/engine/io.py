@@ -37,6 +37,9 @@ register_loader(lambda p: p.is_file() and p.suffix.lower() == ".npz", _npz_loade
 
 def load_kernel_table(path: str | Path) -> tuple[KernelTable, GPUSpec | None]:
     """Load a kernel table from ``path`` with the first loader that accepts it."""
+    from cascade.traces.inputs import register as register_trace_loaders
+
+    register_trace_loaders()  # bundles, trace folders, kernel files, timelines
     p = Path(path)
     if not p.exists():
         raise TraceFormatError(str(p), None, "an existing kernel-table CSV, .npz, bundle or trace folder")

@@ -243,6 +243,11 @@ async def test_exhausted_job_publishes_failure_event(bus: Bus, worker_subject: t
     assert isinstance(event, SimFailed)
     assert event.attempts == 2
     assert "attempt 2" in event.error
+    # the worker counts the failure once its report has been published: wait for it
+    for _ in range(200):
+        if worker.stats.failed:
+            break
+        await asyncio.sleep(0.02)
     assert worker.stats.failed == 1 and worker.stats.retried == 1
     depth = (await bus.queue_depths())[durable]
     assert depth["pending"] == 0

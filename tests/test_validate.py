@@ -134,9 +134,22 @@ def test_uncalibrated_gpu_falls_back_to_arch_then_spec_defaults() -> None:
     h200 = cal.params_for(reg.get("SM90_H200"))
     h100 = cal.params_for(reg.get("SM90_H100"))
     assert not h200.calibrated and h200.tensor_eff == h100.tensor_eff
+    # same architecture: the fitted GPU's fit / default ratio carries over to the sibling
+    a100p, a100s = reg.get("SM80_A100_PCIE_40GB"), reg.get("SM80_A100_SXM_40GB")
+    own = cal.specs["SM80_A100_PCIE_40GB"].simt_eff
+    assert own is not None
+    ratio = own / cal.defaults["SM80_A100_PCIE_40GB"]["simt_eff"]
+    assert cal.params_for(a100s).simt_eff == pytest.approx(min(a100s.efficiency.simt * ratio, 1.0))
+    assert cal.params_for(a100p).simt_eff == own
+    # a new architecture: its own physical default x the median ratio of every fitted GPU
     l4 = reg.get("SM89_L4")
-    params = cal.params_for(l4)
-    assert (params.simt_eff, params.bw_eff) == (l4.efficiency.simt, l4.efficiency.bandwidth)
+    ratios = sorted(p.simt_eff / cal.defaults[sid]["simt_eff"] for sid, p in cal.specs.items()
+                    if p.simt_eff is not None)
+    median = float(np.median(ratios))
+    assert cal.params_for(l4).simt_eff == pytest.approx(min(l4.efficiency.simt * median, 1.0))
+    # a calibration without recorded defaults falls back to the spec defaults
+    bare = Calibration()
+    assert bare.params_for(l4).simt_eff == l4.efficiency.simt
 
 
 def test_heldout_split_is_stable_and_sized() -> None:
@@ -186,3 +199,67 @@ def test_cli_predict_unknown_target_lists_known(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "cascade", "predict", "--trace", str(trace), "--target", "Voodoo2"],
                          check=False, capture_output=True, text=True)
     assert out.returncode != 0 and "SM90_H100" in out.stderr
+
+
+def _write_vidur(path: Path, spec_id: str, shape: dict[str, int], seed: int) -> None:
+    """A synthetic Vidur-style profile: times from a simple physical model of the spec."""
+    from cascade.engine.measured import VIDUR_OPS
+
+    spec = default_registry().get(spec_id)
+    rng = np.random.default_rng(seed)
+    cols = ["num_tokens", "num_tensor_parallel_workers", "n_head", "n_kv_head", "n_embd", "n_expanded_embd",
+            "vocab_size", "use_gated_mlp"] + [f"time_stats.{op}.median" for op in VIDUR_OPS]
+    lines = [",".join(cols)]
+    e, h, kv, f = shape["n_embd"], shape["n_head"], shape["n_kv_head"], shape["n_expanded_embd"]
+    for tp in (1, 2, 4, 8):
+        for tokens in (1, 16, 128, 512, 2048, 4096):
+            hd = e // h
+            gemms = {"attn_pre_proj": (h + 2 * kv) * hd // tp * e, "attn_post_proj": e * h * hd // tp,
+                     "mlp_up_proj": 2 * f // tp * e, "mlp_down_proj": e * f // tp}
+            times = []
+            for op in VIDUR_OPS:
+                if op in gemms:
+                    w = gemms[op]
+                    t = max(2.0 * tokens * w / (spec.tensor_flops("fp16") * 0.7),
+                            2.0 * (w + tokens * e) / (spec.bandwidth_bps * 0.7))
+                else:
+                    t = 6.0 * tokens * e / (spec.bandwidth_bps * 0.6)
+                times.append((t * 1e3 + 0.004) * rng.uniform(0.97, 1.03))
+            lines.append(",".join(str(v) for v in (tokens, tp, h, kv, e, f, 128256, True, *times)))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_validate_other_model_and_gpu_names(tmp_path: Path) -> None:
+    """Another Vidur model (other shapes and TP degrees) and NeuSight files under other GPU
+    names (H100, V100 SXM2, L4 without calibration data of their own) validate end to end."""
+    shape = {"n_head": 32, "n_kv_head": 8, "n_embd": 4096, "n_expanded_embd": 14336}
+    vd = tmp_path / "vidur"
+    vd.mkdir()
+    _write_vidur(vd / "llama-3-8b__mlp__a100.csv", "SM80_A100", shape, 1)
+    _write_vidur(vd / "llama-3-8b__mlp__h100.csv", "SM90_H100", shape, 2)
+    ns = tmp_path / "neusight"
+    ns.mkdir()
+    src = (MEASURED / "neusight-train" / "linear__NVIDIA_A100-PCIE-40GB.csv").read_text().splitlines()
+    header, rows = src[0], src[1:301]
+    lat = header.split(",").index("Latency")
+    for label, scale in (("NVIDIA_H100_80GB_HBM3", 0.45), ("Tesla_V100-SXM2-16GB", 1.15), ("NVIDIA_L4", 1.6)):
+        out = [header]
+        for r in rows:
+            cells = r.split(",")
+            cells[lat] = str(float(cells[lat]) * scale)
+            out.append(",".join(cells))
+        (ns / f"linear__{label}.csv").write_text("\n".join(out) + "\n")
+    res = subprocess.run([sys.executable, "-m", "cascade", "validate", "--data", str(tmp_path), "--json",
+                          "--models", "roofline,scaled"], capture_output=True, text=True, check=True)
+    rows_out = json.loads(res.stdout)["results"]
+    pairs_seen = {(r["dataset"], r["source"], r["target"]) for r in rows_out}
+    assert ("llama-3-8b", "SM80_A100", "SM90_H100") in pairs_seen
+    assert ("linear", "SM90_H100", "SM70_V100_SXM2") in pairs_seen
+    assert ("linear", "SM89_L4", "SM90_H100") in pairs_seen
+    v = {(r["source"], r["family"], r["model"]): r for r in rows_out if r["dataset"] == "llama-3-8b"}
+    # 4 TP degrees x 6 token counts x 4 GEMMs on the other model's shapes
+    assert v[("SM80_A100", "linear", "scaled")]["count"] == 96
+    for r in rows_out:
+        assert r["count"] > 0 and np.isfinite(r["mape"]) and r["mape"] >= 0
+    # the synthetic times follow physics closely: scaled stays near them where roofline does
+    assert v[("SM80_A100", "all", "scaled")]["mape"] < 25.0

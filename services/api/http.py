@@ -182,6 +182,10 @@ def metrics_middleware(registry: CollectorRegistry) -> Any:
         "cascade_http_request_seconds", "HTTP request latency", ["method", "route"], registry=registry
     )
 
+    # Labelled children, looked up once per label set (``labels()`` costs several us a call).
+    counters: dict[tuple[str, str, int], Any] = {}
+    timers: dict[tuple[str, str], Any] = {}
+
     @web.middleware
     async def middleware(
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -198,7 +202,15 @@ def metrics_middleware(registry: CollectorRegistry) -> Any:
             status = exc.status
             raise
         finally:
-            requests.labels(request.method, template, str(status)).inc()
-            seconds.labels(request.method, template).observe(time.perf_counter() - started)
+            method = request.method
+            key = (method, template, status)
+            counter = counters.get(key)
+            if counter is None:
+                counter = counters[key] = requests.labels(method, template, str(status))
+            counter.inc()
+            timer = timers.get(key[:2])
+            if timer is None:
+                timer = timers[key[:2]] = seconds.labels(method, template)
+            timer.observe(time.perf_counter() - started)
 
     return middleware

@@ -20,7 +20,7 @@ OPENAPI = web.AppKey("openapi", dict)
 """The generated OpenAPI document (built once by the factory)."""
 ROUTE_MODULES = web.AppKey("route_modules", list)
 """Names of the route modules the factory loaded."""
-SERVICE_STATUS = web.AppKey("service_status", Callable)  # type: ignore[type-abstract]
+SERVICE_STATUS: web.AppKey[Callable[[], dict[str, Any]]] = web.AppKey("service_status")
 """``() -> dict``: this api instance's own status (from the runtime), if any."""
 
 

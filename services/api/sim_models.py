@@ -64,6 +64,12 @@ class ModelEntry:
     config: str
     sim: SimRecord
     run: RunRecord
+    fingerprint: str = ""
+    """:func:`sim_fingerprint` of ``sim`` (computed on creation when not given)."""
+
+    def __post_init__(self) -> None:
+        if not self.fingerprint:
+            object.__setattr__(self, "fingerprint", sim_fingerprint(self.sim))
 
     @property
     def created(self) -> int:
@@ -97,6 +103,8 @@ class SimModels:
         self._tasks: list[asyncio.Task[None]] = []
         self._entries: list[ModelEntry] | None = None
         """Memo of :meth:`entries` (cleared on every change)."""
+        self._by_id: dict[str, ModelEntry] = {}
+        """Model id -> entry, rebuilt with :meth:`entries`."""
         self._changed = asyncio.Condition()
         self._loaded = {"sims": asyncio.Event(), "runs": asyncio.Event()}
 
@@ -173,6 +181,7 @@ class SimModels:
         """Every usable model, one per (trace, config): the latest finished sim. Sorted by id."""
         if self._entries is None:
             self._entries = self._compute_entries()
+            self._by_id = {e.id: e for e in self._entries}
         return self._entries
 
     def _compute_entries(self) -> list[ModelEntry]:
@@ -181,10 +190,11 @@ class SimModels:
             run = self._runs.get(sim.run_id)
             if run is None or not _usable(sim, run):
                 continue
-            if self._unusable.get(sim.id) == sim_fingerprint(sim):
+            fp = sim_fingerprint(sim)
+            if self._unusable.get(sim.id) == fp:
                 continue
             entry = ModelEntry(id=model_id(run.trace_id, sim.config), trace_id=run.trace_id,
-                               config=sim.config, sim=sim, run=run)
+                               config=sim.config, sim=sim, run=run, fingerprint=fp)
             prev = best.get(entry.id)
             if prev is None or (entry.sim.finished_at or 0, entry.sim.id) > (
                     prev.sim.finished_at or 0, prev.sim.id):
@@ -206,10 +216,9 @@ class SimModels:
 
     def find(self, model: str) -> ModelEntry | None:
         """The entry of a model id from memory, or None."""
-        for entry in self.entries():
-            if entry.id == model:
-                return entry
-        return None
+        if self._entries is None:
+            self.entries()
+        return self._by_id.get(model)
 
     async def by_model(self, model: str, *, field: str = "model") -> ModelEntry:
         """The entry of a model id; NotFoundError lists the known ids."""
@@ -273,7 +282,7 @@ class SimModels:
     # -- step models -----------------------------------------------------------------------
     async def step_model(self, entry: ModelEntry) -> SimStepModel:
         """The fitted step model of an entry's sim (memory, else S3 cache, else fit)."""
-        fp = sim_fingerprint(entry.sim)
+        fp = entry.fingerprint
         hit = self.cache.peek(entry.sim.id, fp)
         if hit is not None:
             return hit

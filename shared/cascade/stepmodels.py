@@ -246,6 +246,9 @@ class SimStepModel:
     _prefill_memo: dict[tuple[int, int], Any] = field(default_factory=dict)
     _decode_memo: dict[int, float] = field(default_factory=dict)
     _estimate_memo: dict[tuple[int, int, int], RequestEstimate] = field(default_factory=dict)
+    answers: dict[Any, Any] = field(default_factory=dict)
+    """Callers' memo of encoded answers per request shape (the api's /v1 fragments); it lives
+    as long as this fitted model, so a refit sim starts with an empty one."""
 
     @property
     def model(self) -> StepTimeModel:

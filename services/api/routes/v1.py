@@ -38,7 +38,6 @@ import math
 import os
 import re
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -46,7 +45,7 @@ import msgspec
 from aiohttp import web
 from cascade.errors import CascadeError, NotFoundError, ValidationError
 from cascade.log import get_logger
-from cascade.stepmodels import DEFAULT_TOKEN_BUDGET, RequestEstimate
+from cascade.stepmodels import DEFAULT_TOKEN_BUDGET, RequestEstimate, SimStepModel
 
 from services.api.http import doc
 from services.api.keys import SETTINGS
@@ -62,6 +61,7 @@ MAX_PACE_S = 600.0
 TOKENIZER_ENV = "CASCADE_TOKENIZER"
 
 _ENCODER = msgspec.json.Encoder()
+_JSON_HEADERS = {"Content-Type": "application/json"}
 _WORDS = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 
 
@@ -127,6 +127,42 @@ def _count_prompts(value: Any, counter: PromptCounter) -> tuple[list[int], bool]
                           "of token-id lists", field="prompt")
 
 
+_IDS = msgspec.json.Decoder(list[int])
+_TEXTS = msgspec.json.Decoder(list[str])
+_ID_LISTS = msgspec.json.Decoder(list[list[int]])
+_TEXT = msgspec.json.Decoder(str)
+
+
+def count_prompt_json(raw: bytes | msgspec.Raw, counter: PromptCounter) -> tuple[list[int], bool]:
+    """:func:`_count_prompts` of a prompt's raw JSON, validated by msgspec at C speed.
+
+    Token-id lists (the common case, possibly thousands of ids) are checked without a
+    Python loop; anything the typed decoders reject goes through the generic checks,
+    which name what is wrong.
+    """
+    raw = bytes(raw)
+    head = raw.lstrip()[:1]
+    try:
+        if head == b'"':
+            return [counter.count(_TEXT.decode(raw))], not counter.exact
+        if head == b"[":
+            try:
+                ids = _IDS.decode(raw)
+                if ids:
+                    return [len(ids)], False
+            except msgspec.ValidationError:
+                try:
+                    texts = _TEXTS.decode(raw)
+                    return [counter.count(t) for t in texts], not counter.exact
+                except msgspec.ValidationError:
+                    lists = _ID_LISTS.decode(raw)
+                    if all(lists):
+                        return [len(ids) for ids in lists], False
+    except msgspec.ValidationError:
+        pass
+    return _count_prompts(msgspec.json.decode(raw) if raw else None, counter)
+
+
 def _count_messages(messages: Any, counter: PromptCounter) -> int:
     if not isinstance(messages, list) or not messages:
         raise ValidationError("expected a non-empty list of messages", field="messages")
@@ -169,7 +205,8 @@ class _Common(msgspec.Struct, kw_only=True):
 class CompletionRequest(_Common, kw_only=True):
     """OpenAI completions request (other OpenAI fields are accepted and ignored)."""
 
-    prompt: Any = None
+    prompt: msgspec.Raw = msgspec.Raw(b"")
+    """The prompt's JSON, counted by :func:`count_prompt_json` (empty when absent)."""
 
 
 class ChatRequest(_Common, kw_only=True):
@@ -234,12 +271,18 @@ def openai_errors(handler: Handler) -> Handler:
     return wrapped
 
 
+_DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {}
+
+
 async def _decode(request: web.Request, type_: type[Any]) -> Any:
     body = await request.read()
     if not body:
         raise OpenAIError(400, "request body is empty: expected a JSON object", param="body")
+    decoder = _DECODERS.get(type_)
+    if decoder is None:
+        decoder = _DECODERS[type_] = msgspec.json.Decoder(type_)
     try:
-        return msgspec.json.decode(body, type=type_)
+        return decoder.decode(body)
     except msgspec.ValidationError as exc:
         text = str(exc)
         param = text.split("at `$.", 1)[1].split("`", 1)[0] if "at `$." in text else None
@@ -289,7 +332,7 @@ def cascade_of(entry: ModelEntry, est: RequestEstimate, calibration: Any, approx
 
 
 async def _estimates(request: web.Request, req: _Common, prompt_counts: list[int],
-                     output: int) -> tuple[ModelEntry, list[RequestEstimate], Any]:
+                     output: int) -> tuple[ModelEntry, SimStepModel, list[RequestEstimate]]:
     models = sim_models(request.app)
     entry = models.find(req.model)
     if entry is None:
@@ -300,11 +343,36 @@ async def _estimates(request: web.Request, req: _Common, prompt_counts: list[int
             raise OpenAIError(400, f"prompt of {count} tokens is over {MAX_PROMPT_TOKENS}",
                               param="prompt")
     ests = [sm.estimate(p, output, token_budget=req.cascade_token_budget) for p in prompt_counts]
-    return entry, ests, sm.calibration
+    return entry, sm, ests
 
 
 def _ids(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+    return f"{prefix}-{os.urandom(12).hex()}"
+
+
+#: Answers whose encoded ``metrics`` / ``cascade`` fragments one step model keeps.
+FRAGMENT_MEMO = 4096
+
+
+def _fragments(entry: ModelEntry, sm: SimStepModel, est: RequestEstimate, approximate: bool,
+               token_budget: int) -> tuple[msgspec.Raw, msgspec.Raw]:
+    """The JSON of ``metrics_of(est)`` and ``cascade_of(...)``, encoded once per request shape.
+
+    Estimates are pure functions of the shape and the sim, so the fragments are memoised on
+    the sim's step model (which is replaced when the sim's result changes).
+    """
+    memo = sm.answers
+    key = (est.prompt_tokens, est.output_tokens, token_budget, approximate)
+    hit = memo.get(key)
+    if hit is not None and hit[0] is est:
+        return hit[1], hit[2]
+    metrics = msgspec.Raw(_ENCODER.encode(metrics_of(est)))
+    extra = msgspec.Raw(_ENCODER.encode(cascade_of(entry, est, sm.calibration, approximate,
+                                                   token_budget)))
+    if len(memo) >= FRAGMENT_MEMO:
+        memo.pop(next(iter(memo)))
+    memo[key] = (est, metrics, extra)
+    return metrics, extra
 
 
 def _usage(prompt_total: int, completion_total: int) -> dict[str, int]:
@@ -316,33 +384,34 @@ async def _answer(request: web.Request, req: _Common, prompt_counts: list[int], 
                   chat: bool) -> web.StreamResponse:
     _check_common(req)
     output = _max_tokens(req)
-    entry, ests, calibration = await _estimates(request, req, prompt_counts, output)
+    entry, sm, ests = await _estimates(request, req, prompt_counts, output)
     created = int(time.time())
     rid = _ids("chatcmpl" if chat else "cmpl")
-    extras = [cascade_of(entry, e, calibration, approximate, req.cascade_token_budget) for e in ests]
     if req.stream:
         if len(ests) != 1:
             raise OpenAIError(400, "stream: true takes a single prompt", param="prompt")
-        return await _stream(request, req, rid, created, entry.id, ests[0], extras[0], chat,
+        extra = cascade_of(entry, ests[0], sm.calibration, approximate, req.cascade_token_budget)
+        return await _stream(request, req, rid, created, entry.id, ests[0], extra, chat,
                              approximate)
+    frags = [_fragments(entry, sm, e, approximate, req.cascade_token_budget) for e in ests]
     choices: list[dict[str, Any]] = []
-    for i, (est, extra) in enumerate(zip(ests, extras, strict=True)):
+    for i, (metrics, extra) in enumerate(frags):
         choice: dict[str, Any] = {"index": i, "logprobs": None, "finish_reason": "length"}
         if chat:
             choice["message"] = {"role": "assistant", "content": ""}
         else:
             choice["text"] = ""
         if len(ests) > 1:
-            choice["metrics"] = metrics_of(est)
+            choice["metrics"] = metrics
             choice["cascade"] = extra
         choices.append(choice)
     body = {
         "id": rid, "object": "chat.completion" if chat else "text_completion", "created": created,
         "model": entry.id, "choices": choices,
         "usage": _usage(sum(prompt_counts), output * len(prompt_counts)),
-        "metrics": metrics_of(ests[0]), "cascade": extras[0],
+        "metrics": frags[0][0], "cascade": frags[0][1],
     }
-    return web.Response(body=_ENCODER.encode(body), content_type="application/json")
+    return web.Response(body=_ENCODER.encode(body), headers=_JSON_HEADERS)
 
 
 async def _stream(request: web.Request, req: _Common, rid: str, created: int, model: str,
@@ -419,7 +488,7 @@ async def get_model(request: web.Request) -> web.Response:
 async def completions(request: web.Request) -> web.StreamResponse:
     """Estimate one completion request alone on an idle replica (OpenAI response shape)."""
     req: CompletionRequest = await _decode(request, CompletionRequest)
-    counts, approximate = _count_prompts(req.prompt, request.app[PROMPT_COUNTER])
+    counts, approximate = count_prompt_json(req.prompt, request.app[PROMPT_COUNTER])
     return await _answer(request, req, counts, approximate, chat=False)
 
 

@@ -71,6 +71,10 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
     library typically picks; [0, 0] = the candidate tile with the least modelled time."""
     metrics: dict[str, object] = {}
     """Accuracy measured when fitting (held-out and in-sample)."""
+    defaults: dict[str, dict[str, float]] = {}
+    """Spec id -> the spec file's default efficiencies (``simt_eff``, ``tensor_eff``,
+    ``bw_eff``) when fitted: GPUs without a fit get their own default x the median
+    fit / default ratio."""
 
     def digest(self) -> str:
         """Short content hash (provenance of predictions)."""
@@ -78,10 +82,28 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
 
     # ---- parameter resolution -----------------------------------------------------
     def _fallback(self, spec: GPUSpec, field: str, default: float, archs: dict[str, str]) -> float:
+        """A spec's own fitted value; else its physical default (spec file) times the median
+        ratio fit / default of the fitted GPUs of its architecture, else of every fitted GPU
+        (the calibration says how far the physical defaults are off, not what a GPU it has
+        never seen achieves). Needs ``defaults`` (spec id -> default) to form ratios; without
+        it the median fit of the architecture is used."""
         own = self.specs.get(spec.id)
         value = getattr(own, field) if own else None
         if value is not None:
             return float(value)
+        ratios_arch: list[float] = []
+        ratios_all: list[float] = []
+        for sid, p in self.specs.items():
+            v = getattr(p, field)
+            d = self.defaults.get(sid, {}).get(field)
+            if v is None or not d:
+                continue
+            ratios_all.append(float(v) / d)
+            if archs.get(sid) == spec.arch:
+                ratios_arch.append(float(v) / d)
+        ratios = ratios_arch or ratios_all
+        if ratios:
+            return float(min(default * statistics.median(ratios), 1.0))
         same_arch = [getattr(p, field) for sid, p in self.specs.items()
                      if archs.get(sid) == spec.arch and getattr(p, field) is not None]
         if same_arch:
@@ -111,22 +133,23 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
         )
 
     def floor_ns(self, kind: str, spec: GPUSpec) -> float | None:
-        """Fitted fixed per-kernel time of a measurement kind on a spec, if any."""
+        """Fitted fixed per-kernel time of a measurement kind on a spec, if any; a kind
+        ``base-variant`` (``neusight-bmm``) falls back to ``base`` (``neusight``)."""
         value = self.floors_ns.get(kind, {}).get(spec.id)
+        if value is None and "-" in kind:
+            value = self.floors_ns.get(kind.split("-", 1)[0], {}).get(spec.id)
         return float(value) if value is not None else None
 
     def tile(self, arch: str, key: str) -> tuple[int, int]:
-        """Typical GEMM tile for an arch and path key; nearest older arch with one, else 128x128."""
-        from cascade.gpus.spec import ARCHES
-
-        order = list(ARCHES)
-        idx = order.index(arch) if arch in order else len(order) - 1
-        candidates = order[idx::-1] + order[idx + 1:]
-        for a in candidates:
-            t = self.tiles.get(a, {}).get(key) or self.tiles.get(a, {}).get(key.split("_")[0])
-            if t:
-                return int(t[0]), int(t[1])
-        return 128, 128
+        """Typical GEMM tile for an arch and path key, as fitted on that architecture's data;
+        (0, 0) -- the candidate tile with the least modelled time on the target -- for an
+        architecture without a fit (another architecture's library choices do not carry over:
+        leave-one-GPU-out error is lower with the physical choice than with a neighbour's)."""
+        own = self.tiles.get(arch, {})
+        t = own.get(key) or own.get(key.split("_")[0])
+        if t:
+            return int(t[0]), int(t[1])
+        return 0, 0
 
 
 class ResolvedParams(msgspec.Struct, frozen=True, kw_only=True):

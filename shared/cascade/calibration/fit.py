@@ -94,6 +94,21 @@ class _Prepared:
     fit_rows: np.ndarray
 
 
+def _prepare(pair: Pair, holdout: float, max_rows: int | None) -> _Prepared:
+    """A pair restricted to its fit rows (not held out), at most ``max_rows`` of them chosen
+    by a stable hash of the shape key (same rows on every run)."""
+    rows = ~heldout_mask(pair.keys, holdout)
+    if max_rows is not None and rows.sum() > max_rows:
+        h = np.fromiter((zlib.crc32(b"sub" + str(k).encode()) for k in pair.keys), dtype=np.int64,
+                        count=len(pair.keys))
+        cut = np.sort(h[rows])[max_rows - 1]
+        rows &= h <= cut
+    idx = np.flatnonzero(rows)
+    sub = Pair(pair.source, pair.target, pair.source_table.take(idx), pair.target_ns[idx],
+               pair.groups[idx], pair.keys[idx])
+    return _Prepared(sub, workload_of(sub.source_table), sub.target_ns, np.ones(len(idx), dtype=bool))
+
+
 @dataclass
 class _Layout:
     """Which parameter sits at which index of the search vector."""
@@ -127,7 +142,13 @@ def _build_calibration(x: np.ndarray, layout: _Layout, tiles: dict[str, dict[str
     return Calibration(
         id=base.id, version=base.version, globals=Globals(**glob),  # type: ignore[arg-type]
         specs={sid: SpecParams(**p) for sid, p in specs.items()},  # type: ignore[arg-type]
-        floors_ns=floors, tiles=tiles)
+        floors_ns=floors, tiles=tiles, defaults=base.defaults)
+
+
+def _spec_defaults(sets: Sequence[MeasuredSet]) -> dict[str, dict[str, float]]:
+    """The physical default efficiencies (spec files) of every GPU in the data."""
+    return {s.spec.id: {"simt_eff": s.spec.efficiency.simt, "tensor_eff": s.spec.efficiency.tensor,
+                        "bw_eff": s.spec.efficiency.bandwidth} for s in sets}
 
 
 def _initial(sets: Sequence[MeasuredSet]) -> tuple[_Layout, np.ndarray]:
@@ -228,20 +249,24 @@ def _file_digests(sets: Sequence[MeasuredSet], root: Path) -> dict[str, str]:
 
 def fit_sets(sets: Sequence[MeasuredSet], *, holdout: float = 0.2, iters: int = 1200,
              anchor: float = 0.15, registry: GPURegistry | None = None,
-             log: Callable[[str], None] = lambda _m: None) -> Calibration:
-    """Fit a calibration on measured sets, holding out ``holdout`` of the shapes."""
+             log: Callable[[str], None] = lambda _m: None, max_rows: int | None = 3000,
+             rounds: int = 3) -> Calibration:
+    """Fit a calibration on measured sets, holding out ``holdout`` of the shapes.
+
+    ``max_rows`` caps the fit rows per GPU pair (a stable hash subsample; None = all) and
+    ``rounds`` the alternations of simplex fit and tile choice: the defaults take about a
+    minute, ``cascade calibrate --thorough`` uses every row and more rounds.
+    """
     reg = registry or default_registry()
     archs = {s.id: s.arch for s in reg}
-    base = Calibration(id="cascade-default")
-    prepared = []
-    for pair in pairs(list(sets)):
-        test = heldout_mask(pair.keys, holdout)
-        prepared.append(_Prepared(pair, workload_of(pair.source_table), pair.target_ns, ~test))
+    base = Calibration(id="cascade-default", defaults=_spec_defaults(sets))
+    prepared = [_prepare(pair, holdout, max_rows) for pair in pairs(list(sets))]
     layout, x = _initial(sets)
-    log(f"fitting {len(x)} parameters on {len(prepared)} GPU pairs")
+    log(f"fitting {len(x)} parameters on {len(prepared)} GPU pairs "
+        f"({sum(len(p.measured) for p in prepared)} rows)")
     tiles: dict[str, dict[str, list[int]]] = {}
     best = float("inf")
-    for round_ in range(3):
+    for round_ in range(rounds):
         x, val = nelder_mead(_objective(prepared, layout, tiles, base, archs, anchor), x,
                              step=0.4 if round_ == 0 else 0.15, iters=iters)
         log(f"round {round_}: objective {val:.4f}")
@@ -258,7 +283,7 @@ def fit_sets(sets: Sequence[MeasuredSet], *, holdout: float = 0.2, iters: int = 
 
 def fit_directory(directory: str | Path, *, holdout: float = 0.2, iters: int = 1200,
                   registry: GPURegistry | None = None, log: Callable[[str], None] = lambda _m: None,
-                  leave_one_gpu_out: bool = True) -> Calibration:
+                  leave_one_gpu_out: bool = True, thorough: bool = False) -> Calibration:
     """Fit on every measured file under ``directory`` and record provenance and accuracy."""
     from cascade.engine.validation import evaluate
 
@@ -269,7 +294,10 @@ def fit_directory(directory: str | Path, *, holdout: float = 0.2, iters: int = 1
         from cascade.errors import ValidationError
 
         raise ValidationError(f"no Vidur or NeuSight files under {root}", field="data")
-    cal = fit_sets(sets, holdout=holdout, iters=iters, registry=reg, log=log)
+    max_rows = None if thorough else 3000
+    rounds = 3 if thorough else 2
+    cal = fit_sets(sets, holdout=holdout, iters=iters, registry=reg, log=log, max_rows=max_rows,
+                   rounds=rounds)
     all_pairs = pairs(sets)
     select_test = {(p.source.dataset, p.source.spec.id, p.target.spec.id): heldout_mask(p.keys, holdout)
                    for p in all_pairs}
@@ -285,7 +313,8 @@ def fit_directory(directory: str | Path, *, holdout: float = 0.2, iters: int = 1
             for out in members:
                 rest = [s for s in sets if s.spec.id != out.spec.id]
                 log(f"leave-one-GPU-out: {out.spec.id}")
-                cal_wo = fit_sets(rest, holdout=0.0, iters=iters // 2, registry=reg)
+                cal_wo = fit_sets(rest, holdout=0.0, iters=iters // 2, registry=reg, max_rows=max_rows,
+                                  rounds=rounds)
                 involved = [p for p in all_pairs if (p.source.kind, p.source.dataset) == kind_ds
                             and out.spec.id in (p.source.spec.id, p.target.spec.id)]
                 logo.extend(_summ(evaluate(involved, cal_wo, ("roofline", "scaled"), reg=reg)))
@@ -293,9 +322,10 @@ def fit_directory(directory: str | Path, *, holdout: float = 0.2, iters: int = 1
     now = _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
     return Calibration(
         id="cascade-default", version=now[:10], created=now,
-        command=f"cascade calibrate --data {directory} --holdout {holdout}",
+        command=(f"cascade calibrate --data {directory} --holdout {holdout} --iters {iters}"
+                 + (" --thorough" if thorough else "") + ("" if leave_one_gpu_out else " --no-leave-one-gpu-out")),
         data_files=_file_digests(sets, root), globals=cal.globals, specs=cal.specs,
-        floors_ns=cal.floors_ns, tiles=cal.tiles, metrics=metrics)
+        floors_ns=cal.floors_ns, tiles=cal.tiles, metrics=metrics, defaults=cal.defaults)
 
 
 def _summ(stats: Sequence[object]) -> list[dict[str, object]]:

@@ -50,8 +50,11 @@ class MeasuredSet:
 
     @property
     def measurement(self) -> str:
-        """Measurement kind for :class:`cascade.engine.models.ScaledConfig`."""
-        return "kernel" if self.kind == "vidur" else self.kind
+        """Measurement kind for :class:`cascade.engine.models.ScaledConfig`: ``kernel`` for
+        Vidur's per-op CUDA-event times, ``neusight-<op>`` for NeuSight's harness (whose fixed
+        per-call time differs between ``linear`` and ``bmm``; calibration falls back from
+        ``neusight-<op>`` to ``neusight``)."""
+        return "kernel" if self.kind == "vidur" else f"{self.kind}-{self.dataset}"
 
 
 def _lookup(reg: GPURegistry, label: str, path: Path) -> GPUSpec:

@@ -27,18 +27,19 @@ def markdown_table(rows: Iterable[Mapping[str, Any]], families: tuple[str, ...] 
         fam = str(r["family"])
         if r["kind"] == "neusight" and fam not in families:
             continue
-        key = (str(r["dataset"]), fam, str(r["source"]), str(r["target"]))
+        key = (str(r["dataset"]), fam, str(r["source"]), str(r["target"]), str(r.get("left_out", "")))
         grouped.setdefault(key, {})[str(r["model"])] = r
         if r["model"] not in models:
             models.append(str(r["model"]))
-    head = "| data | family | source -> target | n | " + " | ".join(
+    head = "| data | family | source -> target | left out | n | " + " | ".join(
         f"{m} MAPE / med / p90" for m in models) + " |"
-    lines = [head, "|" + "---|" * (4 + len(models))]
-    for (ds, fam, src, tgt), by_model in grouped.items():
+    lines = [head, "|" + "---|" * (5 + len(models))]
+    for (ds, fam, src, tgt, out), by_model in grouped.items():
         n = next(iter(by_model.values()))["count"]
         cells = [f"{by_model[m]['mape']:.1f} / {by_model[m]['median_ape']:.1f} / {by_model[m]['p90_ape']:.1f}"
                  if m in by_model else "-" for m in models]
-        lines.append(f"| {ds} | {fam} | {_short(src)} -> {_short(tgt)} | {n} | " + " | ".join(cells) + " |")
+        lines.append(f"| {ds} | {fam} | {_short(src)} -> {_short(tgt)} | {_short(out) or '-'} | {n} | "
+                     + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

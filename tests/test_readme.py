@@ -1,0 +1,18 @@
+"""The README stays the user's manual: both commands and every setting are in it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cascade.settings import settings_doc
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+
+
+def test_readme_shows_the_two_commands() -> None:
+    assert "make run" in README and "make test" in README
+
+
+def test_readme_documents_every_setting() -> None:
+    missing = [var for var, _default, _desc in settings_doc() if f"`{var}`" not in README]
+    assert not missing, f"README.md does not document: {', '.join(missing)}"

@@ -35,7 +35,6 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 REAL_TRACE = SHARED_DATA / "traces" / "matrixmul-32x32-sm61"
 TOKEN = "test-token-" + "f" * 16
-ROUTE_MODULES = ("health", "traces")
 
 
 @dataclass
@@ -111,19 +110,10 @@ def stack_env(settings: Settings) -> dict[str, str]:
 async def running_stack(s3_server: Any, base: Path, *, prepare: bool = True,
                         **overrides: Any) -> AsyncIterator[TracesStack]:
     """Start NATS + the three services; stop everything on exit."""
-    import importlib
-
-    import services.api.app as app_module
     from services.api import run as run_api
     from services.ingest import run as run_ingest
     from services.prepare import run as run_prepare
 
-    def only_ours() -> list[Any]:
-        # Other route modules are written concurrently; these tests need health + traces only.
-        return [importlib.import_module(f"services.api.routes.{m}") for m in ROUTE_MODULES]
-
-    real_route_modules = app_module.route_modules
-    app_module.route_modules = only_ours
     nats = NatsServer(base / "nats")
     nats.start()
     port = free_port()
@@ -165,7 +155,6 @@ async def running_stack(s3_server: Any, base: Path, *, prepare: bool = True,
         await bus.close()
         await storage.close()
         nats.stop()
-        app_module.route_modules = real_route_modules
 
 
 @pytest.fixture(scope="module")

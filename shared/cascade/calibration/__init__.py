@@ -49,6 +49,9 @@ class Globals(msgspec.Struct, frozen=True, kw_only=True):
     """Concurrent GEMM tiles per SM below which a GEMM counts as latency bound (x 0.5)."""
     min_tile_area: float = 4096.0
     """A GEMM tile smaller than this many outputs takes as long as one of this size."""
+    clock_tau_ns: float = 1.0e6
+    """Compute time (at boost) at which a power-limited GPU's clock sits halfway between boost
+    and its sustained clock (:func:`cascade.engine.perf.clock_slowdown`)."""
 
 
 class Calibration(msgspec.Struct, frozen=True, kw_only=True):

@@ -124,7 +124,8 @@ def _build_calibration(x: np.ndarray, layout: _Layout, tiles: dict[str, dict[str
     specs: dict[str, dict[str, object]] = {}
     floors: dict[str, dict[str, float]] = {}
     glob = {"softness": base.globals.softness, "alpha_gemm": base.globals.alpha_gemm,
-            "alpha_other": base.globals.alpha_other, "min_tile_area": base.globals.min_tile_area}
+            "alpha_other": base.globals.alpha_other, "min_tile_area": base.globals.min_tile_area,
+            "clock_tau_ns": base.globals.clock_tau_ns}
     for value, name in zip(x, layout.names):
         match name:
             case ("spec", sid, "family_bw", fam):
@@ -137,6 +138,8 @@ def _build_calibration(x: np.ndarray, layout: _Layout, tiles: dict[str, dict[str
                 glob["softness"] = float(1.0 + np.exp(value))
             case ("global", "min_tile_area"):
                 glob["min_tile_area"] = float(np.exp(value))
+            case ("global", "clock_tau_ns"):
+                glob["clock_tau_ns"] = float(np.exp(value))
             case ("global", field):
                 glob[field] = _sig(float(value))
     return Calibration(
@@ -178,6 +181,8 @@ def _initial(sets: Sequence[MeasuredSet]) -> tuple[_Layout, np.ndarray]:
     add(("global", "alpha_gemm"), _logit(0.8))
     add(("global", "alpha_other"), _logit(0.95))
     add(("global", "min_tile_area"), float(np.log(4096.0)))
+    if any(s.spec.sustained_clock_ratio > 1.0 for s in sets):
+        add(("global", "clock_tau_ns"), float(np.log(1.0e6)))
     return _Layout(names), np.asarray(x)
 
 

@@ -2,7 +2,8 @@
 
 time(spec) = fixed per-kernel time + smoothmax(compute time, memory time), where
 compute time = tile-padded, under-filled GEMM FLOPs / (peak for dtype x achievable
-fraction) and memory time = bytes / (DRAM bandwidth x achievable fraction for the
+fraction), slowed on power-limited boards towards the sustained clock as kernels get
+longer (:func:`clock_slowdown`) and memory time = bytes / (DRAM bandwidth x achievable fraction for the
 op family). Every term is >= its roofline counterpart, so the model never beats
 max(flops / peak, bytes / bandwidth).
 """
@@ -41,6 +42,18 @@ def smooth_max(a: np.ndarray, b: np.ndarray, p: float) -> np.ndarray:
     hi = np.maximum(a, b)
     safe = np.where(hi > 0, hi, 1.0)
     return np.where(hi > 0, safe * ((a / safe) ** p + (b / safe) ** p) ** (1.0 / p), 0.0)
+
+
+def clock_slowdown(compute_ns: np.ndarray, spec: GPUSpec, tau_ns: float) -> np.ndarray:
+    """Factor (>= 1) by which a power-limited GPU's compute time exceeds its boost-clock time:
+    1 + (boost / sustained - 1) x t / (t + tau) for boost-clock compute time t. Short kernels
+    finish near boost; long heavy ones settle at the sustained clock. 1 everywhere for GPUs
+    that sustain boost (``sustained_clock_mhz`` unset)."""
+    ratio = spec.sustained_clock_ratio
+    if ratio <= 1.0:
+        return np.ones_like(compute_ns)
+    t = np.where(np.isfinite(compute_ns), np.maximum(compute_ns, 0.0), 0.0)
+    return 1.0 + (ratio - 1.0) * t / (t + max(tau_ns, 1e-9))
 
 
 def tile_key(tensor: bool, batched: bool) -> str:
@@ -139,6 +152,7 @@ def kernel_times(
     use_tiles = gemm & (ta > 0) & (tb > 0) & np.isfinite(tiled)
     plain = w.flops / rate * 1e9
     compute = np.where(use_tiles, np.maximum(tiled, plain), plain)
+    compute = compute * clock_slowdown(compute, spec, cal.globals.clock_tau_ns)
     with np.errstate(invalid="ignore"):
         tiles_n = w.batch * np.ceil(w.n / np.maximum(ta, 1)) * np.ceil(w.m / np.maximum(tb, 1))
     slots = spec.sms * cal.globals.blocks_per_sm

@@ -43,6 +43,12 @@ class GPUSpec(msgspec.Struct, frozen=True, kw_only=True):
     """Streaming multiprocessors."""
     boost_clock_mhz: _Pos
     """Boost core clock the quoted peaks are computed at, MHz."""
+    sustained_clock_mhz: float = 0.0
+    """Core clock a long, heavy compute kernel settles at under the board power limit, MHz;
+    0 means the boost clock (boards whose power budget holds boost under load). Set for
+    power-limited boards (70-75 W: T4, L4, P4) from the vendor's base clock, the clock
+    guaranteed at TDP under full load; short kernels still run near boost
+    (see :func:`cascade.engine.perf.clock_slowdown`)."""
     memory_gb: _Pos
     """Device memory, GB."""
     memory_type: str = ""
@@ -103,6 +109,13 @@ class GPUSpec(msgspec.Struct, frozen=True, kw_only=True):
     def clock_hz(self) -> float:
         """Boost core clock, Hz."""
         return self.boost_clock_mhz * 1e6
+
+    @property
+    def sustained_clock_ratio(self) -> float:
+        """Boost clock / sustained clock (>= 1; 1 when the board sustains boost)."""
+        if self.sustained_clock_mhz <= 0:
+            return 1.0
+        return max(self.boost_clock_mhz / self.sustained_clock_mhz, 1.0)
 
     @property
     def bandwidth_bps(self) -> float:

@@ -256,3 +256,29 @@ def test_accelsim_model_failure_is_reported(tmp_path: Path) -> None:
     with pytest.raises(CascadeError, match="exited with 3"):
         predict(KernelTable.from_rows([{"name": "k"}]), "A100", model="accel-sim",
                 config=AccelSimConfig(binary=str(bad), trace_dir=str(trace)))
+
+
+def test_power_limited_clock_slows_long_kernels_more_than_short_ones() -> None:
+    from cascade.engine.perf import clock_slowdown
+
+    reg = default_registry()
+    t4, a100 = reg.get("SM75_T4"), reg.get("SM80_A100")
+    assert t4.sustained_clock_mhz == 585 and t4.sustained_clock_ratio == pytest.approx(1590 / 585)
+    assert a100.sustained_clock_ratio == 1.0  # unset: the board sustains boost
+    t = np.array([1e3, 1e5, 1e6, 1e8])
+    slow = clock_slowdown(t, t4, 1e6)
+    assert slow[0] == pytest.approx(1.0, abs=0.01) and slow[2] == pytest.approx((1 + 1590 / 585) / 2)
+    assert np.all(np.diff(slow) > 0) and slow[-1] < 1590 / 585
+    assert np.all(clock_slowdown(t, a100, 1e6) == 1.0)
+
+
+def test_long_sgemm_on_t4_runs_at_a_lower_rate_than_a_short_one() -> None:
+    short = [{"name": "sgemm", "op": "linear", "dtype": "fp32", "m": 256, "n": 256, "k": 256}]
+    long_ = [dict(short[0], m=8192, n=8192, k=8192)]
+    p_s = predict(KernelTable.from_rows(short), "T4", model="analytical").predicted_ns[0]
+    p_l = predict(KernelTable.from_rows(long_), "T4", model="analytical").predicted_ns[0]
+    rate_s = 2 * 256**3 / p_s
+    rate_l = 2 * 8192**3 / p_l
+    assert rate_l < 8.1e3 * 585 / 1590 * 1.05  # at most the sustained-clock peak (GFLOP/s = FLOP/ns)
+    assert p_l > 2 * 8192**3 / 8.1e3  # never beats the boost roofline
+    assert rate_s > rate_l  # the short kernel runs nearer boost

@@ -49,6 +49,8 @@ class Globals(msgspec.Struct, frozen=True, kw_only=True):
     """Concurrent GEMM tiles per SM below which a GEMM counts as latency bound (x 0.5)."""
     min_tile_area: float = 4096.0
     """A GEMM tile smaller than this many outputs takes as long as one of this size."""
+    wave_quant: float = 0.0
+    """0: GEMM tiles spread over SMs as fractional waves; 1: the tail wave costs a whole wave."""
     clock_tau_ns: float = 1.0e6
     """Compute time (at boost) at which a power-limited GPU's clock sits halfway between boost
     and its sustained clock (:func:`cascade.engine.perf.clock_slowdown`)."""

@@ -125,7 +125,7 @@ def _build_calibration(x: np.ndarray, layout: _Layout, tiles: dict[str, dict[str
     floors: dict[str, dict[str, float]] = {}
     glob = {"softness": base.globals.softness, "alpha_gemm": base.globals.alpha_gemm,
             "alpha_other": base.globals.alpha_other, "min_tile_area": base.globals.min_tile_area,
-            "clock_tau_ns": base.globals.clock_tau_ns}
+            "clock_tau_ns": base.globals.clock_tau_ns, "wave_quant": base.globals.wave_quant}
     for value, name in zip(x, layout.names):
         match name:
             case ("spec", sid, "family_bw", fam):
@@ -181,6 +181,7 @@ def _initial(sets: Sequence[MeasuredSet]) -> tuple[_Layout, np.ndarray]:
     add(("global", "alpha_gemm"), _logit(0.8))
     add(("global", "alpha_other"), _logit(0.95))
     add(("global", "min_tile_area"), float(np.log(4096.0)))
+    add(("global", "wave_quant"), _logit(0.5))
     if any(s.spec.sustained_clock_ratio > 1.0 for s in sets):
         add(("global", "clock_tau_ns"), float(np.log(1.0e6)))
     return _Layout(names), np.asarray(x)
@@ -255,16 +256,18 @@ def _file_digests(sets: Sequence[MeasuredSet], root: Path) -> dict[str, str]:
 def fit_sets(sets: Sequence[MeasuredSet], *, holdout: float = 0.2, iters: int = 1200,
              anchor: float = 0.15, registry: GPURegistry | None = None,
              log: Callable[[str], None] = lambda _m: None, max_rows: int | None = 3000,
-             rounds: int = 3) -> Calibration:
+             rounds: int = 3, base_globals: Globals | None = None) -> Calibration:
     """Fit a calibration on measured sets, holding out ``holdout`` of the shapes.
 
     ``max_rows`` caps the fit rows per GPU pair (a stable hash subsample; None = all) and
     ``rounds`` the alternations of simplex fit and tile choice: the defaults take about a
-    minute, ``cascade calibrate --thorough`` uses every row and more rounds.
+    minute, ``cascade calibrate --thorough`` uses every row and more rounds. ``base_globals``
+    sets the starting (and unfitted) global parameters.
     """
     reg = registry or default_registry()
     archs = {s.id: s.arch for s in reg}
-    base = Calibration(id="cascade-default", defaults=_spec_defaults(sets))
+    base = Calibration(id="cascade-default", defaults=_spec_defaults(sets),
+                       globals=base_globals or Globals())
     prepared = [_prepare(pair, holdout, max_rows) for pair in pairs(list(sets))]
     layout, x = _initial(sets)
     log(f"fitting {len(x)} parameters on {len(prepared)} GPU pairs "

@@ -68,13 +68,17 @@ TILE_CANDIDATES: tuple[tuple[int, int], ...] = (
 
 
 def gemm_compute_ns(w: Workload, spec: GPUSpec, rate: np.ndarray, ta: np.ndarray, tb: np.ndarray,
-                    min_tile_area: float) -> np.ndarray:
+                    min_tile_area: float, wave_quant: float = 0.0) -> np.ndarray:
     """Compute time of tiled GEMMs: each SM works through its share of tiles (at least one);
     a tile smaller than ``min_tile_area`` takes as long as one of that area (its K loop, not
-    its size, bounds it; split over ``k_split`` warps for sliced-K kernels). ``rate`` is the sustained FLOP/s of the whole GPU."""
+    its size, bounds it; split over ``k_split`` warps for sliced-K kernels). ``wave_quant``
+    in [0, 1] blends fractional waves (0) with whole waves (1: the tail wave costs a full one). ``rate`` is the sustained FLOP/s of the whole GPU."""
     with np.errstate(invalid="ignore"):
         tiles = w.batch * np.ceil(w.n / np.maximum(ta, 1)) * np.ceil(w.m / np.maximum(tb, 1))
-        per_sm = np.maximum(tiles / spec.sms, 1.0)
+        waves = tiles / spec.sms
+        if wave_quant > 0:
+            waves = waves + wave_quant * (np.ceil(waves) - waves)
+        per_sm = np.maximum(waves, 1.0)
         tile_flops = 2.0 * w.k * np.maximum(ta * tb, min_tile_area / w.k_split)
         return per_sm * tile_flops / (rate / spec.sms) * 1e9
 
@@ -107,7 +111,8 @@ def target_tiles(w: Workload, spec: GPUSpec, cal: Calibration, source: GPUSpec |
             sub = _take(w, idx)
             r = np.ones(len(idx)) if rate is None else rate[idx]
             times = np.stack([gemm_compute_ns(sub, spec, r, np.full(len(idx), float(ca)),
-                                              np.full(len(idx), float(cb)), area)
+                                              np.full(len(idx), float(cb)), area,
+                                              cal.globals.wave_quant)
                               for ca, cb in TILE_CANDIDATES])
             best = np.argmin(times, axis=0)
             cand = np.asarray(TILE_CANDIDATES, dtype=np.float64)
@@ -148,7 +153,7 @@ def kernel_times(
     gemm = w.is_gemm
     ta, tb = tiles
     rate = peak * eff_c
-    tiled = gemm_compute_ns(w, spec, rate, ta, tb, cal.globals.min_tile_area)
+    tiled = gemm_compute_ns(w, spec, rate, ta, tb, cal.globals.min_tile_area, cal.globals.wave_quant)
     use_tiles = gemm & (ta > 0) & (tb > 0) & np.isfinite(tiled)
     plain = w.flops / rate * 1e9
     compute = np.where(use_tiles, np.maximum(tiled, plain), plain)

@@ -69,7 +69,7 @@ async def test_real_v4_trace_uploaded_prepared_and_simulated(pipeline: TracesSta
 
 async def test_generated_instruction_trace_runs_on_three_configs(pipeline: TracesStack, tmp_path: Path) -> None:
     folder = tmp_path / "gen"
-    write_kernels(folder, 12, blocks=64, iterations=4, repeat=16)  # 1024 blocks per kernel
+    write_kernels(folder, 12, blocks=64, iterations=4)
     summary = await run_import(_import_args(pipeline, folder, tmp_path / "s.json", "SM80_A100"))
     assert summary["state"] == "ready", summary
     async with pipeline.client() as api:

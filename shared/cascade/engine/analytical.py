@@ -14,6 +14,7 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
+from cascade.calibration import Calibration
 from cascade.engine import perf
 from cascade.engine.models import ModelContext, ModelOutput, _names
 from cascade.engine.workload import Workload
@@ -30,8 +31,19 @@ _ALU_DEP_CYCLES = 6.0
 class AnalyticalConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Settings of the ``analytical`` model."""
 
-    measurement: str = "kernel"
-    """Which calibrated fixed per-kernel time to add (see ScaledConfig.measurement)."""
+    measurement: str = "device"
+    """Fixed per-kernel time to add: ``"device"`` (default) is the spec's launch overhead, the
+    same on every GPU of a kind, because an instruction trace times kernels on the device;
+    a calibrated measurement kind (``"kernel"``, ``"neusight"``, see ScaledConfig.measurement)
+    adds that harness's fitted per-call time instead (where the spec has one)."""
+
+
+def fixed_kernel_ns(cfg: AnalyticalConfig, spec: GPUSpec, calibration: Calibration) -> float:
+    """The fixed per-kernel time the analytical model adds on ``spec``."""
+    if cfg.measurement == "device":
+        return float(spec.launch_overhead_ns)
+    fixed = calibration.floor_ns(cfg.measurement, spec)
+    return float(spec.launch_overhead_ns if fixed is None else fixed)
 
 
 def has_features(table: KernelTable) -> np.ndarray:
@@ -62,8 +74,7 @@ def analytical_ns(table: KernelTable, w: Workload, spec: GPUSpec, ctx: ModelCont
     """(time ns, regime codes) from instruction features (rows without them give NaN)."""
     params = ctx.calibration.params_for(spec, ctx.archs)
     cfg = ctx.config if isinstance(ctx.config, AnalyticalConfig) else AnalyticalConfig()
-    fixed = ctx.calibration.floor_ns(cfg.measurement, spec)
-    fixed = spec.launch_overhead_ns if fixed is None else fixed
+    fixed = fixed_kernel_ns(cfg, spec, ctx.calibration)
     f = {c: np.nan_to_num(table[c].astype(np.float64), nan=0.0) for c in (
         "warp_insts", "insts_int", "insts_fp32", "insts_fp64", "insts_fp16", "insts_sfu",
         "insts_tensor", "tensor_flops", "insts_ld_global", "insts_st_global", "insts_local",
@@ -133,8 +144,7 @@ class AnalyticalModel:
         missing = ~np.isfinite(pred)
         if missing.any():
             cal = ctx.calibration
-            fixed = cal.floor_ns(cfg.measurement, target)
-            fixed = target.launch_overhead_ns if fixed is None else fixed
+            fixed = fixed_kernel_ns(cfg, target, cal)
             times = perf.kernel_times(w, target, cal.params_for(target, ctx.archs), cal, fixed,
                                       perf.target_tiles(w, target, cal, ctx.source))
             pred = np.where(missing, times.total_ns, pred)

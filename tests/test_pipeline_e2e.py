@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 from cascade.cli.importer import run_import
 
-from tests.traces_stack import REAL_TRACE, TOKEN, TracesStack, traces_stack, write_kernels  # noqa: F401
+from tests.traces_stack import REAL_TRACE, TOKEN, TracesStack, traces_stack, write_kernels
 
 pytestmark = pytest.mark.integration
+__all__ = ["traces_stack"]  # the module-scoped stack fixture
 
 CONFIGS = ["SM80_A100", "SM90_H100", "SM70_V100_PCIE_32GB"]
 
@@ -47,7 +48,7 @@ async def _run_to_completion(stack: TracesStack, trace_id: str) -> dict[str, Any
         return results
 
 @pytest.fixture(scope="module")
-async def pipeline(traces_stack: TracesStack) -> TracesStack:
+async def pipeline(traces_stack: TracesStack) -> TracesStack:  # noqa: F811
     from services.orchestrator import run as run_orchestrator
 
     await traces_stack.start("orchestrator", run_orchestrator, orchestrator_backend="local",

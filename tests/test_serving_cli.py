@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from cascade.cli import main
 from cascade.kerneltable import KernelTable
 

@@ -351,7 +351,7 @@ async def _main(args: argparse.Namespace) -> int:
         for _ in range(args.repeat):
             fired = await _fire(args.url, args.model, args.token, args.clients, args.requests,
                                 args.warmup, args.prompt_tokens, args.max_tokens)
-            rounds.append(Round(fired, 0.0, np.zeros(0)))
+            rounds.append(Round(fired, (0.0, 0.0), np.zeros(0), float("nan")))
     else:
         timer = HandlerTimer()
         where = "api in this process (real nats-server + SeaweedFS), clients in a child process"

@@ -21,7 +21,7 @@ def _short(spec_id: str) -> str:
 
 def markdown_table(rows: Iterable[Mapping[str, Any]], families: tuple[str, ...] = ("all", "linear", "bmm")) -> str:
     """One row per (dataset, family, pair) with every model's count / MAPE / median / p90."""
-    grouped: dict[tuple[str, str, str, str], dict[str, Mapping[str, Any]]] = {}
+    grouped: dict[tuple[str, str, str, str, str], dict[str, Mapping[str, Any]]] = {}
     models: list[str] = []
     for r in rows:
         fam = str(r["family"])

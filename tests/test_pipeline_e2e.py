@@ -48,7 +48,7 @@ async def _run_to_completion(stack: TracesStack, trace_id: str) -> dict[str, Any
         return results
 
 @pytest.fixture(scope="module")
-async def pipeline(traces_stack: TracesStack) -> TracesStack:  # noqa: F811
+async def pipeline(traces_stack: TracesStack) -> TracesStack:
     from services.orchestrator import run as run_orchestrator
 
     await traces_stack.start("orchestrator", run_orchestrator, orchestrator_backend="local",

@@ -282,3 +282,27 @@ def test_long_sgemm_on_t4_runs_at_a_lower_rate_than_a_short_one() -> None:
     assert rate_l < 8.1e3 * 585 / 1590 * 1.05  # at most the sustained-clock peak (GFLOP/s = FLOP/ns)
     assert p_l > 2 * 8192**3 / 8.1e3  # never beats the boost roofline
     assert rate_s > rate_l  # the short kernel runs nearer boost
+
+
+def test_simt_tile_policy_follows_the_cublas_sgemm_kernel_family() -> None:
+    from cascade.calibration import Calibration
+    from cascade.engine.perf import target_tiles
+    from cascade.engine.workload import workload_of
+
+    cal = Calibration(tiles={"ampere": {"simt_batched": [128, 128], "tensor": [64, 64]},
+                             "volta": {"simt": [128, 64]}})
+    # Ada and Hopper run ampere_sgemm_* kernels: they take Ampere's fitted SIMT choice ...
+    assert cal.tile("hopper", "simt_batched") == (128, 128)
+    assert cal.tile("ada", "simt_batched") == (128, 128)
+    # ... Turing runs volta_sgemm_*; tensor-core paths and other families do not borrow.
+    assert cal.tile("turing", "simt") == (128, 64)
+    assert cal.tile("hopper", "tensor") == (0, 0)
+    assert cal.tile("pascal", "simt") == (0, 0)
+    assert cal.tile("turing", "simt_batched") == (0, 0)
+    reg = default_registry()
+    rows = [{"name": "bmm", "op": "bmm", "dtype": "fp32", "batch": 16, "m": 512, "n": 512, "k": 512}]
+    w = workload_of(KernelTable.from_rows(rows))
+    ta, tb = target_tiles(w, reg.get("SM90_H100"), cal, reg.get("SM70_V100_PCIE_32GB"))
+    assert (ta[0], tb[0]) == (128, 128)
+    ta, tb = target_tiles(w, reg.get("SM60_P100_PCIE_16GB"), cal, reg.get("SM70_V100_PCIE_32GB"))
+    assert (ta[0], tb[0]) != (0, 0)  # least modelled time among the candidates

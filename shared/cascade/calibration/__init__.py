@@ -23,6 +23,15 @@ from cascade.gpus.spec import GPUSpec
 BW_FAMILIES: tuple[str, ...] = ("norm", "embedding", "elementwise", "softmax", "reduce", "other")
 
 
+#: Architecture -> the cuBLAS SGEMM (FP32 SIMT) kernel generation it runs: Turing runs
+#: ``volta_sgemm_*`` kernels (NeuSight's T4 rows), Ada and Hopper the ``ampere_sgemm_*`` ones,
+#: Pascal ``maxwell_sgemm_*``.
+SIMT_KERNEL_FAMILY: dict[str, str] = {
+    "pascal": "maxwell", "volta": "volta", "turing": "volta",
+    "ampere": "ampere", "ada": "ampere", "hopper": "ampere",
+}
+
+
 class SpecParams(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Fitted parameters of one GPU spec; ``None`` = not fitted (fall back)."""
 
@@ -146,14 +155,24 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
         return float(value) if value is not None else None
 
     def tile(self, arch: str, key: str) -> tuple[int, int]:
-        """Typical GEMM tile for an arch and path key, as fitted on that architecture's data;
-        (0, 0) -- the candidate tile with the least modelled time on the target -- for an
-        architecture without a fit (another architecture's library choices do not carry over:
-        leave-one-GPU-out error is lower with the physical choice than with a neighbour's)."""
+        """Typical GEMM tile for an arch and path key, as fitted on that architecture's data.
+        A SIMT path with no fit of its own takes the fit of an architecture that runs the same
+        cuBLAS SGEMM kernels (:data:`SIMT_KERNEL_FAMILY`: ``volta_sgemm_*`` on Volta and Turing,
+        ``ampere_sgemm_*`` on Ampere, Ada and Hopper), the library's choice being the kernel
+        family's; otherwise (0, 0) -- the candidate tile with the least modelled time on the
+        target (a different kernel family's choices do not carry over: leave-one-GPU-out error
+        is lower with the physical choice than with a neighbour's)."""
         own = self.tiles.get(arch, {})
         t = own.get(key) or own.get(key.split("_")[0])
         if t:
             return int(t[0]), int(t[1])
+        family = SIMT_KERNEL_FAMILY.get(arch)
+        if key.startswith("simt") and family is not None:
+            for other in sorted(self.tiles):
+                if other != arch and SIMT_KERNEL_FAMILY.get(other) == family:
+                    t = self.tiles[other].get(key)
+                    if t:
+                        return int(t[0]), int(t[1])
         return 0, 0
 
 
@@ -197,5 +216,5 @@ def save_calibration(cal: Calibration, path: str | Path) -> None:
     Path(path).write_bytes(msgspec.json.format(msgspec.json.encode(cal), indent=2) + b"\n")
 
 
-__all__ = ["BW_FAMILIES", "Calibration", "Globals", "ResolvedParams", "SpecParams",
+__all__ = ["BW_FAMILIES", "SIMT_KERNEL_FAMILY", "Calibration", "Globals", "ResolvedParams", "SpecParams",
            "load_calibration", "save_calibration"]

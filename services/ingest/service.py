@@ -318,7 +318,11 @@ class IngestService:
             await self.bus.publish(
                 subjects.JOB_PREPARE,
                 BundleJob(trace_id=tid, reason="ingest: every unit prepared"),
-                msg_id=f"bundle:{tid}:{len(a.prepared)}:{record.sealed_at}",
+                # One job per reconcile interval at most: an attempt that found the trace not
+                # quite complete (an object ingest had not recorded yet) must not make every
+                # later attempt a duplicate that JetStream drops for the whole de-dup window.
+                msg_id=f"bundle:{tid}:{len(a.prepared)}:{record.sealed_at}:"
+                       f"{int(now // self.settings.reconcile_interval_s)}",
             )
             self.counts["bundle_jobs"] += 1
 

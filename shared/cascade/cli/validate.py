@@ -33,7 +33,10 @@ def run(args: argparse.Namespace) -> int:
     if args.specs:
         reg.load_dir(args.specs)
     cal = load_calibration(args.calibration) if args.calibration else load_calibration()
-    sets = discover(args.data, reg)
+    skipped: list[str] = []
+    sets = discover(args.data, reg, skipped=skipped)
+    for message in skipped:
+        print(f"cascade validate: skipped {message}", file=sys.stderr)
     all_pairs = pairs(sets)
     if not all_pairs:
         raise ValidationError(f"no pair of GPUs with common operators under {args.data}", field="data")

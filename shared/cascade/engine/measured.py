@@ -191,17 +191,28 @@ def load_neusight(path: Path, reg: GPURegistry) -> MeasuredSet:
                        np.asarray(keys, dtype=object), groups, path)
 
 
-def discover(directory: str | Path, reg: GPURegistry) -> list[MeasuredSet]:
-    """Every Vidur / NeuSight file under a directory (recursively), loaded."""
+def discover(
+    directory: str | Path, reg: GPURegistry, *, skipped: list[str] | None = None
+) -> list[MeasuredSet]:
+    """Every Vidur / NeuSight file under a directory (recursively), loaded.
+
+    A file for a GPU no spec describes is skipped, not fatal: its message (naming the file
+    and listing the known GPUs) is appended to ``skipped`` so callers can report it.
+    """
     root = Path(directory)
     if not root.is_dir():
         raise TraceFormatError(str(root), None, "a directory of measured data")
     out: list[MeasuredSet] = []
     for path in sorted(root.rglob("*.csv")):
-        if "__mlp__" in path.name:
-            out.append(load_vidur(path, reg))
-        elif re.match(r"^(linear|bmm)__.+\.csv$", path.name):
-            out.append(load_neusight(path, reg))
+        try:
+            if "__mlp__" in path.name:
+                out.append(load_vidur(path, reg))
+            elif re.match(r"^(linear|bmm)__.+\.csv$", path.name):
+                out.append(load_neusight(path, reg))
+        except UnknownGPUError as exc:
+            if skipped is None:
+                raise
+            skipped.append(f"{path.name}: {exc} (add a spec with --specs DIR)")
     return out
 
 

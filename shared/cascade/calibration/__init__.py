@@ -85,6 +85,10 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
     library typically picks; [0, 0] = the candidate tile with the least modelled time."""
     metrics: dict[str, object] = {}
     """Accuracy measured when fitting (held-out and in-sample)."""
+    contexts: dict[str, list[str]] = {}
+    """Measurement context (``kernel``: per-kernel device times as in traces and Vidur;
+    ``neusight``: a benchmark harness's per-call latency) -> spec ids fitted on data of that
+    context. Empty in calibrations that predate it (every fit then serves every context)."""
     defaults: dict[str, dict[str, float]] = {}
     """Spec id -> the spec file's default efficiencies (``simt_eff``, ``tensor_eff``,
     ``bw_eff``) when fitted: GPUs without a fit get their own default x the median
@@ -95,19 +99,14 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
         return hashlib.sha256(msgspec.json.encode(self)).hexdigest()[:16]
 
     # ---- parameter resolution -----------------------------------------------------
-    def _fallback(self, spec: GPUSpec, field: str, default: float, archs: dict[str, str]) -> float:
-        """A spec's own fitted value; else its physical default (spec file) times the median
-        ratio fit / default of the fitted GPUs of its architecture, else of every fitted GPU
-        (the calibration says how far the physical defaults are off, not what a GPU it has
-        never seen achieves). Needs ``defaults`` (spec id -> default) to form ratios; without
-        it the median fit of the architecture is used."""
-        own = self.specs.get(spec.id)
-        value = getattr(own, field) if own else None
-        if value is not None:
-            return float(value)
+    def _ratio(self, spec: GPUSpec, field: str, archs: dict[str, str], among: set[str] | None) -> float | None:
+        """Median fit / default ratio of the fitted GPUs (of ``among`` if given) of the spec's
+        architecture, else of all of them; None when no fitted GPU has the field."""
         ratios_arch: list[float] = []
         ratios_all: list[float] = []
         for sid, p in self.specs.items():
+            if among is not None and sid not in among:
+                continue
             v = getattr(p, field)
             d = self.defaults.get(sid, {}).get(field)
             if v is None or not d:
@@ -116,32 +115,73 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
             if archs.get(sid) == spec.arch:
                 ratios_arch.append(float(v) / d)
         ratios = ratios_arch or ratios_all
-        if ratios:
-            return float(min(default * statistics.median(ratios), 1.0))
+        return float(statistics.median(ratios)) if ratios else None
+
+    def _fallback(self, spec: GPUSpec, field: str, default: float, archs: dict[str, str],
+                  context: str | None = None) -> float:
+        """A spec's own fitted value; else its physical default (spec file) times the median
+        ratio fit / default of the fitted GPUs of its architecture, else of every fitted GPU
+        (the calibration says how far the physical defaults are off, not what a GPU it has
+        never seen achieves). Needs ``defaults`` (spec id -> default) to form ratios; without
+        it the median fit of the architecture is used.
+
+        With a measurement ``context`` the calibration has fitted GPUs in (``contexts``), a fit
+        made in that context comes first: the spec's own, else the ratio of that context's
+        fitted GPUs; a fit from another context (a harness that achieves a different fraction
+        of the same hardware) only after that."""
+        own = self.specs.get(spec.id)
+        value = getattr(own, field) if own else None
+        among = set(self.contexts.get(context, ())) if context else set()
+        if value is not None and (not among or spec.id in among):
+            return float(value)
+        if among:
+            ratio = self._ratio(spec, field, archs, among)
+            if ratio is not None:
+                return float(min(default * ratio, 1.0))
+        if value is not None:
+            return float(value)
+        ratio = self._ratio(spec, field, archs, None)
+        if ratio is not None:
+            return float(min(default * ratio, 1.0))
         same_arch = [getattr(p, field) for sid, p in self.specs.items()
                      if archs.get(sid) == spec.arch and getattr(p, field) is not None]
         if same_arch:
             return float(statistics.median(same_arch))
         return default
 
-    def params_for(self, spec: GPUSpec, archs: dict[str, str] | None = None) -> ResolvedParams:
+    def params_for(self, spec: GPUSpec, archs: dict[str, str] | None = None,
+                   context: str | None = None) -> ResolvedParams:
         """Parameters for a spec: its own fit, else the median fit of its architecture, else the
-        spec file's default efficiencies. ``archs`` maps calibrated spec ids to their arch."""
+        spec file's default efficiencies. ``archs`` maps calibrated spec ids to their arch;
+        ``context`` is the measurement kind the times come from (``kernel``, ``neusight``:
+        see :meth:`_fallback`)."""
         archs = archs if archs is not None else _known_archs()
+        context = context.split("-", 1)[0] if context else None
+        among = set(self.contexts.get(context, ())) if context else set()
         own = self.specs.get(spec.id)
         family_bw: dict[str, float] = {}
         for fam in BW_FAMILIES:
-            if own and fam in own.family_bw:
+            if own and fam in own.family_bw and (not among or spec.id in among):
                 family_bw[fam] = own.family_bw[fam]
                 continue
-            vals = [p.family_bw[fam] for sid, p in self.specs.items()
-                    if fam in p.family_bw and archs.get(sid) == spec.arch]
-            vals = vals or [p.family_bw[fam] for p in self.specs.values() if fam in p.family_bw]
-            family_bw[fam] = float(statistics.median(vals)) if vals else 1.0
+            pools = ([among] if among else []) + [None]
+            value: float | None = None
+            for pool in pools:
+                in_pool = {sid: p for sid, p in self.specs.items()
+                           if fam in p.family_bw and (pool is None or sid in pool)}
+                vals = ([p.family_bw[fam] for sid, p in in_pool.items() if archs.get(sid) == spec.arch]
+                        or [p.family_bw[fam] for p in in_pool.values()])
+                if vals:
+                    value = float(statistics.median(vals))
+                    break
+                if pool is not None and own and fam in own.family_bw:
+                    value = own.family_bw[fam]
+                    break
+            family_bw[fam] = value if value is not None else 1.0
         return ResolvedParams(
-            simt_eff=self._fallback(spec, "simt_eff", spec.efficiency.simt, archs),
-            tensor_eff=self._fallback(spec, "tensor_eff", spec.efficiency.tensor, archs),
-            bw_eff=self._fallback(spec, "bw_eff", spec.efficiency.bandwidth, archs),
+            simt_eff=self._fallback(spec, "simt_eff", spec.efficiency.simt, archs, context),
+            tensor_eff=self._fallback(spec, "tensor_eff", spec.efficiency.tensor, archs, context),
+            bw_eff=self._fallback(spec, "bw_eff", spec.efficiency.bandwidth, archs, context),
             family_bw=family_bw,
             calibrated=spec.id in self.specs,
         )

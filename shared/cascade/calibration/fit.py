@@ -145,13 +145,21 @@ def _build_calibration(x: np.ndarray, layout: _Layout, tiles: dict[str, dict[str
     return Calibration(
         id=base.id, version=base.version, globals=Globals(**glob),  # type: ignore[arg-type]
         specs={sid: SpecParams(**p) for sid, p in specs.items()},  # type: ignore[arg-type]
-        floors_ns=floors, tiles=tiles, defaults=base.defaults)
+        floors_ns=floors, tiles=tiles, defaults=base.defaults, contexts=base.contexts)
 
 
 def _spec_defaults(sets: Sequence[MeasuredSet]) -> dict[str, dict[str, float]]:
     """The physical default efficiencies (spec files) of every GPU in the data."""
     return {s.spec.id: {"simt_eff": s.spec.efficiency.simt, "tensor_eff": s.spec.efficiency.tensor,
                         "bw_eff": s.spec.efficiency.bandwidth} for s in sets}
+
+
+def _contexts(sets: Sequence[MeasuredSet]) -> dict[str, list[str]]:
+    """Measurement context (``kernel``, ``neusight``) -> the GPUs the data fit in it."""
+    out: dict[str, set[str]] = {}
+    for s in sets:
+        out.setdefault(s.measurement.split("-", 1)[0], set()).add(s.spec.id)
+    return {k: sorted(v) for k, v in sorted(out.items())}
 
 
 def _initial(sets: Sequence[MeasuredSet]) -> tuple[_Layout, np.ndarray]:
@@ -202,7 +210,7 @@ def _objective(prepared: Sequence[_Prepared], layout: _Layout, tiles: dict[str, 
             err = float(np.mean(np.abs(pred[sel] / p.measured[sel] - 1.0)))
             if anchor > 0:
                 fixed = cal.floor_ns(src.measurement, tgt.spec) or tgt.spec.launch_overhead_ns
-                absolute = kernel_times(p.w, tgt.spec, cal.params_for(tgt.spec, archs), cal, fixed,
+                absolute = kernel_times(p.w, tgt.spec, cal.params_for(tgt.spec, archs, src.measurement), cal, fixed,
                                         target_tiles(p.w, tgt.spec, cal, src.spec)).total_ns
                 err += anchor * float(np.mean(np.abs(np.log(absolute[sel] / p.measured[sel]))))
             groups.setdefault((src.kind, src.dataset), []).append(err)
@@ -267,7 +275,7 @@ def fit_sets(sets: Sequence[MeasuredSet], *, holdout: float = 0.2, iters: int = 
     reg = registry or default_registry()
     archs = {s.id: s.arch for s in reg}
     base = Calibration(id="cascade-default", defaults=_spec_defaults(sets),
-                       globals=base_globals or Globals())
+                       globals=base_globals or Globals(), contexts=_contexts(sets))
     prepared = [_prepare(pair, holdout, max_rows) for pair in pairs(list(sets))]
     layout, x = _initial(sets)
     log(f"fitting {len(x)} parameters on {len(prepared)} GPU pairs "
@@ -337,7 +345,8 @@ def fit_directory(directory: str | Path, *, holdout: float = 0.2, iters: int = 1
         command=(f"cascade calibrate --data {directory} --holdout {holdout} --iters {iters}"
                  + (" --thorough" if thorough else "") + ("" if leave_one_gpu_out else " --no-leave-one-gpu-out")),
         data_files=_file_digests(sets, root), globals=cal.globals, specs=cal.specs,
-        floors_ns=cal.floors_ns, tiles=cal.tiles, metrics=metrics, defaults=cal.defaults)
+        floors_ns=cal.floors_ns, tiles=cal.tiles, metrics=metrics, defaults=cal.defaults,
+        contexts=cal.contexts)
 
 
 def _summ(stats: Sequence[object]) -> list[dict[str, object]]:

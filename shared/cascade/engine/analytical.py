@@ -72,8 +72,8 @@ def occupancy(table: KernelTable, spec: GPUSpec) -> tuple[np.ndarray, np.ndarray
 
 def analytical_ns(table: KernelTable, w: Workload, spec: GPUSpec, ctx: ModelContext) -> tuple[np.ndarray, np.ndarray]:
     """(time ns, regime codes) from instruction features (rows without them give NaN)."""
-    params = ctx.calibration.params_for(spec, ctx.archs)
     cfg = ctx.config if isinstance(ctx.config, AnalyticalConfig) else AnalyticalConfig()
+    params = ctx.calibration.params_for(spec, ctx.archs, cfg.measurement)
     fixed = fixed_kernel_ns(cfg, spec, ctx.calibration)
     f = {c: np.nan_to_num(table[c].astype(np.float64), nan=0.0) for c in (
         "warp_insts", "insts_int", "insts_fp32", "insts_fp64", "insts_fp16", "insts_sfu",
@@ -145,7 +145,7 @@ class AnalyticalModel:
         if missing.any():
             cal = ctx.calibration
             fixed = fixed_kernel_ns(cfg, target, cal)
-            times = perf.kernel_times(w, target, cal.params_for(target, ctx.archs), cal, fixed,
+            times = perf.kernel_times(w, target, cal.params_for(target, ctx.archs, cfg.measurement), cal, fixed,
                                       perf.target_tiles(w, target, cal, ctx.source))
             pred = np.where(missing, times.total_ns, pred)
             regime = np.where(missing, times.regime, regime).astype(np.int8)

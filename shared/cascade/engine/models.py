@@ -208,8 +208,8 @@ class ScaledModel:
         src = ctx.source
         t_src = source_durations(table)
         fs, ft = fixed_times(t_src, src, target, cal, cfg.measurement)
-        ps = cal.params_for(src, ctx.archs)
-        pt = cal.params_for(target, ctx.archs)
+        ps = cal.params_for(src, ctx.archs, cfg.measurement)
+        pt = cal.params_for(target, ctx.archs, cfg.measurement)
         ms = perf.kernel_times(w, src, ps, cal, fs, perf.target_tiles(w, src, cal, src))
         mt = perf.kernel_times(w, target, pt, cal, ft, perf.target_tiles(w, target, cal, src))
         ag = cfg.alpha_gemm if cfg.alpha_gemm is not None else cal.globals.alpha_gemm

@@ -43,7 +43,9 @@ _NAME_RULES: tuple[tuple[int, re.Pattern[str]], ...] = (
 _TENSOR_NAME = re.compile(
     r"h884|s884|h1688|s1688|i8816|h16816|s16816|bf16816|hmma|imma|wgmma|xmma|tensorop|"
     r"gemm_f16|gemm_bf16|f16f16|bf16bf16|e4m3|e5m2|_tf32|tf32_|fp16_s|flash|fmha|gmma", re.IGNORECASE)
-_SIMT_NAME = re.compile(r"sgemm|dgemm|gemv|gemmSN|gemmk1|splitKreduce|_simt_", re.IGNORECASE)
+#: SIMT names win over tensor words: ``sm80_xmma_gemm_f32f32_..._ffma_...`` is an FP32 FMA
+#: (CUDA-core) kernel from the xmma generator, not a tensor-core one.
+_SIMT_NAME = re.compile(r"sgemm|dgemm|gemv|gemmSN|gemmk1|splitKreduce|_simt_|ffma|hfma", re.IGNORECASE)
 _TILE_SIZE = re.compile(r"tilesize(\d+)x(\d+)(?:x(\d+))?", re.IGNORECASE)
 _TILE_PAIR = re.compile(r"(?<![0-9a-z])(\d{2,3})x(\d{2,3})(?:x(\d{1,3}))?(?![0-9])", re.IGNORECASE)
 _SLICED = re.compile(r"sliced(\d+)x(\d+)", re.IGNORECASE)

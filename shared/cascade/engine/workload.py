@@ -67,6 +67,9 @@ def workload_of(table: KernelTable) -> Workload:
     if unknown.any():
         dtype[unknown & (path == 1)] = "fp16"
         dtype[unknown & (path != 1)] = "fp32"
+    # fp32 operands on a kernel the name puts on tensor cores run as TF32 (the only tensor
+    # path for fp32 inputs): peak and efficiency are TF32's, not the SIMT FP32 ones.
+    dtype[(dtype == "fp32") & (path == 1)] = "tf32"
     dt_u, dt_c = ops.factorize(dtype)
     dtype_code = np.asarray([DTYPES.index(d) if d in DTYPES else DTYPES.index("fp32") for d in dt_u],
                             dtype=np.int8)[dt_c] if n else np.zeros(0, dtype=np.int8)

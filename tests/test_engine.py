@@ -12,6 +12,7 @@ import pytest
 from cascade.engine import (
     get_model,
     model_names,
+    perf,
     predict,
     predict_many,
     register_model,
@@ -19,7 +20,6 @@ from cascade.engine import (
 )
 from cascade.engine.accelsim import AccelSimConfig, parse_accelsim_output
 from cascade.engine.ops import FAMILIES, family_of, k_split_of, tensor_path_of, tile_of
-from cascade.engine import perf
 from cascade.engine.perf import roofline_ns
 from cascade.errors import DuplicateNameError, TraceFormatError, UnknownNameError, ValidationError
 from cascade.gpus import default_registry
@@ -56,10 +56,10 @@ def test_model_registry() -> None:
     ("turing_fp16_s1688gemm_fp16_128x128_ldg8_f2f_tn", (128, 128), 1, 1),
     ("void at::native::vectorized_elementwise_kernel<4>", (0, 0), -1, 1),
     # cuBLAS 12's FP32 GEMMs on Hopper: xmma-generated but FFMA (CUDA cores), and CUTLASS SIMT
-    ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4"
-     "_execute_kernel__5x_cublas", (128, 128), 0, 1),
-    ("void cutlass::Kernel<cutlass_80_simt_sgemm_256x128_8x4_tn_align1>(cutlass_80_simt_sgemm_256x128_8x4"
-     "_tn_align1::Params)", (256, 128), 0, 1),
+    (("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4"
+     "_execute_kernel__5x_cublas"), (128, 128), 0, 1),
+    (("void cutlass::Kernel<cutlass_80_simt_sgemm_256x128_8x4_tn_align1>(cutlass_80_simt_sgemm_256x128_8x4"
+     "_tn_align1::Params)"), (256, 128), 0, 1),
     ("maxwell_sgemm_32x128_tn", (32, 128), 0, 1),
     ("sgemm_128x128x8_NT_vec", (128, 128), 0, 1),
     ("sm80_xmma_gemm_tf32f32_tf32f32_f32_tn_n_tilesize128x128x16_stage4_warpsize2x2x1_tensor16x8x8", (128, 128), 1, 1),

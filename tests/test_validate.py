@@ -76,6 +76,17 @@ def test_unknown_device_is_a_clear_error(tmp_path: Path) -> None:
     assert "GeForce_256" in str(err.value)
 
 
+def test_unknown_devices_and_other_kinds_are_skipped_and_named(tmp_path: Path) -> None:
+    _head(MEASURED / "neusight-train" / "bmm__Tesla_T4.csv", tmp_path / "bmm__Tesla_T4.csv", 3)
+    _head(MEASURED / "neusight-train" / "bmm__Tesla_T4.csv", tmp_path / "bmm__GeForce_256.csv", 3)
+    (tmp_path / "llama-2-7b__attention__a100.csv").write_text("batch_size,time_stats.attn_prefill.median\n1,0.1\n")
+    skipped: list[str] = []
+    sets = discover(tmp_path, default_registry(), skipped=skipped)
+    assert [s.spec.id for s in sets] == ["SM75_T4"]
+    assert any("GeForce_256" in m and "SM75_T4" in m for m in skipped)
+    assert any(m.startswith("llama-2-7b__attention__a100.csv: not a kind") for m in skipped)
+
+
 def test_bad_number_names_file_and_line(tmp_path: Path) -> None:
     src = (MEASURED / "neusight-train" / "bmm__Tesla_T4.csv").read_text().splitlines()
     cells = src[2].split(",")

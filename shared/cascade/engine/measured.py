@@ -209,6 +209,9 @@ def discover(
                 out.append(load_vidur(path, reg))
             elif re.match(r"^(linear|bmm)__.+\.csv$", path.name):
                 out.append(load_neusight(path, reg))
+            elif skipped is not None:
+                skipped.append(f"{path.name}: not a kind Cascade compares (a Vidur "
+                               "<model>__mlp__<gpu>.csv or a NeuSight {linear,bmm}__<GPU>.csv)")
         except UnknownGPUError as exc:
             if skipped is None:
                 raise

@@ -51,7 +51,8 @@ class Globals(msgspec.Struct, frozen=True, kw_only=True):
     softness: float = 3.0
     """Exponent p of the smooth maximum (t_c^p + t_m^p)^(1/p) of compute and memory time."""
     alpha_gemm: float = 1.0
-    """How much of a GEMM's measured deviation from the model carries to another GPU (0..1)."""
+    """How much of a GEMM's measured deviation from the model carries to another GPU (0..1),
+    for calibrations without per-context ``transfer`` exponents."""
     alpha_other: float = 1.0
     """The same for non-GEMM kernels."""
     blocks_per_sm: float = 1.0
@@ -63,6 +64,21 @@ class Globals(msgspec.Struct, frozen=True, kw_only=True):
     clock_tau_ns: float = 1.0e6
     """Compute time (at boost) at which a power-limited GPU's clock sits halfway between boost
     and its sustained clock (:func:`cascade.engine.perf.clock_slowdown`)."""
+
+
+class Transfer(msgspec.Struct, frozen=True, kw_only=True):
+    """How much of a kernel's measured deviation from the model on the source carries to a
+    target of another architecture (0: none, the target model alone; 1: all of it), for one
+    measurement context. The deviation is part library (tile choices, which differ between
+    architectures) and part measurement (a harness's overheads, memory behaviour both GPUs
+    share): how the two mix depends on how the times were measured."""
+
+    gemm: float
+    """A compute-bound GEMM."""
+    gemm_memory: float
+    """A memory-bound GEMM (blended with ``gemm`` by the source model's compute share)."""
+    other: float
+    """Every other kernel."""
 
 
 class Calibration(msgspec.Struct, frozen=True, kw_only=True):
@@ -89,6 +105,9 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
     """Measurement context (``kernel``: per-kernel device times as in traces and Vidur;
     ``neusight``: a benchmark harness's per-call latency) -> spec ids fitted on data of that
     context. Empty in calibrations that predate it (every fit then serves every context)."""
+    transfer: dict[str, Transfer] = {}
+    """Measurement context -> transfer exponents fitted on data of that context (see
+    :meth:`transfer_for`)."""
     defaults: dict[str, dict[str, float]] = {}
     """Spec id -> the spec file's default efficiencies (``simt_eff``, ``tensor_eff``,
     ``bw_eff``) when fitted: GPUs without a fit get their own default x the median
@@ -186,6 +205,16 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
             calibrated=spec.id in self.specs,
         )
 
+    def transfer_for(self, measurement: str | None) -> Transfer:
+        """Transfer exponents for a measurement kind (``neusight-bmm`` -> ``neusight``): its
+        context's fit, else the per-kernel (``kernel``) context's, else the globals."""
+        context = measurement.split("-", 1)[0] if measurement else "kernel"
+        found = self.transfer.get(context) or self.transfer.get("kernel")
+        if found is not None:
+            return found
+        g = self.globals
+        return Transfer(gemm=g.alpha_gemm, gemm_memory=g.alpha_gemm, other=g.alpha_other)
+
     def floor_ns(self, kind: str, spec: GPUSpec) -> float | None:
         """Fitted fixed per-kernel time of a measurement kind on a spec, if any; a kind
         ``base-variant`` (``neusight-bmm``) falls back to ``base`` (``neusight``)."""
@@ -256,5 +285,5 @@ def save_calibration(cal: Calibration, path: str | Path) -> None:
     Path(path).write_bytes(msgspec.json.format(msgspec.json.encode(cal), indent=2) + b"\n")
 
 
-__all__ = ["BW_FAMILIES", "SIMT_KERNEL_FAMILY", "Calibration", "Globals", "ResolvedParams", "SpecParams",
+__all__ = ["BW_FAMILIES", "SIMT_KERNEL_FAMILY", "Calibration", "Globals", "ResolvedParams", "SpecParams", "Transfer",
            "load_calibration", "save_calibration"]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cascade.calibration import Calibration, Globals, SpecParams
+from cascade.calibration import Calibration, Globals, SpecParams, Transfer
 from cascade.engine import ops
 from cascade.engine.measured import MeasuredSet, Pair, discover, pairs
 from cascade.engine.models import ModelContext, ScaledConfig, ScaledModel
@@ -28,47 +28,43 @@ from cascade.engine.workload import Workload, workload_of
 from cascade.gpus.registry import GPURegistry, default_registry
 
 #: Candidate GEMM tiles (first covers n, second covers m).
+#: (0, 0) = the least-modelled-time candidate; (0, A) = the same among tiles of >= A outputs
+#: (a library that never runs its smallest tiles on this path).
 TILE_CANDIDATES: tuple[tuple[int, int], ...] = (
-    (0, 0), (64, 64), (128, 64), (64, 128), (128, 128), (256, 128), (128, 256))
+    (0, 0), (0, 2048), (0, 4096), (0, 8192), (64, 64), (128, 64), (64, 128), (128, 128), (256, 128), (128, 256))
 _FAMILY_PARAMS = ("norm", "embedding", "elementwise")
 
 
-def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, step: float = 0.3,
-                iters: int = 1500, tol: float = 1e-7) -> tuple[np.ndarray, float]:
-    """Minimise ``f`` from ``x0`` (plain Nelder-Mead simplex; deterministic)."""
-    n = len(x0)
-    pts = [np.asarray(x0, dtype=np.float64)]
-    for i in range(n):
-        x = pts[0].copy()
-        x[i] += step
-        pts.append(x)
-    vals = [f(p) for p in pts]
-    for _ in range(iters):
-        order = np.argsort(vals)
-        pts = [pts[i] for i in order]
-        vals = [vals[i] for i in order]
-        if abs(vals[-1] - vals[0]) < tol:
-            break
-        c = np.mean(pts[:-1], axis=0)
-        xr = c + (c - pts[-1])
-        fr = f(xr)
-        if fr < vals[0]:
-            xe = c + 2.0 * (c - pts[-1])
-            fe = f(xe)
-            pts[-1], vals[-1] = (xe, fe) if fe < fr else (xr, fr)
-        elif fr < vals[-2]:
-            pts[-1], vals[-1] = xr, fr
-        else:
-            xc = c + 0.5 * (pts[-1] - c)
-            fc = f(xc)
-            if fc < vals[-1]:
-                pts[-1], vals[-1] = xc, fc
-            else:
-                for i in range(1, len(pts)):
-                    pts[i] = pts[0] + 0.5 * (pts[i] - pts[0])
-                    vals[i] = f(pts[i])
-    i = int(np.argmin(vals))
-    return pts[i], float(vals[i])
+def compass_search(f: Callable[[np.ndarray], float], x0: np.ndarray, step: float = 0.3,
+                   evals: int = 2000, tol: float = 1e-4) -> tuple[np.ndarray, float]:
+    """Minimise ``f`` from ``x0`` by coordinate-wise pattern search: each parameter in turn
+    tries +/- its own step, keeps a move that lowers ``f`` (and lengthens that step),
+    else halves the step; stops when every step is below ``tol`` or ``evals`` run out.
+    Deterministic; suits objectives whose parameters act mostly on separate data (per-GPU
+    efficiencies and floors) where a simplex in 30 dimensions converges slowly."""
+    x = np.asarray(x0, dtype=np.float64).copy()
+    fx = f(x)
+    steps = np.full(len(x), float(step))
+    used = 1
+    while used < evals and steps.max() > tol:
+        for i in range(len(x)):
+            if steps[i] <= tol:
+                continue
+            moved = False
+            for sign in (1.0, -1.0):
+                y = x.copy()
+                y[i] += sign * steps[i]
+                fy = f(y)
+                used += 1
+                if fy < fx:
+                    x, fx, moved = y, fy, True
+                    steps[i] *= 1.5
+                    break
+            if not moved:
+                steps[i] *= 0.5
+            if used >= evals:
+                break
+    return x, float(fx)
 
 
 def heldout_mask(keys: np.ndarray, fraction: float) -> np.ndarray:
@@ -123,6 +119,7 @@ def _build_calibration(x: np.ndarray, layout: _Layout, tiles: dict[str, dict[str
                        base: Calibration) -> Calibration:
     specs: dict[str, dict[str, object]] = {}
     floors: dict[str, dict[str, float]] = {}
+    transfer: dict[str, dict[str, float]] = {}
     glob = {"softness": base.globals.softness, "alpha_gemm": base.globals.alpha_gemm,
             "alpha_other": base.globals.alpha_other, "min_tile_area": base.globals.min_tile_area,
             "clock_tau_ns": base.globals.clock_tau_ns, "wave_quant": base.globals.wave_quant}
@@ -140,12 +137,15 @@ def _build_calibration(x: np.ndarray, layout: _Layout, tiles: dict[str, dict[str
                 glob["min_tile_area"] = float(np.exp(value))
             case ("global", "clock_tau_ns"):
                 glob["clock_tau_ns"] = float(np.exp(value))
+            case ("transfer", context, field):
+                transfer.setdefault(context, {})[field] = _sig(float(value))
             case ("global", field):
                 glob[field] = _sig(float(value))
     return Calibration(
         id=base.id, version=base.version, globals=Globals(**glob),  # type: ignore[arg-type]
         specs={sid: SpecParams(**p) for sid, p in specs.items()},  # type: ignore[arg-type]
-        floors_ns=floors, tiles=tiles, defaults=base.defaults, contexts=base.contexts)
+        floors_ns=floors, tiles=tiles, defaults=base.defaults, contexts=base.contexts,
+        transfer={c: Transfer(**t) for c, t in transfer.items()})
 
 
 def _spec_defaults(sets: Sequence[MeasuredSet]) -> dict[str, dict[str, float]]:
@@ -186,8 +186,10 @@ def _initial(sets: Sequence[MeasuredSet]) -> tuple[_Layout, np.ndarray]:
                 add(("spec", sid, "family_bw", fam), 0.0)
         add(("floor", s.measurement, sid), float(np.log(max(np.percentile(s.table["duration_ns"], 1) * 0.8, 500.0))))
     add(("global", "softness"), float(np.log(2.0)))
-    add(("global", "alpha_gemm"), _logit(0.8))
-    add(("global", "alpha_other"), _logit(0.95))
+    for context in sorted({s.measurement.split("-", 1)[0] for s in sets}):
+        add(("transfer", context, "gemm"), _logit(0.5))
+        add(("transfer", context, "gemm_memory"), _logit(0.5))
+        add(("transfer", context, "other"), _logit(0.95))
     add(("global", "min_tile_area"), float(np.log(4096.0)))
     add(("global", "wave_quant"), _logit(0.5))
     if any(s.spec.sustained_clock_ratio > 1.0 for s in sets):
@@ -261,16 +263,17 @@ def _file_digests(sets: Sequence[MeasuredSet], root: Path) -> dict[str, str]:
     return out
 
 
-def fit_sets(sets: Sequence[MeasuredSet], *, holdout: float = 0.2, iters: int = 1200,
+def fit_sets(sets: Sequence[MeasuredSet], *, holdout: float = 0.2, evals: int = 800,
              anchor: float = 0.15, registry: GPURegistry | None = None,
              log: Callable[[str], None] = lambda _m: None, max_rows: int | None = 3000,
              rounds: int = 3, base_globals: Globals | None = None) -> Calibration:
     """Fit a calibration on measured sets, holding out ``holdout`` of the shapes.
 
-    ``max_rows`` caps the fit rows per GPU pair (a stable hash subsample; None = all) and
-    ``rounds`` the alternations of simplex fit and tile choice: the defaults take about a
-    minute, ``cascade calibrate --thorough`` uses every row and more rounds. ``base_globals``
-    sets the starting (and unfitted) global parameters.
+    ``max_rows`` caps the fit rows per GPU pair (a stable hash subsample; None = all),
+    ``evals`` the objective evaluations of each parameter search and ``rounds`` the
+    alternations of parameter search and tile choice: the defaults take about 30 seconds,
+    ``cascade calibrate --thorough`` uses every row and more rounds. ``base_globals`` sets
+    the starting (and unfitted) global parameters.
     """
     reg = registry or default_registry()
     archs = {s.id: s.arch for s in reg}
@@ -283,21 +286,21 @@ def fit_sets(sets: Sequence[MeasuredSet], *, holdout: float = 0.2, iters: int = 
     tiles: dict[str, dict[str, list[int]]] = {}
     best = float("inf")
     for round_ in range(rounds):
-        x, val = nelder_mead(_objective(prepared, layout, tiles, base, archs, anchor), x,
-                             step=0.4 if round_ == 0 else 0.15, iters=iters)
+        x, val = compass_search(_objective(prepared, layout, tiles, base, archs, anchor), x,
+                                step=0.4 if round_ == 0 else 0.15, evals=evals)
         log(f"round {round_}: objective {val:.4f}")
         tiles = _choose_tiles(prepared, layout, x, base, archs, tiles)
         log(f"tiles: {tiles}")
         if best - val < 1e-3:
             break
         best = val
-    x, val = nelder_mead(_objective(prepared, layout, tiles, base, archs, anchor), x, step=0.1,
-                         iters=iters // 2)
+    x, val = compass_search(_objective(prepared, layout, tiles, base, archs, anchor), x, step=0.1,
+                            evals=evals // 2)
     log(f"final objective {val:.4f}; tiles {tiles}")
     return _build_calibration(x, layout, tiles, base)
 
 
-def fit_directory(directory: str | Path, *, holdout: float = 0.2, iters: int = 1200,
+def fit_directory(directory: str | Path, *, holdout: float = 0.2, evals: int = 800,
                   registry: GPURegistry | None = None, log: Callable[[str], None] = lambda _m: None,
                   leave_one_gpu_out: bool = True, thorough: bool = False) -> Calibration:
     """Fit on every measured file under ``directory`` and record provenance and accuracy."""
@@ -312,7 +315,7 @@ def fit_directory(directory: str | Path, *, holdout: float = 0.2, iters: int = 1
         raise ValidationError(f"no Vidur or NeuSight files under {root}", field="data")
     max_rows = None if thorough else 3000
     rounds = 3 if thorough else 2
-    cal = fit_sets(sets, holdout=holdout, iters=iters, registry=reg, log=log, max_rows=max_rows,
+    cal = fit_sets(sets, holdout=holdout, evals=evals, registry=reg, log=log, max_rows=max_rows,
                    rounds=rounds)
     all_pairs = pairs(sets)
     select_test = {(p.source.dataset, p.source.spec.id, p.target.spec.id): heldout_mask(p.keys, holdout)
@@ -331,7 +334,7 @@ def fit_directory(directory: str | Path, *, holdout: float = 0.2, iters: int = 1
                 if out.spec.id not in refits:  # one refit per GPU serves every data set
                     rest = [s for s in sets if s.spec.id != out.spec.id]
                     log(f"leave-one-GPU-out: {out.spec.id}")
-                    refits[out.spec.id] = fit_sets(rest, holdout=0.0, iters=iters // 2, registry=reg,
+                    refits[out.spec.id] = fit_sets(rest, holdout=0.0, evals=evals // 2, registry=reg,
                                                    max_rows=max_rows, rounds=rounds)
                 cal_wo = refits[out.spec.id]
                 involved = [p for p in all_pairs if (p.source.kind, p.source.dataset) == kind_ds
@@ -342,11 +345,11 @@ def fit_directory(directory: str | Path, *, holdout: float = 0.2, iters: int = 1
     now = _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
     return Calibration(
         id="cascade-default", version=now[:10], created=now,
-        command=(f"cascade calibrate --data {directory} --holdout {holdout} --iters {iters}"
+        command=(f"cascade calibrate --data {directory} --holdout {holdout} --evals {evals}"
                  + (" --thorough" if thorough else "") + ("" if leave_one_gpu_out else " --no-leave-one-gpu-out")),
         data_files=_file_digests(sets, root), globals=cal.globals, specs=cal.specs,
         floors_ns=cal.floors_ns, tiles=cal.tiles, metrics=metrics, defaults=cal.defaults,
-        contexts=cal.contexts)
+        contexts=cal.contexts, transfer=cal.transfer)
 
 
 def _summ(stats: Sequence[object]) -> list[dict[str, object]]:

@@ -11,11 +11,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--data", required=True, metavar="DIR", help="directory of Vidur / NeuSight measurements")
     p.add_argument("--out", metavar="FILE", help="where to write (default: the packaged default.json)")
     p.add_argument("--holdout", type=float, default=0.2, help="fraction of shapes held out of the fit")
-    p.add_argument("--iters", type=int, default=250, help="simplex iterations per round")
+    p.add_argument("--evals", type=int, default=800,
+                   help="objective evaluations per parameter search (coordinate pattern search)")
     p.add_argument("--no-leave-one-gpu-out", action="store_true", help="skip the per-GPU hold-out refits")
     p.add_argument("--thorough", action="store_true",
                    help="fit on every row with three fit/tile rounds (slow: about 10 minutes); the default "
-                        "fits a stable 3000-row subsample per GPU pair in two rounds (about a minute)")
+                        "fits a stable 3000-row subsample per GPU pair in two rounds (about 2 minutes with "
+                        "the leave-one-GPU-out refits)")
     p.set_defaults(func=run)
 
 
@@ -26,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     from cascade.calibration.fit import fit_directory
 
     out = Path(args.out) if args.out else Path(calibration_pkg.__file__).with_name("default.json")
-    cal = fit_directory(args.data, holdout=args.holdout, iters=args.iters,
+    cal = fit_directory(args.data, holdout=args.holdout, evals=args.evals,
                         leave_one_gpu_out=not args.no_leave_one_gpu_out, thorough=args.thorough, log=print)
     save_calibration(cal, out)
     print(f"wrote {out}")

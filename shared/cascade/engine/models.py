@@ -212,11 +212,16 @@ class ScaledModel:
         pt = cal.params_for(target, ctx.archs, cfg.measurement)
         ms = perf.kernel_times(w, src, ps, cal, fs, perf.target_tiles(w, src, cal, src))
         mt = perf.kernel_times(w, target, pt, cal, ft, perf.target_tiles(w, target, cal, src))
-        ag = cfg.alpha_gemm if cfg.alpha_gemm is not None else cal.globals.alpha_gemm
-        ao = cfg.alpha_other if cfg.alpha_other is not None else cal.globals.alpha_other
+        tr = cal.transfer_for(cfg.measurement)
+        ag = cfg.alpha_gemm if cfg.alpha_gemm is not None else tr.gemm
+        am = cfg.alpha_gemm if cfg.alpha_gemm is not None else tr.gemm_memory
+        ao = cfg.alpha_other if cfg.alpha_other is not None else tr.other
         if src.arch == target.arch:
-            ag = ao = 1.0
-        alpha = np.where(w.is_gemm, ag, ao)
+            ag = am = ao = 1.0
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = ms.compute_ns / (ms.compute_ns + ms.memory_ns)
+        share = np.where(np.isfinite(share), share, 1.0)
+        alpha = np.where(w.is_gemm, am + (ag - am) * share, ao)
         with np.errstate(invalid="ignore", divide="ignore"):
             pred = mt.total_ns * (t_src / ms.total_ns) ** alpha
         pred = np.where(np.isfinite(pred), pred, mt.total_ns)

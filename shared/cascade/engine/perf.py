@@ -110,12 +110,14 @@ def target_tiles(w: Workload, spec: GPUSpec, cal: Calibration, source: GPUSpec |
                 continue
             sub = _take(w, idx)
             r = np.ones(len(idx)) if rate is None else rate[idx]
+            # policy (0, A): the least-time candidate among tiles of at least A outputs
+            allowed = [c for c in TILE_CANDIDATES if c[0] * c[1] >= b] or [TILE_CANDIDATES[-1]]
             times = np.stack([gemm_compute_ns(sub, spec, r, np.full(len(idx), float(ca)),
                                               np.full(len(idx), float(cb)), area,
                                               cal.globals.wave_quant)
-                              for ca, cb in TILE_CANDIDATES])
+                              for ca, cb in allowed])
             best = np.argmin(times, axis=0)
-            cand = np.asarray(TILE_CANDIDATES, dtype=np.float64)
+            cand = np.asarray(allowed, dtype=np.float64)
             ta[idx] = cand[best, 0]
             tb[idx] = cand[best, 1]
     return ta, tb

@@ -129,6 +129,35 @@ def test_scaled_on_own_source_reproduces_measured_times() -> None:
     np.testing.assert_allclose(p.predicted_ns, t["duration_ns"], rtol=1e-9)
 
 
+def test_scaled_carries_a_memory_bound_gemms_deviation_and_not_a_compute_bound_ones() -> None:
+    import msgspec
+    from cascade.calibration import Calibration, Transfer, load_calibration
+
+    rows = (gemm_rows(m=1, n=8192, k=8192, duration_ns=90_000.0, name="decode_linear")  # weight streaming
+            + gemm_rows(m=8192, n=8192, k=8192, duration_ns=4_000_000.0, name="gemm"))  # tensor-core bound
+    t = KernelTable.from_rows(rows)
+    packaged = load_calibration()
+    cal = msgspec.structs.replace(packaged, transfer={"kernel": Transfer(gemm=0.0, gemm_memory=1.0, other=1.0)})
+    scaled = predict(t, "SM90_H100", source="SM80_A100", model="scaled", calibration=cal).predicted_ns
+    plain = predict(t, "SM90_H100", source="SM80_A100", model="scaled", calibration=msgspec.structs.replace(
+        packaged, transfer={"kernel": Transfer(gemm=0.0, gemm_memory=0.0, other=0.0)})).predicted_ns
+    # the exponent moves from gemm_memory (1) to gemm (0) with the source model's compute share
+    w = workload_of(t)
+    a100, h100 = default_registry().get("SM80_A100"), default_registry().get("SM90_H100")
+    fixed = cal.floor_ns("kernel", a100) or a100.launch_overhead_ns
+    ms = perf.kernel_times(w, a100, cal.params_for(a100, None, "kernel"), cal, fixed,
+                           perf.target_tiles(w, a100, cal, a100))
+    share = ms.compute_ns / (ms.compute_ns + ms.memory_ns)
+    assert share[0] < 0.2 < 0.9 < share[1]
+    expect = np.maximum(plain * (t["duration_ns"] / ms.total_ns) ** (1.0 - share), perf.roofline_ns(w, h100))
+    np.testing.assert_allclose(scaled, expect, rtol=1e-6)
+    # weight streaming keeps most of its measured deviation; the tensor-bound GEMM almost none
+    assert abs(scaled[0] / plain[0] - 1) > 5 * abs(scaled[1] / plain[1] - 1)
+    # an unknown measurement context takes the per-kernel context's exponents
+    assert cal.transfer_for("my-harness") == cal.transfer["kernel"]
+    assert Calibration().transfer_for("kernel") == Transfer(gemm=1.0, gemm_memory=1.0, other=1.0)
+
+
 def test_scaled_needs_a_source() -> None:
     with pytest.raises(ValidationError):
         predict(KernelTable.from_rows(gemm_rows()), "H100", model="scaled")

@@ -73,12 +73,12 @@ class Transfer(msgspec.Struct, frozen=True, kw_only=True):
     architectures) and part measurement (a harness's overheads, memory behaviour both GPUs
     share): how the two mix depends on how the times were measured."""
 
-    gemm: float
+    gemm: float = 1.0
     """A compute-bound GEMM."""
-    gemm_memory: float
+    gemm_memory: float = 1.0
     """A memory-bound GEMM (blended with ``gemm`` by the source model's compute share)."""
-    other: float
-    """Every other kernel."""
+    other: float = 1.0
+    """Every other kernel (1 where the context's data had none: carry the deviation)."""
 
 
 class Calibration(msgspec.Struct, frozen=True, kw_only=True):

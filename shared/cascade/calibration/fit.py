@@ -186,10 +186,14 @@ def _initial(sets: Sequence[MeasuredSet]) -> tuple[_Layout, np.ndarray]:
                 add(("spec", sid, "family_bw", fam), 0.0)
         add(("floor", s.measurement, sid), float(np.log(max(np.percentile(s.table["duration_ns"], 1) * 0.8, 500.0))))
     add(("global", "softness"), float(np.log(2.0)))
-    for context in sorted({s.measurement.split("-", 1)[0] for s in sets}):
-        add(("transfer", context, "gemm"), _logit(0.5))
-        add(("transfer", context, "gemm_memory"), _logit(0.5))
-        add(("transfer", context, "other"), _logit(0.95))
+    for s in sets:  # a context's exponents, for the kinds of kernel its data has
+        context = s.measurement.split("-", 1)[0]
+        gemm = workload_of(s.table).is_gemm
+        if gemm.any():
+            add(("transfer", context, "gemm"), _logit(0.5))
+            add(("transfer", context, "gemm_memory"), _logit(0.5))
+        if not gemm.all():
+            add(("transfer", context, "other"), _logit(0.95))
     add(("global", "min_tile_area"), float(np.log(4096.0)))
     add(("global", "wave_quant"), _logit(0.5))
     if any(s.spec.sustained_clock_ratio > 1.0 for s in sets):

@@ -55,3 +55,13 @@ def test_unknown_input_names_what_is_accepted(tmp_path: Path) -> None:
         load_kernel_table(tmp_path / "notes.txt")
     with pytest.raises(TraceFormatError, match="existing"):
         load_kernel_table(tmp_path / "absent.csv")
+
+
+def test_gzipped_kernel_table_csv_loads(tmp_path: Path) -> None:
+    import gzip
+
+    text = "name,op,dtype,m,n,k,duration_ns\ngemm,linear,fp16,512,4096,4096,120000\n"
+    with gzip.open(tmp_path / "kernels.csv.gz", "wt") as fh:
+        fh.write(text)
+    loaded, source = load_kernel_table(tmp_path / "kernels.csv.gz")
+    assert len(loaded) == 1 and source is None and loaded["k"][0] == 4096

@@ -19,7 +19,7 @@ from cascade.engine.perf import REGIMES
 from cascade.engine.replay import replay
 from cascade.gpus import GPUSpec, default_registry
 from cascade.kerneltable import KernelTable
-from cascade.results import StepResult
+from cascade.results import StepResult, step_sequences
 from cascade.runplan import MODELS
 from cascade.state import TraceRecord
 from cascade.traces.bundle import load_bundle
@@ -131,14 +131,15 @@ def replay_timeline(table: KernelTable, predicted_ns: np.ndarray) -> ReplayOutpu
     """
     rep = replay(table, predicted_ns)
     st = rep.steps
-    batch = table["batch"]
+    seqs = table["step_batch"]
     first_row: dict[int, int] = {}
     for row, step in enumerate(table["step"].tolist()):
         first_row.setdefault(step, row)
     steps = []
     for i in range(len(st.step)):
         sid = int(st.step[i])
-        b = int(batch[first_row[sid]]) if sid in first_row and batch[first_row[sid]] > 0 else 1
+        b = step_sequences(str(st.kind[i]), max(0, int(st.tokens[i])),
+                           int(seqs[first_row[sid]]) if sid in first_row else -1)
         gpu = float(st.gpu_ns[i])
         span = float(st.duration_ns[i])
         steps.append(StepResult(

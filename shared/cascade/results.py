@@ -231,6 +231,15 @@ def summarize_kernels(
     return top_list, families, regimes
 
 
+def step_sequences(kind: str, tokens: int, step_batch: int) -> int:
+    """Sequences in a step: the trace's ``step_batch`` when it has one, else one per token of
+    a decode step (each sequence makes one token) and one for a prefill. Never the GEMM
+    ``batch`` column, which counts matrices."""
+    if step_batch > 0:
+        return step_batch
+    return tokens if kind == "decode" and tokens > 0 else 1
+
+
 def steps_from_table(
     table: KernelTable, predicted_ns: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray
 ) -> list[StepResult]:
@@ -270,10 +279,7 @@ def steps_from_table(
         r = int(first_row[i])
         wall = float(last[i] - first[i])
         tok = int(tokens[r]) if tokens[r] > 0 else 0
-        if seqs[r] > 0:
-            b = int(seqs[r])
-        else:  # a decode step makes one token per sequence; a prefill is one sequence
-            b = tok if str(kinds[r]) == "decode" and tok > 0 else 1
+        b = step_sequences(str(kinds[r]), tok, int(seqs[r]))
         out.append(StepResult(
             step=int(s), kind=str(kinds[r]), tokens=tok, batch=b,
             context=int(context[r]) if context[r] > 0 else 0,

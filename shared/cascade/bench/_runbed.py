@@ -86,7 +86,7 @@ def generate_timeline(
                 device_free = start + dur
                 rows.append({
                     "name": name, "kernel_id": kid, "stream": 7, "op": op, "dtype": "fp16",
-                    "flops": flops, "bytes": nbytes, "m": m, "n": n, "k": k, "batch": batch,
+                    "flops": flops, "bytes": nbytes, "m": m, "n": n, "k": k, "batch": 1, "step_batch": batch,
                     "grid_x": max(1, (tokens * hidden) // (128 * 128)), "grid_y": 1, "grid_z": 1,
                     "block_x": 256, "block_y": 1, "block_z": 1, "regs": 128, "smem_bytes": 49152,
                     "host_launch_ns": launch, "start_ns": start, "duration_ns": dur, "step": step,

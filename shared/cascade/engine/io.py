@@ -31,7 +31,7 @@ def _npz_loader(path: Path) -> tuple[KernelTable, GPUSpec | None]:
     return KernelTable.load_npz(path), None
 
 
-register_loader(lambda p: p.is_file() and p.suffix.lower() == ".csv", _csv_loader, first=False)
+register_loader(lambda p: p.is_file() and p.name.lower().endswith((".csv", ".csv.gz")), _csv_loader, first=False)
 register_loader(lambda p: p.is_file() and p.suffix.lower() == ".npz", _npz_loader, first=False)
 
 
@@ -46,4 +46,4 @@ def load_kernel_table(path: str | Path) -> tuple[KernelTable, GPUSpec | None]:
     for accepts, loader in _LOADERS:
         if accepts(p):
             return loader(p)
-    raise TraceFormatError(str(p), None, "a Cascade kernel-table CSV (.csv) or .npz kernel table")
+    raise TraceFormatError(str(p), None, "a Cascade kernel-table CSV (.csv, .csv.gz) or .npz kernel table")

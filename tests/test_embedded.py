@@ -7,6 +7,7 @@ against a deadline; nothing relies on a fixed sleep.
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import os
 import socket
@@ -55,7 +56,9 @@ def _http_status(url: str) -> int | None:
             return int(resp.status)
     except urllib.error.HTTPError as exc:
         return int(exc.code)
-    except OSError:
+    except (OSError, http.client.HTTPException):
+        # nothing listening yet; on a free port in the ephemeral range the kernel may even
+        # connect the socket to itself and echo the request back (BadStatusLine)
         return None
 
 

@@ -88,8 +88,33 @@ def pid_alive(pid: int) -> bool:
     with contextlib.suppress(OSError):
         stat = Path(f"/proc/{pid}/stat").read_text()
         if stat.rsplit(")", 1)[1].split()[0] == "Z":
-            return False
+            # the leader of a multi-threaded process turns zombie before its other threads
+            # have exited (and released its sockets): alive while any thread still runs
+            return any(_task_running(t) for t in Path(f"/proc/{pid}/task").iterdir())
     return True
+
+
+def _task_running(task: Path) -> bool:
+    try:
+        return (task / "stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def group_members(pgid: int, marker: bytes) -> list[int]:
+    """Live processes in process group ``pgid`` whose command line contains ``marker`` (a
+    component started in its own session may leave children behind when it dies)."""
+    found: list[int] = []
+    if pgid <= 0:
+        return found
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] != "Z" and marker in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+    return found
 
 
 def stop_popen(proc: subprocess.Popen[bytes], grace: float = 10.0) -> int:

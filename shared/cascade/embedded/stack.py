@@ -40,7 +40,7 @@ import msgspec
 from cascade.embedded import nats as nats_conf
 from cascade.embedded.binaries import nats_server_binary, weed_binary
 from cascade.embedded.ports import GRPC_OFFSET, port_is_free, wait_port
-from cascade.embedded.procs import child_kwargs, open_log, pid_alive, tail
+from cascade.embedded.procs import child_kwargs, group_members, open_log, pid_alive, tail
 from cascade.embedded.seaweed import (
     SeaweedPorts,
     generate_credentials,
@@ -362,44 +362,48 @@ class EmbeddedStack:
 
     # -- preparation ---------------------------------------------------------------
 
-    async def _check_not_running(self) -> None:
+    async def _check_not_running(self) -> bool:
+        """Refuse a second ``cascade up``; stop what a killed one left. True if it stopped any."""
         state = load_state(self.layout)
         if state is None or state.supervisor_pid == os.getpid():
-            return
+            return False
         if state.status in ("starting", "up", "stopping") and _is_cascade(state.supervisor_pid):
             raise AlreadyRunningError(
                 f"cascade up is already running on {self.layout.root} (pid "
                 f"{state.supervisor_pid}); stop it first (Ctrl-C there, or kill "
                 f"{state.supervisor_pid})"
             )
-        await self._reap_stale(state)
+        return await self._reap_stale(state)
 
-    async def _reap_stale(self, state: StackState) -> None:
-        """Stop children left behind by a ``cascade up`` that was killed."""
+    async def _reap_stale(self, state: StackState) -> bool:
+        """Stop children left behind by a ``cascade up`` that was killed: every process of
+        each recorded component's process group (its own session) whose command line is that
+        component's, even when the recorded leader itself is already gone."""
         markers = {"nats": b"nats-server", "s3": b"weed"}
-        stale: list[int] = []
+        groups: dict[int, list[int]] = {}
         for comp in state.components:
-            if comp.pid is None or not pid_alive(comp.pid):
+            if comp.pid is None:
                 continue
-            try:
-                cmdline = Path(f"/proc/{comp.pid}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if markers.get(comp.name, f"services.{comp.name}".encode()) in cmdline:
-                stale.append(comp.pid)
-        if not stale:
-            return
+            members = group_members(comp.pid, markers.get(comp.name, f"services.{comp.name}".encode()))
+            if members:
+                groups[comp.pid] = members
+        if not groups:
+            return False
+        stale = [p for members in groups.values() for p in members]
         self.log.warning("stopping processes left by a previous cascade up", pids=stale)
-        for pid in stale:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + self.stop_grace_s
-        while any(pid_alive(p) for p in stale) and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-        for pid in stale:
-            if pid_alive(pid):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
+        for sig, wait_s in ((signal.SIGTERM, self.stop_grace_s), (signal.SIGKILL, 10.0)):
+            for pgid, members in groups.items():
+                for target in (pgid, *members):  # the group, and members that left it
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        (os.killpg if target == pgid else os.kill)(target, sig)
+            # a killed process frees its ports only once it has exited: wait for that before
+            # the port check, or a slow-to-die NATS / SeaweedFS reads as "port already in use"
+            deadline = time.monotonic() + wait_s
+            while any(pid_alive(p) for p in stale) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            if not any(pid_alive(p) for p in stale):
+                break
+        return True
 
     def _seaweed_ports(self, s3_port: int) -> SeaweedPorts:
         if self.layout.s3_ports.exists():
@@ -415,7 +419,23 @@ class EmbeddedStack:
         _atomic_write(self.layout.s3_ports, msgspec.json.encode(ports))
         return ports
 
-    def _check_ports(self, nats_port: int, seaweed: SeaweedPorts, http_port: int) -> None:
+    async def _check_ports(self, nats_port: int, seaweed: SeaweedPorts, http_port: int,
+                           settle_s: float = 0.0) -> None:
+        """Raise :class:`PortBusyError` naming every port the stack needs that is taken;
+        ``settle_s``: how long to let ports of just-stopped processes come free first."""
+        deadline = time.monotonic() + settle_s
+        while True:
+            busy = self._busy_ports(nats_port, seaweed, http_port)
+            if not busy or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(0.1)
+        if busy:
+            raise PortBusyError(
+                "cannot start the embedded stack: " + "; ".join(busy)
+                + ". Stop whatever holds them or choose other ports."
+            )
+
+    def _busy_ports(self, nats_port: int, seaweed: SeaweedPorts, http_port: int) -> list[str]:
         wanted: list[tuple[int, str]] = [
             (nats_port, f"NATS (from {env_var('nats_url')})"),
             (seaweed.s3, f"S3 (from {env_var('s3_endpoint')})"),
@@ -435,11 +455,7 @@ class EmbeddedStack:
             seen[port] = what
             if not port_is_free(port, LOOPBACK):
                 busy.append(f"port {port} needed by {what} is already in use")
-        if busy:
-            raise PortBusyError(
-                "cannot start the embedded stack: " + "; ".join(busy)
-                + ". Stop whatever holds them or choose other ports."
-            )
+        return busy
 
     # -- state ---------------------------------------------------------------------
 
@@ -492,7 +508,7 @@ class EmbeddedStack:
 
     async def start(self) -> None:
         """Bring up NATS, S3, the bootstrap and the services; raise naming what failed."""
-        await self._check_not_running()
+        reaped = await self._check_not_running()
         self.layout.create()
         self.status = "starting"
         creds, created = ensure_credentials(self.layout)
@@ -500,7 +516,8 @@ class EmbeddedStack:
         _, nats_port = nats_conf.nats_host_port(self.settings.nats_url)
         s3_port = _url_port(self.settings.s3_endpoint, 8333)
         seaweed = self._seaweed_ports(s3_port)
-        self._check_ports(nats_port, seaweed, self.settings.http_port)
+        await self._check_ports(nats_port, seaweed, self.settings.http_port,
+                                settle_s=10.0 if reaped else 0.0)
 
         tokens = list(dict.fromkeys([*self.settings.api_tokens, creds.api_token]))
         self.child_settings = self.settings.replace(
@@ -729,11 +746,12 @@ def status_report(settings: Settings, *, timeout: float = 2.0) -> dict[str, Any]
 
 
 def _fetch_json(url: str, timeout: float) -> Any:
+    import http.client
     import urllib.error
     import urllib.request
 
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
             return json.loads(resp.read().decode("utf-8"))
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
         return {"error": f"{url} unreachable: {exc}"}

@@ -279,14 +279,16 @@ class IngestService:
         def update(r: TraceRecord) -> TraceRecord | None:
             if r.state == "ready":
                 return None
-            # The scan may be older than concurrent increments by prepare workers: counts
-            # only move up here (this heals counts a crashed worker left too low).
+            # Prepare workers count units as they finish (fast, but a count can land twice
+            # when this scan saw the unit first, or never when a worker crashed between the
+            # unit and the count); the unit records are the truth, so every reconcile sets
+            # the per-kernel counts from them and the record converges.
             changes: dict[str, Any] = {
                 "files_received": max(r.files_received, a.files_received),
                 "bytes_received": a.bytes_received,
                 "kernels_total": max(r.kernels_total, a.kernels_total),
-                "kernels_prepared": max(r.kernels_prepared, a.kernels_prepared),
-                "kernels_failed": max(r.kernels_failed, a.kernels_failed),
+                "kernels_prepared": a.kernels_prepared,
+                "kernels_failed": a.kernels_failed,
                 "missing": capped(a.missing) if r.sealed else [],
             }
             if expected is not None and expected.kernels is not None:

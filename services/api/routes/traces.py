@@ -381,6 +381,10 @@ async def get_trace(request: web.Request) -> web.Response:
         }
         for u in units
     ]
+    # per-kernel counts from the unit records themselves (the record's counters are kept
+    # by workers and reconciled periodically; the units are the truth)
+    out["kernels_prepared"] = sum(1 for u in units if u.kernel_id is not None and u.state == "prepared")
+    out["kernels_failed"] = sum(1 for u in units if u.kernel_id is not None and u.state == "failed")
     out["progress"] = {
         "files": len(files),
         "units": len(units),

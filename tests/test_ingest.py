@@ -190,3 +190,29 @@ async def test_expected_kernel_count_from_seal(stack: TracesStack, tmp_path: Pat
         assert done["state"] == "incomplete"
         assert done["missing"] == ["1 of 2 kernel files"]
         assert done["expected_kernels"] == 2
+
+
+async def test_reconcile_sets_kernel_counts_from_the_unit_records(stack: TracesStack, tmp_path: Path) -> None:
+    from cascade.tracestore import replace as _replace
+
+    paths = write_kernels(tmp_path / "counts", 2, blocks=2, iterations=1, xz=False)
+    lines = paths[1].read_text().splitlines(keepends=True)
+    victim = next(i for i, line in enumerate(lines) if line.startswith("0020 "))
+    lines[victim] = "0020 ffffffff 1 R2 IMAD banana\n"
+    paths[1].write_text("".join(lines))
+    async with stack.client() as api:
+        trace = await api.create_trace(name="counts", source_gpu="SM80_A100")
+        await api.upload_files(trace["id"], paths)
+        await api.seal(trace["id"])
+        await api.wait_for_state(trace["id"], {"failed"}, timeout=60)
+        await wait_for(lambda: _prepared_unit(stack, trace["id"], "kernel-1"), what="kernel-1 prepared")
+        # a count that landed twice (the race reconcile used to make permanent)
+        await stack.store.mutate(trace["id"], lambda r: _replace(r, kernels_failed=5, kernels_prepared=4))
+        detail = await api.get_trace(trace["id"])
+        assert detail["kernels_failed"] == 1 and detail["kernels_prepared"] == 1  # from the units
+
+        async def healed() -> Any:
+            r = await stack.store.get(trace["id"])
+            return r if r is not None and (r.kernels_failed, r.kernels_prepared) == (1, 1) else None
+
+        await wait_for(healed, what="reconcile to set the counts from the units")

@@ -48,6 +48,9 @@ from services.ingest.s3events import S3Notification, created_objects
 
 #: Traces in these states are reconciled against their S3 listing.
 ACTIVE_STATES = frozenset({"receiving", "preparing", "incomplete"})
+#: A failed trace is still reconciled for this many intervals after its last change: its
+#: other units may still be finishing, and their counts settle from the unit records.
+SETTLE_INTERVALS = 10
 
 
 def grace_period_s(reconcile_interval_s: float) -> float:
@@ -303,6 +306,8 @@ class IngestService:
                 changes["state"] = "incomplete"
             elif r.sealed and r.state in ("receiving", "incomplete"):
                 changes["state"] = "preparing"
+            if all(getattr(r, k) == v for k, v in changes.items()):
+                return None  # nothing new: leave the record (and its updated_at) alone
             return replace(r, **changes)
 
         new = await store.mutate(tid, update)
@@ -332,8 +337,11 @@ class IngestService:
     async def reconcile_once(self) -> int:
         """One pass over every unfinished trace; returns how many were reconciled."""
         done = 0
+        settle_s = SETTLE_INTERVALS * self.settings.reconcile_interval_s
+        now = time.time()
         for record in await self._store.records():
-            if record.state not in ACTIVE_STATES or record.provenance.read_only:
+            settling = record.state == "failed" and now - record.updated_at < settle_s
+            if (record.state not in ACTIVE_STATES and not settling) or record.provenance.read_only:
                 continue
             try:
                 await self.reconcile_trace(record)

@@ -357,3 +357,28 @@ def test_simt_tile_policy_follows_the_cublas_sgemm_kernel_family() -> None:
     assert (ta[0], tb[0]) == (128, 128)
     ta, tb = target_tiles(w, reg.get("SM60_P100_PCIE_16GB"), cal, reg.get("SM70_V100_PCIE_32GB"))
     assert (ta[0], tb[0]) != (0, 0)  # least modelled time among the candidates
+
+
+def test_menu_tile_policy_picks_among_the_tiles_the_library_was_seen_to_use() -> None:
+    from cascade.calibration import Calibration
+    from cascade.engine.perf import TILE_CANDIDATES, target_tiles
+    from cascade.engine.workload import workload_of
+
+    reg = default_registry()
+    rows = [{"name": "bmm", "op": "bmm", "dtype": "fp32", "batch": 16, "m": 96, "n": 96, "k": 512}]
+    w = workload_of(KernelTable.from_rows(rows))
+    t4, v100, p100 = reg.get("SM75_T4"), reg.get("SM70_V100_PCIE_32GB"), reg.get("SM60_P100_PCIE_16GB")
+    menu_policy = {"simt_batched": [-1, 0]}
+    cal = Calibration(tiles={"turing": menu_policy, "volta": menu_policy, "pascal": menu_policy},
+                      tile_menus={"turing": {"simt_batched": [[128, 64]]}})
+    # the only tile the T4's library used on this path, though a smaller one pads less
+    assert tuple(int(x[0]) for x in target_tiles(w, t4, cal, v100)) == (128, 64)
+    free = target_tiles(w, t4, Calibration(tiles={"turing": {"simt_batched": [0, 0]}}), v100)
+    assert (int(free[0][0]), int(free[1][0])) != (128, 64)
+    # Volta runs the same volta_sgemm kernels: it borrows Turing's menu ...
+    assert cal.tile_menu("volta", "simt_batched") == [(128, 64)]
+    assert tuple(int(x[0]) for x in target_tiles(w, v100, cal, t4)) == (128, 64)
+    # ... a family with no menu falls back to the least-time choice among every candidate
+    assert cal.tile_menu("pascal", "simt_batched") == []
+    ta, tb = target_tiles(w, p100, cal, v100)
+    assert (int(ta[0]), int(tb[0])) in TILE_CANDIDATES

@@ -299,3 +299,18 @@ def test_validate_other_model_and_gpu_names(tmp_path: Path) -> None:
         assert r["count"] > 0 and np.isfinite(r["mape"]) and r["mape"] >= 0
     # the synthetic times follow physics closely: scaled stays near them where roofline does
     assert v[("SM80_A100", "all", "scaled")]["mape"] < 25.0
+
+
+def test_tile_menus_keep_the_tiles_a_path_ran_often_enough() -> None:
+    from cascade.calibration.fit import _tile_menus
+    from cascade.engine.workload import workload_of
+    from cascade.kerneltable import KernelTable
+
+    def rows(name: str, n: int, batch: int) -> list[dict[str, object]]:
+        return [{"name": name, "op": "bmm", "dtype": "fp32", "batch": batch, "m": 256, "n": 256, "k": 256}] * n
+
+    w = workload_of(KernelTable.from_rows(
+        rows("volta_sgemm_64x64_nn", 30, 8) + rows("volta_sgemm_128x128_nn", 1, 8)
+        + rows("volta_sgemm_128x32_nn", 4, 8) + rows("volta_sgemm_32x128_tn", 5, 1)))
+    menus = _tile_menus([("turing", w)])
+    assert menus == {"turing": {"simt_batched": [[64, 64], [128, 32]], "simt": [[32, 128]]}}

@@ -105,6 +105,9 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
     """Measurement context (``kernel``: per-kernel device times as in traces and Vidur;
     ``neusight``: a benchmark harness's per-call latency) -> spec ids fitted on data of that
     context. Empty in calibrations that predate it (every fit then serves every context)."""
+    tile_menus: dict[str, dict[str, list[list[int]]]] = {}
+    """arch -> path key -> the GEMM tiles its library's kernels were seen to use in the data
+    (each on at least 5% of that path's calls): the choices of a ``[-1, 0]`` tile policy."""
     transfer: dict[str, Transfer] = {}
     """Measurement context -> transfer exponents fitted on data of that context (see
     :meth:`transfer_for`)."""
@@ -204,6 +207,19 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
             family_bw=family_bw,
             calibrated=spec.id in self.specs,
         )
+
+    def tile_menu(self, arch: str, key: str) -> list[tuple[int, int]]:
+        """Tiles the arch's library uses on a path (its own data, else, for SIMT paths, an
+        architecture running the same cuBLAS SGEMM kernels); empty when none was seen."""
+        archs = [arch]
+        family = SIMT_KERNEL_FAMILY.get(arch)
+        if key.startswith("simt") and family is not None:
+            archs += [a for a in sorted(self.tile_menus) if a != arch and SIMT_KERNEL_FAMILY.get(a) == family]
+        for a in archs:
+            menu = self.tile_menus.get(a, {}).get(key)
+            if menu:
+                return [(int(t[0]), int(t[1])) for t in menu]
+        return []
 
     def transfer_for(self, measurement: str | None) -> Transfer:
         """Transfer exponents for a measurement kind (``neusight-bmm`` -> ``neusight``): its

@@ -23,15 +23,19 @@ from cascade.calibration import Calibration, Globals, SpecParams, Transfer
 from cascade.engine import ops
 from cascade.engine.measured import MeasuredSet, Pair, discover, pairs
 from cascade.engine.models import ModelContext, ScaledConfig, ScaledModel
-from cascade.engine.perf import kernel_times, target_tiles
+from cascade.engine.perf import kernel_times, target_tiles, tile_key
 from cascade.engine.workload import Workload, workload_of
 from cascade.gpus.registry import GPURegistry, default_registry
 
 #: Candidate GEMM tiles (first covers n, second covers m).
 #: (0, 0) = the least-modelled-time candidate; (0, A) = the same among tiles of >= A outputs
-#: (a library that never runs its smallest tiles on this path).
+#: (a library that never runs its smallest tiles on this path); (-1, 0) = the same among the
+#: tiles the arch's library was seen to use (``Calibration.tile_menus``).
 TILE_CANDIDATES: tuple[tuple[int, int], ...] = (
-    (0, 0), (0, 2048), (0, 4096), (0, 8192), (64, 64), (128, 64), (64, 128), (128, 128), (256, 128), (128, 256))
+    (0, 0), (0, 2048), (0, 4096), (0, 8192), (-1, 0),
+    (64, 64), (128, 64), (64, 128), (128, 128), (256, 128), (128, 256))
+#: A tile counts in an arch's menu when at least this share of a path's calls ran it.
+MENU_SHARE = 0.05
 _FAMILY_PARAMS = ("norm", "embedding", "elementwise")
 
 
@@ -145,13 +149,36 @@ def _build_calibration(x: np.ndarray, layout: _Layout, tiles: dict[str, dict[str
         id=base.id, version=base.version, globals=Globals(**glob),  # type: ignore[arg-type]
         specs={sid: SpecParams(**p) for sid, p in specs.items()},  # type: ignore[arg-type]
         floors_ns=floors, tiles=tiles, defaults=base.defaults, contexts=base.contexts,
-        transfer={c: Transfer(**t) for c, t in transfer.items()})
+        transfer={c: Transfer(**t) for c, t in transfer.items()}, tile_menus=base.tile_menus)
 
 
 def _spec_defaults(sets: Sequence[MeasuredSet]) -> dict[str, dict[str, float]]:
     """The physical default efficiencies (spec files) of every GPU in the data."""
     return {s.spec.id: {"simt_eff": s.spec.efficiency.simt, "tensor_eff": s.spec.efficiency.tensor,
                         "bw_eff": s.spec.efficiency.bandwidth} for s in sets}
+
+
+def _tile_menus(runs: Sequence[tuple[str, Workload]]) -> dict[str, dict[str, list[list[int]]]]:
+    """arch -> path key -> tiles named by the kernels the (arch, fit rows) ran, each on at
+    least MENU_SHARE of that path's calls (held-out rows never count)."""
+    counts: dict[tuple[str, str], dict[tuple[int, int], int]] = {}
+    for arch, w in runs:
+        named = w.is_gemm & (w.tile_a > 0) & (w.tile_b > 0)
+        for tensor in (False, True):
+            for batched in (False, True):
+                sel = named & (w.tensor == tensor) & ((w.batch > 1) == batched)
+                if not sel.any():
+                    continue
+                slot = counts.setdefault((arch, tile_key(tensor, batched)), {})
+                for a, b in zip(w.tile_a[sel].tolist(), w.tile_b[sel].tolist(), strict=True):
+                    slot[(int(a), int(b))] = slot.get((int(a), int(b)), 0) + 1
+    out: dict[str, dict[str, list[list[int]]]] = {}
+    for (arch, key), tiles in sorted(counts.items()):
+        total = sum(tiles.values())
+        menu = sorted([list(t) for t, n in tiles.items() if n >= MENU_SHARE * total])
+        if menu:
+            out.setdefault(arch, {})[key] = menu
+    return out
 
 
 def _contexts(sets: Sequence[MeasuredSet]) -> dict[str, list[str]]:
@@ -281,9 +308,10 @@ def fit_sets(sets: Sequence[MeasuredSet], *, holdout: float = 0.2, evals: int = 
     """
     reg = registry or default_registry()
     archs = {s.id: s.arch for s in reg}
-    base = Calibration(id="cascade-default", defaults=_spec_defaults(sets),
-                       globals=base_globals or Globals(), contexts=_contexts(sets))
     prepared = [_prepare(pair, holdout, max_rows) for pair in pairs(list(sets))]
+    base = Calibration(id="cascade-default", defaults=_spec_defaults(sets),
+                       globals=base_globals or Globals(), contexts=_contexts(sets),
+                       tile_menus=_tile_menus([(p.pair.source.spec.arch, p.w) for p in prepared]))
     layout, x = _initial(sets)
     log(f"fitting {len(x)} parameters on {len(prepared)} GPU pairs "
         f"({sum(len(p.measured) for p in prepared)} rows)")
@@ -353,7 +381,7 @@ def fit_directory(directory: str | Path, *, holdout: float = 0.2, evals: int = 8
                  + (" --thorough" if thorough else "") + ("" if leave_one_gpu_out else " --no-leave-one-gpu-out")),
         data_files=_file_digests(sets, root), globals=cal.globals, specs=cal.specs,
         floors_ns=cal.floors_ns, tiles=cal.tiles, metrics=metrics, defaults=cal.defaults,
-        contexts=cal.contexts, transfer=cal.transfer)
+        contexts=cal.contexts, transfer=cal.transfer, tile_menus=cal.tile_menus)
 
 
 def _summ(stats: Sequence[object]) -> list[dict[str, object]]:

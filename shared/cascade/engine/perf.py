@@ -101,7 +101,7 @@ def target_tiles(w: Workload, spec: GPUSpec, cal: Calibration, source: GPUSpec |
                 sel &= ta <= 0
             if not sel.any():
                 continue
-            if a > 0 and b > 0:
+            if a > 0 and b > 0:  # a fixed tile
                 ta[sel] = a
                 tb[sel] = b
                 continue
@@ -110,8 +110,10 @@ def target_tiles(w: Workload, spec: GPUSpec, cal: Calibration, source: GPUSpec |
                 continue
             sub = _take(w, idx)
             r = np.ones(len(idx)) if rate is None else rate[idx]
-            # policy (0, A): the least-time candidate among tiles of at least A outputs
-            allowed = [c for c in TILE_CANDIDATES if c[0] * c[1] >= b] or [TILE_CANDIDATES[-1]]
+            # policy (0, A): the least-time candidate among tiles of at least A outputs;
+            # (-1, 0): the least-time tile among those the arch's library was seen to use
+            menu = cal.tile_menu(spec.arch, tile_key(tensor, bat)) if a < 0 else []
+            allowed = menu or [c for c in TILE_CANDIDATES if c[0] * c[1] >= b] or [TILE_CANDIDATES[-1]]
             times = np.stack([gemm_compute_ns(sub, spec, r, np.full(len(idx), float(ca)),
                                               np.full(len(idx), float(cb)), area,
                                               cal.globals.wave_quant)

@@ -314,3 +314,26 @@ def test_tile_menus_keep_the_tiles_a_path_ran_often_enough() -> None:
         + rows("volta_sgemm_128x32_nn", 4, 8) + rows("volta_sgemm_32x128_tn", 5, 1)))
     menus = _tile_menus([("turing", w)])
     assert menus == {"turing": {"simt_batched": [[64, 64], [128, 32]], "simt": [[32, 128]]}}
+
+
+def test_cli_calibrate_fits_and_records_provenance_contexts_and_menus(small_data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cal.json"
+    proc = subprocess.run([sys.executable, "-m", "cascade", "calibrate", "--data", str(small_data), "--out", str(out),
+                           "--evals", "60", "--no-leave-one-gpu-out"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    cal = load_calibration(out)
+    assert cal.command.endswith("--evals 60 --no-leave-one-gpu-out") and cal.data_files
+    assert set(cal.contexts) == {"kernel", "neusight"}
+    assert "SM75_T4" in cal.contexts["neusight"] and "SM80_A100" in cal.contexts["kernel"]
+    assert set(cal.transfer) == {"kernel", "neusight"}
+    assert all(0 <= v <= 1 for t in cal.transfer.values() for v in (t.gemm, t.gemm_memory, t.other))
+    assert cal.tile_menus["volta"]["simt"]  # from the V100's cuBLAS kernel names
+    assert all(r["count"] > 0 for r in cal.metrics["heldout_shapes"])  # type: ignore[union-attr]
+    assert "leave_one_gpu_out" not in cal.metrics
+    # nothing to fit on: a clear error, exit 1, no file
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "cascade", "calibrate", "--data", str(empty),
+                           "--out", str(tmp_path / "none.json")], capture_output=True, text=True, check=False)
+    assert proc.returncode == 1 and "no Vidur or NeuSight files" in proc.stderr
+    assert not (tmp_path / "none.json").exists()

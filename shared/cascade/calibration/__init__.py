@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import statistics
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 
@@ -43,6 +44,11 @@ class SpecParams(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Achievable fraction of DRAM bandwidth for streaming kernels."""
     family_bw: dict[str, float] = {}
     """Multiplier on ``bw_eff`` per op family (norm, embedding, ...)."""
+
+
+def measurement_context(measurement: str | None) -> str | None:
+    """The context a measurement kind belongs to: ``neusight-bmm`` -> ``neusight``."""
+    return measurement.split("-", 1)[0] if measurement else None
 
 
 class Globals(msgspec.Struct, frozen=True, kw_only=True):
@@ -171,6 +177,27 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
             return float(statistics.median(same_arch))
         return default
 
+    def _family_bw(self, spec: GPUSpec, fam: str, archs: dict[str, str], context: str | None) -> float:
+        """A family's bandwidth multiplier, in :meth:`_fallback`'s order: the spec's own fit
+        from this context, the median of this context's fits (same arch first), the spec's
+        own fit from another context, the median of every fit; else 1."""
+        own = self.specs.get(spec.id)
+        mine = own.family_bw.get(fam) if own else None
+        among = set(self.contexts.get(context, ())) if context else set()
+
+        def median(pool: set[str] | None) -> float | None:
+            fits = {sid: p.family_bw[fam] for sid, p in self.specs.items()
+                    if fam in p.family_bw and (pool is None or sid in pool)}
+            vals = [v for sid, v in fits.items() if archs.get(sid) == spec.arch] or list(fits.values())
+            return float(statistics.median(vals)) if vals else None
+
+        if mine is not None and (not among or spec.id in among):
+            return mine
+        found = median(among) if among else None
+        if found is None:
+            found = mine if mine is not None else median(None)
+        return found if found is not None else 1.0
+
     def params_for(self, spec: GPUSpec, archs: dict[str, str] | None = None,
                    context: str | None = None) -> ResolvedParams:
         """Parameters for a spec: its own fit, else the median fit of its architecture, else the
@@ -178,28 +205,8 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
         ``context`` is the measurement kind the times come from (``kernel``, ``neusight``:
         see :meth:`_fallback`)."""
         archs = archs if archs is not None else _known_archs()
-        context = context.split("-", 1)[0] if context else None
-        among = set(self.contexts.get(context, ())) if context else set()
-        own = self.specs.get(spec.id)
-        family_bw: dict[str, float] = {}
-        for fam in BW_FAMILIES:
-            if own and fam in own.family_bw and (not among or spec.id in among):
-                family_bw[fam] = own.family_bw[fam]
-                continue
-            pools = ([among] if among else []) + [None]
-            value: float | None = None
-            for pool in pools:
-                in_pool = {sid: p for sid, p in self.specs.items()
-                           if fam in p.family_bw and (pool is None or sid in pool)}
-                vals = ([p.family_bw[fam] for sid, p in in_pool.items() if archs.get(sid) == spec.arch]
-                        or [p.family_bw[fam] for p in in_pool.values()])
-                if vals:
-                    value = float(statistics.median(vals))
-                    break
-                if pool is not None and own and fam in own.family_bw:
-                    value = own.family_bw[fam]
-                    break
-            family_bw[fam] = value if value is not None else 1.0
+        context = measurement_context(context)
+        family_bw = {fam: self._family_bw(spec, fam, archs, context) for fam in BW_FAMILIES}
         return ResolvedParams(
             simt_eff=self._fallback(spec, "simt_eff", spec.efficiency.simt, archs, context),
             tensor_eff=self._fallback(spec, "tensor_eff", spec.efficiency.tensor, archs, context),
@@ -211,11 +218,7 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
     def tile_menu(self, arch: str, key: str) -> list[tuple[int, int]]:
         """Tiles the arch's library uses on a path (its own data, else, for SIMT paths, an
         architecture running the same cuBLAS SGEMM kernels); empty when none was seen."""
-        archs = [arch]
-        family = SIMT_KERNEL_FAMILY.get(arch)
-        if key.startswith("simt") and family is not None:
-            archs += [a for a in sorted(self.tile_menus) if a != arch and SIMT_KERNEL_FAMILY.get(a) == family]
-        for a in archs:
+        for a in (arch, *_family_peers(arch, key, self.tile_menus)):
             menu = self.tile_menus.get(a, {}).get(key)
             if menu:
                 return [(int(t[0]), int(t[1])) for t in menu]
@@ -224,8 +227,7 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
     def transfer_for(self, measurement: str | None) -> Transfer:
         """Transfer exponents for a measurement kind (``neusight-bmm`` -> ``neusight``): its
         context's fit, else the per-kernel (``kernel``) context's, else the globals."""
-        context = measurement.split("-", 1)[0] if measurement else "kernel"
-        found = self.transfer.get(context) or self.transfer.get("kernel")
+        found = self.transfer.get(measurement_context(measurement) or "kernel") or self.transfer.get("kernel")
         if found is not None:
             return found
         g = self.globals
@@ -251,14 +253,20 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
         t = own.get(key) or own.get(key.split("_")[0])
         if t:
             return int(t[0]), int(t[1])
-        family = SIMT_KERNEL_FAMILY.get(arch)
-        if key.startswith("simt") and family is not None:
-            for other in sorted(self.tiles):
-                if other != arch and SIMT_KERNEL_FAMILY.get(other) == family:
-                    t = self.tiles[other].get(key)
-                    if t:
-                        return int(t[0]), int(t[1])
+        for other in _family_peers(arch, key, self.tiles):
+            t = self.tiles[other].get(key)
+            if t:
+                return int(t[0]), int(t[1])
         return 0, 0
+
+
+def _family_peers(arch: str, key: str, table: Mapping[str, object]) -> list[str]:
+    """Other archs in ``table`` whose cuBLAS runs the same SGEMM kernels as ``arch`` (SIMT
+    path keys only; :data:`SIMT_KERNEL_FAMILY`), in a stable order."""
+    family = SIMT_KERNEL_FAMILY.get(arch)
+    if not key.startswith("simt") or family is None:
+        return []
+    return [a for a in sorted(table) if a != arch and SIMT_KERNEL_FAMILY.get(a) == family]
 
 
 class ResolvedParams(msgspec.Struct, frozen=True, kw_only=True):
@@ -301,5 +309,15 @@ def save_calibration(cal: Calibration, path: str | Path) -> None:
     Path(path).write_bytes(msgspec.json.format(msgspec.json.encode(cal), indent=2) + b"\n")
 
 
-__all__ = ["BW_FAMILIES", "SIMT_KERNEL_FAMILY", "Calibration", "Globals", "ResolvedParams", "SpecParams", "Transfer",
-           "load_calibration", "save_calibration"]
+__all__ = [
+    "BW_FAMILIES",
+    "SIMT_KERNEL_FAMILY",
+    "Calibration",
+    "Globals",
+    "ResolvedParams",
+    "SpecParams",
+    "Transfer",
+    "load_calibration",
+    "measurement_context",
+    "save_calibration",
+]

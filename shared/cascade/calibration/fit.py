@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cascade.calibration import Calibration, Globals, SpecParams, Transfer
+from cascade.calibration import Calibration, Globals, SpecParams, Transfer, measurement_context
 from cascade.engine import ops
 from cascade.engine.measured import MeasuredSet, Pair, discover, pairs
 from cascade.engine.models import ModelContext, ScaledConfig, ScaledModel
@@ -185,7 +185,7 @@ def _contexts(sets: Sequence[MeasuredSet]) -> dict[str, list[str]]:
     """Measurement context (``kernel``, ``neusight``) -> the GPUs the data fit in it."""
     out: dict[str, set[str]] = {}
     for s in sets:
-        out.setdefault(s.measurement.split("-", 1)[0], set()).add(s.spec.id)
+        out.setdefault(measurement_context(s.measurement) or "kernel", set()).add(s.spec.id)
     return {k: sorted(v) for k, v in sorted(out.items())}
 
 
@@ -200,9 +200,13 @@ def _initial(sets: Sequence[MeasuredSet]) -> tuple[_Layout, np.ndarray]:
             names.append(name)
             x.append(value)
 
+    kinds: dict[str, tuple[bool, bool]] = {}  # context -> (has GEMMs, has other kernels)
     for s in sets:
         w = workload_of(s.table)
         sid = s.spec.id
+        gemm, other = kinds.get(measurement_context(s.measurement) or "kernel", (False, False))
+        kinds[measurement_context(s.measurement) or "kernel"] = (
+            gemm or bool(w.is_gemm.any()), other or not bool(w.is_gemm.all()))
         if np.any(w.is_gemm & w.tensor):
             add(("spec", sid, "tensor_eff"), _logit(0.75))
         if np.any(w.is_gemm & ~w.tensor):
@@ -213,13 +217,11 @@ def _initial(sets: Sequence[MeasuredSet]) -> tuple[_Layout, np.ndarray]:
                 add(("spec", sid, "family_bw", fam), 0.0)
         add(("floor", s.measurement, sid), float(np.log(max(np.percentile(s.table["duration_ns"], 1) * 0.8, 500.0))))
     add(("global", "softness"), float(np.log(2.0)))
-    for s in sets:  # a context's exponents, for the kinds of kernel its data has
-        context = s.measurement.split("-", 1)[0]
-        gemm = workload_of(s.table).is_gemm
-        if gemm.any():
+    for context, (has_gemm, has_other) in kinds.items():  # for the kernel kinds its data has
+        if has_gemm:
             add(("transfer", context, "gemm"), _logit(0.5))
             add(("transfer", context, "gemm_memory"), _logit(0.5))
-        if not gemm.all():
+        if has_other:
             add(("transfer", context, "other"), _logit(0.95))
     add(("global", "min_tile_area"), float(np.log(4096.0)))
     add(("global", "wave_quant"), _logit(0.5))

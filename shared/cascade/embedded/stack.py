@@ -392,10 +392,9 @@ class EmbeddedStack:
         stale = [p for members in groups.values() for p in members]
         self.log.warning("stopping processes left by a previous cascade up", pids=stale)
         for sig, wait_s in ((signal.SIGTERM, self.stop_grace_s), (signal.SIGKILL, 10.0)):
-            for pgid, members in groups.items():
-                for target in (pgid, *members):  # the group, and members that left it
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        (os.killpg if target == pgid else os.kill)(target, sig)
+            for pgid in groups:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pgid, sig)
             # a killed process frees its ports only once it has exited: wait for that before
             # the port check, or a slow-to-die NATS / SeaweedFS reads as "port already in use"
             deadline = time.monotonic() + wait_s

@@ -321,6 +321,10 @@ def test_power_limited_clock_slows_long_kernels_more_than_short_ones() -> None:
     assert slow[0] == pytest.approx(1.0, abs=0.01) and slow[2] == pytest.approx((1 + 1590 / 585) / 2)
     assert np.all(np.diff(slow) > 0) and slow[-1] < 1590 / 585
     assert np.all(clock_slowdown(t, a100, 1e6) == 1.0)
+    # a fitted sustained-clock scale lifts the floor the long kernels settle at, never past boost
+    lifted = clock_slowdown(t, t4, 1e6, sustained_scale=1.2)
+    assert lifted[2] == pytest.approx((1 + 1590 / (585 * 1.2)) / 2) and np.all(lifted <= slow)
+    assert np.all(clock_slowdown(t, t4, 1e6, sustained_scale=5.0) == 1.0)
 
 
 def test_long_sgemm_on_t4_runs_at_a_lower_rate_than_a_short_one() -> None:

@@ -337,3 +337,27 @@ def test_cli_calibrate_fits_and_records_provenance_contexts_and_menus(small_data
                            "--out", str(tmp_path / "none.json")], capture_output=True, text=True, check=False)
     assert proc.returncode == 1 and "no Vidur or NeuSight files" in proc.stderr
     assert not (tmp_path / "none.json").exists()
+
+
+def test_leave_one_tp_degree_out_scores_only_the_degree_the_fit_never_saw(tmp_path: Path) -> None:
+    from cascade.calibration import extrapolate
+    from cascade.engine.measured import discover
+
+    vd = tmp_path / "vidur"
+    vd.mkdir()
+    for f in (MEASURED / "vidur").glob("*.csv"):  # every 12th row: TP 1, 2, 4 and 8 all present
+        lines = f.read_text().splitlines()
+        (vd / f.name).write_text("\n".join([lines[0], *lines[1::12]]) + "\n")
+    sets = discover(tmp_path, default_registry())
+    tps = {int(t) for s in sets for t in extrapolate.tp_degree(s.keys)}
+    assert tps == {1, 2, 4, 8}
+    rows = extrapolate.leave_one_tp_out(sets, evals=40)
+    scaled = [r for r in rows if r["model"] == "scaled" and r["family"] == "all"]
+    assert {r["left_out"] for r in scaled} == {f"TP {t}" for t in tps}
+    per_tp = {t: sum(int(x) == t for x in extrapolate.tp_degree(sets[0].keys)) for t in tps}
+    for r in scaled:  # both directions, only the left-out degree's rows
+        assert r["count"] == per_tp[int(str(r["left_out"]).split()[1])]
+        assert 0 < r["mape"] < 100
+    assert extrapolate.main(["--data", str(tmp_path / "vidur"), "--evals", "40"]) == 0
+    (tmp_path / "none").mkdir()
+    assert extrapolate.main(["--data", str(tmp_path / "none")]) == 1

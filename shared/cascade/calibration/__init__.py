@@ -70,6 +70,10 @@ class Globals(msgspec.Struct, frozen=True, kw_only=True):
     clock_tau_ns: float = 1.0e6
     """Compute time (at boost) at which a power-limited GPU's clock sits halfway between boost
     and its sustained clock (:func:`cascade.engine.perf.clock_slowdown`)."""
+    sustained_clock_scale: float = 1.0
+    """Power-limited boards' sustained clock under heavy load as a multiple of the spec's
+    ``sustained_clock_mhz`` (a datasheet base clock, the floor NVIDIA guarantees at TDP;
+    capped at the boost clock)."""
 
 
 class Transfer(msgspec.Struct, frozen=True, kw_only=True):

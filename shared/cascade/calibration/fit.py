@@ -94,10 +94,13 @@ class _Prepared:
     fit_rows: np.ndarray
 
 
-def _prepare(pair: Pair, holdout: float, max_rows: int | None) -> _Prepared:
-    """A pair restricted to its fit rows (not held out), at most ``max_rows`` of them chosen
-    by a stable hash of the shape key (same rows on every run)."""
+def _prepare(pair: Pair, holdout: float, max_rows: int | None,
+             exclude: Callable[[Pair], np.ndarray] | None = None) -> _Prepared:
+    """A pair restricted to its fit rows (not held out, not excluded), at most ``max_rows``
+    of them chosen by a stable hash of the shape key (same rows on every run)."""
     rows = ~heldout_mask(pair.keys, holdout)
+    if exclude is not None:
+        rows &= ~exclude(pair)
     if max_rows is not None and rows.sum() > max_rows:
         h = np.fromiter((zlib.crc32(b"sub" + str(k).encode()) for k in pair.keys), dtype=np.int64,
                         count=len(pair.keys))
@@ -126,7 +129,8 @@ def _build_calibration(x: np.ndarray, layout: _Layout, tiles: dict[str, dict[str
     transfer: dict[str, dict[str, float]] = {}
     glob = {"softness": base.globals.softness, "alpha_gemm": base.globals.alpha_gemm,
             "alpha_other": base.globals.alpha_other, "min_tile_area": base.globals.min_tile_area,
-            "clock_tau_ns": base.globals.clock_tau_ns, "wave_quant": base.globals.wave_quant}
+            "clock_tau_ns": base.globals.clock_tau_ns, "wave_quant": base.globals.wave_quant,
+            "sustained_clock_scale": base.globals.sustained_clock_scale}
     for value, name in zip(x, layout.names):
         match name:
             case ("spec", sid, "family_bw", fam):
@@ -141,6 +145,8 @@ def _build_calibration(x: np.ndarray, layout: _Layout, tiles: dict[str, dict[str
                 glob["min_tile_area"] = float(np.exp(value))
             case ("global", "clock_tau_ns"):
                 glob["clock_tau_ns"] = float(np.exp(value))
+            case ("global", "sustained_clock_scale"):
+                glob["sustained_clock_scale"] = float(np.exp(value))
             case ("transfer", context, field):
                 transfer.setdefault(context, {})[field] = _sig(float(value))
             case ("global", field):
@@ -227,6 +233,7 @@ def _initial(sets: Sequence[MeasuredSet]) -> tuple[_Layout, np.ndarray]:
     add(("global", "wave_quant"), _logit(0.5))
     if any(s.spec.sustained_clock_ratio > 1.0 for s in sets):
         add(("global", "clock_tau_ns"), float(np.log(1.0e6)))
+        add(("global", "sustained_clock_scale"), 0.0)
     return _Layout(names), np.asarray(x)
 
 
@@ -299,18 +306,20 @@ def _file_digests(sets: Sequence[MeasuredSet], root: Path) -> dict[str, str]:
 def fit_sets(sets: Sequence[MeasuredSet], *, holdout: float = 0.2, evals: int = 800,
              anchor: float = 0.15, registry: GPURegistry | None = None,
              log: Callable[[str], None] = lambda _m: None, max_rows: int | None = 3000,
-             rounds: int = 3, base_globals: Globals | None = None) -> Calibration:
+             rounds: int = 3, base_globals: Globals | None = None,
+             exclude: Callable[[Pair], np.ndarray] | None = None) -> Calibration:
     """Fit a calibration on measured sets, holding out ``holdout`` of the shapes.
 
     ``max_rows`` caps the fit rows per GPU pair (a stable hash subsample; None = all),
     ``evals`` the objective evaluations of each parameter search and ``rounds`` the
     alternations of parameter search and tile choice: the defaults take about 30 seconds,
     ``cascade calibrate --thorough`` uses every row and more rounds. ``base_globals`` sets
-    the starting (and unfitted) global parameters.
+    the starting (and unfitted) global parameters. ``exclude`` marks further rows of a pair
+    the fit must not see (a shape group held out for an extrapolation test).
     """
     reg = registry or default_registry()
     archs = {s.id: s.arch for s in reg}
-    prepared = [_prepare(pair, holdout, max_rows) for pair in pairs(list(sets))]
+    prepared = [_prepare(pair, holdout, max_rows, exclude) for pair in pairs(list(sets))]
     base = Calibration(id="cascade-default", defaults=_spec_defaults(sets),
                        globals=base_globals or Globals(), contexts=_contexts(sets),
                        tile_menus=_tile_menus([(p.pair.source.spec.arch, p.w) for p in prepared]))

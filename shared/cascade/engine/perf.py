@@ -44,12 +44,14 @@ def smooth_max(a: np.ndarray, b: np.ndarray, p: float) -> np.ndarray:
     return np.where(hi > 0, safe * ((a / safe) ** p + (b / safe) ** p) ** (1.0 / p), 0.0)
 
 
-def clock_slowdown(compute_ns: np.ndarray, spec: GPUSpec, tau_ns: float) -> np.ndarray:
+def clock_slowdown(compute_ns: np.ndarray, spec: GPUSpec, tau_ns: float,
+                   sustained_scale: float = 1.0) -> np.ndarray:
     """Factor (>= 1) by which a power-limited GPU's compute time exceeds its boost-clock time:
-    1 + (boost / sustained - 1) x t / (t + tau) for boost-clock compute time t. Short kernels
-    finish near boost; long heavy ones settle at the sustained clock. 1 everywhere for GPUs
-    that sustain boost (``sustained_clock_mhz`` unset)."""
-    ratio = spec.sustained_clock_ratio
+    1 + (boost / sustained - 1) x t / (t + tau) for boost-clock compute time t, where
+    sustained = the spec's ``sustained_clock_mhz`` x ``sustained_scale`` (at most boost).
+    Short kernels finish near boost; long heavy ones settle at the sustained clock. 1
+    everywhere for GPUs that sustain boost (``sustained_clock_mhz`` unset)."""
+    ratio = max(1.0, spec.sustained_clock_ratio / max(sustained_scale, 1e-9))
     if ratio <= 1.0:
         return np.ones_like(compute_ns)
     t = np.where(np.isfinite(compute_ns), np.maximum(compute_ns, 0.0), 0.0)
@@ -161,7 +163,8 @@ def kernel_times(
     use_tiles = gemm & (ta > 0) & (tb > 0) & np.isfinite(tiled)
     plain = w.flops / rate * 1e9
     compute = np.where(use_tiles, np.maximum(tiled, plain), plain)
-    compute = compute * clock_slowdown(compute, spec, cal.globals.clock_tau_ns)
+    compute = compute * clock_slowdown(compute, spec, cal.globals.clock_tau_ns,
+                                       cal.globals.sustained_clock_scale)
     with np.errstate(invalid="ignore"):
         tiles_n = w.batch * np.ceil(w.n / np.maximum(ta, 1)) * np.ceil(w.m / np.maximum(tb, 1))
     slots = spec.sms * cal.globals.blocks_per_sm

@@ -361,3 +361,67 @@ def test_leave_one_tp_degree_out_scores_only_the_degree_the_fit_never_saw(tmp_pa
     assert extrapolate.main(["--data", str(tmp_path / "vidur"), "--evals", "40"]) == 0
     (tmp_path / "none").mkdir()
     assert extrapolate.main(["--data", str(tmp_path / "none")]) == 1
+
+
+def test_residual_cells_group_gemm_shapes_and_skip_other_kernels() -> None:
+    from cascade.engine.perf import residual_cells
+    from cascade.engine.workload import workload_of
+    from cascade.kerneltable import KernelTable
+
+    rows = [{"name": "g", "op": "bmm", "dtype": "fp32", "batch": 8, "m": 512, "n": 256, "k": 64},
+            {"name": "g", "op": "bmm", "dtype": "fp32", "batch": 9, "m": 600, "n": 300, "k": 70},  # same cell
+            {"name": "g", "op": "bmm", "dtype": "fp32", "batch": 8, "m": 512, "n": 256, "k": 4096},  # K 6 octaves up
+            {"name": "g", "op": "bmm", "dtype": "fp16", "batch": 8, "m": 512, "n": 256, "k": 64},  # other dtype
+            {"name": "add", "op": "elementwise", "dtype": "fp32", "bytes": 1e6}]
+    cells = residual_cells(workload_of(KernelTable.from_rows(rows)), 2.0)
+    assert cells[0] == cells[1] and len({cells[0], cells[2], cells[3]}) == 3 and cells[4] == -1
+
+
+def test_residual_table_lookup_and_scaled_model_applies_it_across_architectures_only() -> None:
+    import msgspec
+    from cascade.calibration import ResidualTable
+    from cascade.engine.models import ModelContext, ScaledConfig, ScaledModel
+    from cascade.engine.perf import residual_cells
+    from cascade.engine.workload import workload_of
+    from cascade.kerneltable import KernelTable
+
+    reg = default_registry()
+    t4, v100, t4_twin = reg.get("SM75_T4"), reg.get("SM70_V100_PCIE_32GB"), reg.get("SM75_T4")
+    table = KernelTable.from_rows([{"name": "volta_sgemm_128x64_nn", "op": "bmm", "dtype": "fp32", "batch": 16,
+                                    "m": 1024, "n": 512, "k": 256, "duration_ns": 2.0e6}])
+    w = workload_of(table)
+    cell = int(residual_cells(w, 2.0)[0])
+    grid = ResidualTable(width=2.0, keys=[cell - 1, cell], values=[0.5, np.log(1.25)], rows=[9, 9])
+    assert np.allclose(grid.lookup(np.array([cell, cell + 1, cell - 1])), [np.log(1.25), 0.0, 0.5])
+    assert ResidualTable().lookup(np.array([cell])).tolist() == [0.0]
+    base = load_calibration()
+    cal = msgspec.structs.replace(base, residuals={"neusight-bmm": {"SM75_T4": grid}})
+    model = ScaledModel()
+
+    def run(c: Calibration, source: object, residuals: bool = True) -> float:
+        cfg = ScaledConfig(measurement="neusight-bmm", residuals=residuals)
+        return float(model.predict(table, w, t4, ModelContext(source, c, cfg, None)).predicted_ns[0])
+
+    plain = run(msgspec.structs.replace(base, residuals={}), v100)
+    assert run(cal, v100) == pytest.approx(1.25 * plain)  # V100 -> T4: the T4's grid applies
+    assert run(cal, v100, residuals=False) == pytest.approx(plain)
+    assert run(cal, t4_twin) == pytest.approx(run(msgspec.structs.replace(base, residuals={}), t4_twin))  # same arch
+
+
+def test_residual_grids_come_from_fit_rows_only(small_data: Path) -> None:
+    from cascade.calibration.fit import _residual_tables
+
+    reg = default_registry()
+    archs = {s.id: s.arch for s in reg}
+    sets = [s for s in discover(small_data, reg) if s.kind == "neusight" and s.dataset == "bmm"]
+    cal = load_calibration()
+    everything = _residual_tables(pairs(sets), cal, archs, holdout=0.0, exclude=None, min_rows=1)
+    nothing = _residual_tables(pairs(sets), cal, archs, holdout=1.0, exclude=None, min_rows=1)
+    assert nothing == {}
+    t4 = everything["neusight-bmm"]["SM75_T4"]
+    into_t4 = [p for p in pairs(sets) if p.target.spec.id == "SM75_T4"]
+    assert sum(t4.rows) == sum(len(p.keys) for p in into_t4)  # every row of both sources, once
+    some = _residual_tables(pairs(sets), cal, archs, holdout=0.5, exclude=None, min_rows=1)
+    kept = sum(int((~heldout_mask(p.keys, 0.5)).sum()) for p in into_t4)
+    assert sum(some["neusight-bmm"]["SM75_T4"].rows) == kept
+    assert t4.keys == sorted(t4.keys) and all(abs(v) < 2 for v in t4.values)

@@ -16,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 
 import msgspec
+import numpy as np
 
 from cascade.errors import ConfigError
 from cascade.gpus.spec import GPUSpec
@@ -91,6 +92,30 @@ class Transfer(msgspec.Struct, frozen=True, kw_only=True):
     """Every other kernel (1 where the context's data had none: carry the deviation)."""
 
 
+class ResidualTable(msgspec.Struct, frozen=True, kw_only=True):
+    """A calibrated GPU's remaining cross-architecture GEMM error as a function of shape: the
+    median log(measured / predicted) of the fit rows in each cell of a grid over
+    (dtype, tensor path, log2 batch, log2 M, log2 N, log2 K) (cells of ``width`` octaves,
+    at least ``min_rows`` rows each). Keys are :func:`cascade.engine.perf.residual_cells`."""
+
+    width: float = 2.0
+    min_rows: int = 5
+    keys: list[int] = []
+    """Sorted cell keys."""
+    values: list[float] = []
+    """Median log-ratio per cell (same order)."""
+    rows: list[int] = []
+    """Fit rows per cell."""
+
+    def lookup(self, cells: np.ndarray) -> np.ndarray:
+        """Log-ratio per cell key (0 where the grid has no such cell)."""
+        if not self.keys:
+            return np.zeros(len(cells))
+        keys = np.asarray(self.keys, dtype=np.int64)
+        idx = np.clip(np.searchsorted(keys, cells), 0, len(keys) - 1)
+        return np.where(keys[idx] == cells, np.asarray(self.values)[idx], 0.0)
+
+
 class Calibration(msgspec.Struct, frozen=True, kw_only=True):
     """A complete calibration: parameters plus where they came from."""
 
@@ -121,6 +146,10 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
     transfer: dict[str, Transfer] = {}
     """Measurement context -> transfer exponents fitted on data of that context (see
     :meth:`transfer_for`)."""
+    residuals: dict[str, dict[str, ResidualTable]] = {}
+    """Measurement kind (``neusight-bmm``, ``kernel``...) -> target spec id -> the GEMM error
+    left on that target when predicted from another architecture, by shape (applied to such
+    predictions: :class:`cascade.engine.models.ScaledModel`)."""
     defaults: dict[str, dict[str, float]] = {}
     """Spec id -> the spec file's default efficiencies (``simt_eff``, ``tensor_eff``,
     ``bw_eff``) when fitted: GPUs without a fit get their own default x the median
@@ -237,6 +266,10 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
         g = self.globals
         return Transfer(gemm=g.alpha_gemm, gemm_memory=g.alpha_gemm, other=g.alpha_other)
 
+    def residual_table(self, kind: str, spec: GPUSpec) -> ResidualTable | None:
+        """The shape-residual grid of a measurement kind on a target spec, if fitted."""
+        return self.residuals.get(kind, {}).get(spec.id)
+
     def floor_ns(self, kind: str, spec: GPUSpec) -> float | None:
         """Fitted fixed per-kernel time of a measurement kind on a spec, if any; a kind
         ``base-variant`` (``neusight-bmm``) falls back to ``base`` (``neusight``)."""
@@ -318,6 +351,7 @@ __all__ = [
     "SIMT_KERNEL_FAMILY",
     "Calibration",
     "Globals",
+    "ResidualTable",
     "ResolvedParams",
     "SpecParams",
     "Transfer",

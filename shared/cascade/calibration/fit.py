@@ -17,13 +17,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
-from cascade.calibration import Calibration, Globals, SpecParams, Transfer, measurement_context
+from cascade.calibration import (
+    Calibration,
+    Globals,
+    ResidualTable,
+    SpecParams,
+    Transfer,
+    measurement_context,
+)
 from cascade.engine import ops
 from cascade.engine.measured import MeasuredSet, Pair, discover, pairs
 from cascade.engine.models import ModelContext, ScaledConfig, ScaledModel
-from cascade.engine.perf import kernel_times, target_tiles, tile_key
+from cascade.engine.perf import kernel_times, residual_cells, target_tiles, tile_key
 from cascade.engine.workload import Workload, workload_of
 from cascade.gpus.registry import GPURegistry, default_registry
 
@@ -36,6 +44,9 @@ TILE_CANDIDATES: tuple[tuple[int, int], ...] = (
     (64, 64), (128, 64), (64, 128), (128, 128), (256, 128), (128, 256))
 #: A tile counts in an arch's menu when at least this share of a path's calls ran it.
 MENU_SHARE = 0.05
+#: Residual grid cells span this many octaves of each GEMM dimension and need this many fit rows.
+RESIDUAL_WIDTH = 2.0
+RESIDUAL_MIN_ROWS = 5
 _FAMILY_PARAMS = ("norm", "embedding", "elementwise")
 
 
@@ -291,6 +302,48 @@ def _choose_tiles(prepared: Sequence[_Prepared], layout: _Layout, x: np.ndarray,
     return tiles
 
 
+def _residual_tables(all_pairs: Sequence[Pair], cal: Calibration, archs: dict[str, str], holdout: float,
+                     exclude: Callable[[Pair], np.ndarray] | None, width: float = RESIDUAL_WIDTH,
+                     min_rows: int = RESIDUAL_MIN_ROWS) -> dict[str, dict[str, ResidualTable]]:
+    """Per (measurement kind, target GPU): the median log(measured / predicted) of every fit
+    row (never a held-out or excluded one) of the cross-architecture GEMM pairs into it, in
+    cells of the shape grid (:func:`cascade.engine.perf.residual_cells`)."""
+    model = ScaledModel()
+    acc: dict[tuple[str, str], tuple[list[np.ndarray], list[np.ndarray]]] = {}
+    for pair in all_pairs:
+        src, tgt = pair.source, pair.target
+        if src.spec.arch == tgt.spec.arch:
+            continue
+        rows = ~heldout_mask(pair.keys, holdout)
+        if exclude is not None:
+            rows &= ~exclude(pair)
+        w = workload_of(pair.source_table)
+        cfg = ScaledConfig(measurement=src.measurement, residuals=False)
+        pred = model.predict(pair.source_table, w, tgt.spec, ModelContext(src.spec, cal, cfg, archs)).predicted_ns
+        cells = residual_cells(w, width)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            lr = np.log(pair.target_ns / pred)
+        ok = rows & (cells >= 0) & np.isfinite(lr)
+        cs, ls = acc.setdefault((src.measurement, tgt.spec.id), ([], []))
+        cs.append(cells[ok])
+        ls.append(lr[ok])
+    out: dict[str, dict[str, ResidualTable]] = {}
+    for (kind, sid), (cs, ls) in sorted(acc.items()):
+        cells, lr = np.concatenate(cs), np.concatenate(ls)
+        if len(cells) == 0:
+            continue
+        order = np.argsort(cells, kind="stable")
+        cells, lr = cells[order], lr[order]
+        uniq, start, count = np.unique(cells, return_index=True, return_counts=True)
+        keep = count >= min_rows
+        meds = [float(np.median(lr[a:a + n])) for a, n in zip(start[keep], count[keep], strict=True)]
+        if meds:
+            out.setdefault(kind, {})[sid] = ResidualTable(
+                width=width, min_rows=min_rows, keys=[int(k) for k in uniq[keep]], values=meds,
+                rows=[int(n) for n in count[keep]])
+    return out
+
+
 def _file_digests(sets: Sequence[MeasuredSet], root: Path) -> dict[str, str]:
     out: dict[str, str] = {}
     paths = {s.path for s in sets}
@@ -307,7 +360,7 @@ def fit_sets(sets: Sequence[MeasuredSet], *, holdout: float = 0.2, evals: int = 
              anchor: float = 0.15, registry: GPURegistry | None = None,
              log: Callable[[str], None] = lambda _m: None, max_rows: int | None = 3000,
              rounds: int = 3, base_globals: Globals | None = None,
-             exclude: Callable[[Pair], np.ndarray] | None = None) -> Calibration:
+             exclude: Callable[[Pair], np.ndarray] | None = None, residuals: bool = True) -> Calibration:
     """Fit a calibration on measured sets, holding out ``holdout`` of the shapes.
 
     ``max_rows`` caps the fit rows per GPU pair (a stable hash subsample; None = all),
@@ -315,7 +368,8 @@ def fit_sets(sets: Sequence[MeasuredSet], *, holdout: float = 0.2, evals: int = 
     alternations of parameter search and tile choice: the defaults take about 30 seconds,
     ``cascade calibrate --thorough`` uses every row and more rounds. ``base_globals`` sets
     the starting (and unfitted) global parameters. ``exclude`` marks further rows of a pair
-    the fit must not see (a shape group held out for an extrapolation test).
+    the fit must not see (a shape group held out for an extrapolation test). ``residuals``
+    adds each target's shape-residual grid (:func:`_residual_tables`) from the fit rows.
     """
     reg = registry or default_registry()
     archs = {s.id: s.arch for s in reg}
@@ -340,7 +394,10 @@ def fit_sets(sets: Sequence[MeasuredSet], *, holdout: float = 0.2, evals: int = 
     x, val = compass_search(_objective(prepared, layout, tiles, base, archs, anchor), x, step=0.1,
                             evals=evals // 2)
     log(f"final objective {val:.4f}; tiles {tiles}")
-    return _build_calibration(x, layout, tiles, base)
+    cal = _build_calibration(x, layout, tiles, base)
+    if residuals:
+        cal = msgspec.structs.replace(cal, residuals=_residual_tables(pairs(list(sets)), cal, archs, holdout, exclude))
+    return cal
 
 
 def fit_directory(directory: str | Path, *, holdout: float = 0.2, evals: int = 800,
@@ -392,7 +449,7 @@ def fit_directory(directory: str | Path, *, holdout: float = 0.2, evals: int = 8
                  + (" --thorough" if thorough else "") + ("" if leave_one_gpu_out else " --no-leave-one-gpu-out")),
         data_files=_file_digests(sets, root), globals=cal.globals, specs=cal.specs,
         floors_ns=cal.floors_ns, tiles=cal.tiles, metrics=metrics, defaults=cal.defaults,
-        contexts=cal.contexts, transfer=cal.transfer, tile_menus=cal.tile_menus)
+        contexts=cal.contexts, transfer=cal.transfer, tile_menus=cal.tile_menus, residuals=cal.residuals)
 
 
 def _summ(stats: Sequence[object]) -> list[dict[str, object]]:

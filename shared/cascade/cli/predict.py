@@ -17,6 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--measurement", default="kernel",
                    help="how duration_ns was measured: kernel (default) or a harness name (neusight)")
     p.add_argument("--calibration", metavar="FILE", help="calibration JSON (default: packaged)")
+    p.add_argument("--no-residuals", action="store_true",
+                   help="scaled: leave out the calibration's per-target GEMM shape-residual grids")
     p.add_argument("--specs", metavar="DIR", help="also load user GPU spec files from DIR")
     p.add_argument("--out", metavar="FILE", help="write the CSV here instead of stdout")
     p.set_defaults(func=run)
@@ -44,10 +46,11 @@ def run(args: argparse.Namespace) -> int:
     if args.model == "scaled" and source is None:
         raise ValidationError("--model scaled needs --source", field="source")
     config: object = None
+    scaled = ScaledConfig(measurement=args.measurement, residuals=not args.no_residuals)
     if args.model == "scaled":
-        config = ScaledConfig(measurement=args.measurement)
+        config = scaled
     elif args.model == "auto":
-        config = AutoConfig(scaled=ScaledConfig(measurement=args.measurement))
+        config = AutoConfig(scaled=scaled)
     elif args.model == "analytical":
         config = AnalyticalConfig(measurement=args.measurement)
     cal = load_calibration(args.calibration) if args.calibration else load_calibration()

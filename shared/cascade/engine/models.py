@@ -154,6 +154,9 @@ class ScaledConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Override the calibrated transfer exponent for GEMMs (1 = pure ratio scaling)."""
     alpha_other: float | None = None
     """Override the transfer exponent for other kernels."""
+    residuals: bool = True
+    """Apply the calibration's shape-residual grid of the target (cross-architecture GEMMs
+    of a measurement kind it was fitted on)."""
 
 
 #: A harness's fixed per-call time as a fraction of the 1st percentile of its measured
@@ -225,6 +228,9 @@ class ScaledModel:
         with np.errstate(invalid="ignore", divide="ignore"):
             pred = mt.total_ns * (t_src / ms.total_ns) ** alpha
         pred = np.where(np.isfinite(pred), pred, mt.total_ns)
+        grid = cal.residual_table(cfg.measurement, target) if src.arch != target.arch else None
+        if grid is not None and cfg.residuals:
+            pred = pred * np.exp(grid.lookup(perf.residual_cells(w, grid.width)))
         pred = np.maximum(pred, perf.roofline_ns(w, target))
         return ModelOutput(pred, mt.regime, _names(len(w), self.name))
 

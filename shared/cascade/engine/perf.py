@@ -127,6 +127,19 @@ def target_tiles(w: Workload, spec: GPUSpec, cal: Calibration, source: GPUSpec |
     return ta, tb
 
 
+def residual_cells(w: Workload, width: float) -> np.ndarray:
+    """Cell key of each kernel in a :class:`cascade.calibration.ResidualTable` grid:
+    (dtype code, tensor path) and log2(1 + batch, m, n, k) in cells of ``width`` octaves,
+    packed into one int64 (6 bits per dimension; -1 for kernels that are not GEMMs)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        dims = [np.nan_to_num(getattr(w, f), nan=0.0) for f in ("batch", "m", "n", "k")]
+        key = w.dtype_code.astype(np.int64) * 2 + w.tensor.astype(np.int64)
+        for d in dims:
+            b = np.floor(np.log2(1.0 + np.maximum(d, 0.0)) / width).astype(np.int64)
+            key = key * 64 + np.clip(b, 0, 63)
+    return np.where(w.is_gemm, key, -1)
+
+
 def _take(w: Workload, idx: np.ndarray) -> Workload:
     return Workload(**{f: getattr(w, f)[idx] for f in w.__dataclass_fields__})
 

@@ -328,6 +328,8 @@ def test_cli_calibrate_fits_and_records_provenance_contexts_and_menus(small_data
     assert set(cal.transfer) == {"kernel", "neusight"}
     assert all(0 <= v <= 1 for t in cal.transfer.values() for v in (t.gemm, t.gemm_memory, t.other))
     assert cal.tile_menus["volta"]["simt"]  # from the V100's cuBLAS kernel names
+    grid = cal.residuals["neusight-bmm"]["SM75_T4"]  # shape-residual grid from the fit rows
+    assert grid.keys and len(grid.keys) == len(grid.values) == len(grid.rows) and min(grid.rows) >= grid.min_rows
     assert all(r["count"] > 0 for r in cal.metrics["heldout_shapes"])  # type: ignore[union-attr]
     assert "leave_one_gpu_out" not in cal.metrics
     # nothing to fit on: a clear error, exit 1, no file

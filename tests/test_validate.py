@@ -427,3 +427,43 @@ def test_residual_grids_come_from_fit_rows_only(small_data: Path) -> None:
     kept = sum(int((~heldout_mask(p.keys, 0.5)).sum()) for p in into_t4)
     assert sum(some["neusight-bmm"]["SM75_T4"].rows) == kept
     assert t4.keys == sorted(t4.keys) and all(abs(v) < 2 for v in t4.values)
+
+
+def test_discover_reads_the_vidur_and_neusight_repository_layouts(tmp_path: Path) -> None:
+    """The same measurements laid out as the Vidur and NeuSight repositories keep them load and
+    pair like the flat files; other ops' rows and a second copy of one GPU's data are named."""
+    vd = MEASURED / "vidur"
+    for gpu in ("a100", "h100"):
+        folder = tmp_path / "compute" / gpu / "meta-llama" / "Llama-2-7b-hf"
+        folder.mkdir(parents=True)
+        _head(vd / f"llama-2-7b__mlp__{gpu}.csv", folder / "mlp.csv", 40)
+    ns = MEASURED / "neusight-train"
+    collect = tmp_path / "collect" / "bmm" / "p2.1.0"
+    collect.mkdir(parents=True)
+    _head(ns / "bmm__Tesla_T4.csv", collect / "Tesla T4.csv", 300)
+    mixed = [*(ns / "bmm__Tesla_V100-PCIE-32GB.csv").read_text().splitlines()[:301],
+             *(ns / "bmm__NVIDIA_A100-PCIE-40GB.csv").read_text().splitlines()[1:301],
+             "ln,0.01,Tesla T4,p2.1.0,8902,k,1,1,1,1,1,1,1,1,cu121,;k,1,2,3,4"]
+    (tmp_path / "test").mkdir()
+    (tmp_path / "test" / "bmm.csv").write_text("\n".join(mixed) + "\n")
+    _head(ns / "bmm__Tesla_T4.csv", tmp_path / "bmm__Tesla_T4.csv", 300)  # the T4 twice
+    reg = default_registry()
+    skipped: list[str] = []
+    sets = discover(tmp_path, reg, skipped=skipped)
+    got = sorted((s.kind, s.dataset, s.spec.id, len(s.table)) for s in sets)
+    assert got == [("neusight", "bmm", "SM70_V100_PCIE_32GB", 300), ("neusight", "bmm", "SM75_T4", 300),
+                   ("neusight", "bmm", "SM80_A100_PCIE_40GB", 300),
+                   ("vidur", "Llama-2-7b-hf", "SM80_A100", 40 * 10), ("vidur", "Llama-2-7b-hf", "SM90_H100", 40 * 10)]
+    assert any("rows of ln left out" in m for m in skipped)
+    assert any("SM75_T4 already read from" in m for m in skipped)
+    # rows parse exactly as the flat layout's loader reads them
+    flat = load_neusight(ns / "bmm__Tesla_V100-PCIE-32GB.csv", reg)
+    v100 = next(s for s in sets if s.spec.id == "SM70_V100_PCIE_32GB")
+    assert list(v100.keys) == list(flat.keys[:300])
+    assert np.array_equal(v100.table["duration_ns"], flat.table["duration_ns"][:300])
+    assert len(pairs(sets)) == 3 * 2 + 2
+    # a repository CSV of a GPU no spec describes is named, not fatal
+    (tmp_path / "test" / "linear.csv").write_text(mixed[0] + "\nlinear,0.1,Radeon 9000,p2.1.0,1,k,1,1,1,1,1,1,1,1,cu,;k,1,2,3,4\n")
+    skipped = []
+    discover(tmp_path, reg, skipped=skipped)
+    assert any("Radeon 9000" in m for m in skipped)

@@ -1,15 +1,18 @@
 """Measured cross-GPU data sets (Vidur operator profiles, NeuSight GEMM latencies) as
 KernelTables keyed for pairing the same operator across GPUs.
 
-Vidur: ``<model>__mlp__<gpu>.csv`` with ``time_stats.<op>.median`` (ms) per
-(num_tokens, num_tensor_parallel_workers) and the model shape columns; NeuSight:
-``{linear,bmm}__<GPU>.csv`` (``Latency`` ms, ``B,M,N,K`` with C[B,M,K] = A[B,M,N] @ W[B,N,K])
-plus ``device__<GPU>.json``. Device names map to specs through the registry aliases.
+Vidur: ``<model>__mlp__<gpu>.csv`` (or the Vidur repository's ``<gpu>/<org>/<model>/mlp.csv``)
+with ``time_stats.<op>.median`` (ms) per (num_tokens, num_tensor_parallel_workers) and the model
+shape columns; NeuSight: ``{linear,bmm}__<GPU>.csv`` (``Latency`` ms, ``B,M,N,K`` with
+C[B,M,K] = A[B,M,N] @ W[B,N,K]) plus ``device__<GPU>.json``, or the NeuSight repository's CSVs
+with ``OPName`` and ``Device`` columns (``collect/<op>/<torch>/<Device>.csv``, or several GPUs in
+one ``test/<op>.csv``). Device names map to specs through the registry aliases.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import re
 from dataclasses import dataclass
@@ -75,12 +78,29 @@ def _f(row: dict[str, str], col: str, path: Path, line: int) -> float:
         raise TraceFormatError(str(path), line, f"a number in column {col!r}", raw) from None
 
 
-def load_vidur(path: Path, reg: GPURegistry) -> MeasuredSet:
-    """Load a Vidur ``<model>__mlp__<gpu>.csv`` profile (FP16 operators)."""
+def _vidur_names(path: Path, reg: GPURegistry) -> tuple[str, str] | None:
+    """(model, gpu label) of a Vidur MLP profile: from ``<model>__mlp__<gpu>.csv``, or from
+    the repository's layout ``.../<gpu>/<org>/<model>/mlp.csv`` (the nearest folder above the
+    model's that names a known GPU)."""
     m = re.match(r"^(?P<model>.+)__mlp__(?P<gpu>.+)\.csv$", path.name)
-    if not m:
-        raise TraceFormatError(str(path), None, "a file named <model>__mlp__<gpu>.csv")
-    spec = _lookup(reg, m.group("gpu"), path)
+    if m:
+        return m.group("model"), m.group("gpu")
+    if path.name != "mlp.csv":
+        return None
+    for folder in list(path.parents)[1:]:
+        if folder.name and reg.resolve(folder.name) is not None:
+            return path.parent.name, folder.name
+    return None
+
+
+def load_vidur(path: Path, reg: GPURegistry) -> MeasuredSet:
+    """Load a Vidur MLP profile (FP16 operators): ``<model>__mlp__<gpu>.csv`` or, as the Vidur
+    repository lays them out, ``<gpu>/<org>/<model>/mlp.csv``."""
+    names = _vidur_names(path, reg)
+    if names is None:
+        raise TraceFormatError(str(path), None, "a file named <model>__mlp__<gpu>.csv or <gpu>/<org>/<model>/mlp.csv")
+    model, gpu = names
+    spec = _lookup(reg, gpu, path)
     rows: list[dict[str, object]] = []
     keys: list[str] = []
     groups: list[str] = []
@@ -136,8 +156,48 @@ def load_vidur(path: Path, reg: GPURegistry) -> MeasuredSet:
                 rows.append(row)
                 keys.append(f"{H},{KV},{E},{F},{int(gated)},{T},{tp},{op}")
                 groups.append(fam)
-    return MeasuredSet("vidur", m.group("model"), m.group("gpu"), spec, KernelTable.from_rows(rows),
+    return MeasuredSet("vidur", model, gpu, spec, KernelTable.from_rows(rows),
                        np.asarray(keys, dtype=object), np.asarray(groups, dtype=object), path)
+
+
+def _neusight_row(r: dict[str, str], op: str, path: Path, line: int) -> tuple[dict[str, object], str] | None:
+    """One NeuSight CSV row as a kernel-table row and its pairing key (None: no latency)."""
+    lat = _f(r, "Latency", path, line)
+    B, M, N, K = (int(_f(r, c, path, line)) for c in ("B", "M", "N", "K"))
+    if not np.isfinite(lat) or lat <= 0:
+        return None
+    name = (r.get("Kernel Name") or "").strip() or f"{op}_sgemm"
+    grid = [int(_f(r, c, path, line)) if r.get(c) else -1 for c in ("Grid x", "Grid y", "Grid z")]
+    block = [int(_f(r, c, path, line)) if r.get(c) else -1 for c in ("Block x", "Block y", "Block z")]
+    if op == "linear":
+        mm, batch = B * M, 1
+    else:
+        mm, batch = M, B
+    row: dict[str, object] = {
+        "name": name, "op": op, "dtype": "fp32", "duration_ns": lat * 1e6,
+        "batch": batch, "m": mm, "n": K, "k": N, "flops": 2.0 * B * M * N * K,
+        "bytes": 4.0 * batch * (mm * N + N * K + mm * K),
+        "grid_x": grid[0], "grid_y": grid[1], "grid_z": grid[2],
+        "block_x": block[0], "block_y": block[1], "block_z": block[2],
+    }
+    return row, f"{B},{M},{N},{K}"
+
+
+_NEUSIGHT_COLUMNS = {"Latency", "B", "M", "N", "K"}
+
+
+def _neusight_reader(fh: io.TextIOBase, path: Path) -> csv.DictReader[str]:
+    reader = csv.DictReader(fh)
+    if _NEUSIGHT_COLUMNS - set(reader.fieldnames or []):
+        raise TraceFormatError(str(path), 1, f"columns {', '.join(sorted(_NEUSIGHT_COLUMNS))}",
+                               ",".join(reader.fieldnames or []))
+    return reader
+
+
+def _neusight_set(op: str, label: str, spec: GPUSpec, rows: list[dict[str, object]], keys: list[str],
+                  path: Path) -> MeasuredSet:
+    return MeasuredSet("neusight", op, label, spec, KernelTable.from_rows(rows),
+                       np.asarray(keys, dtype=object), np.full(len(rows), op, dtype=object), path)
 
 
 def load_neusight(path: Path, reg: GPURegistry) -> MeasuredSet:
@@ -161,34 +221,48 @@ def load_neusight(path: Path, reg: GPURegistry) -> MeasuredSet:
     rows: list[dict[str, object]] = []
     keys: list[str] = []
     with path.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        need = {"Latency", "B", "M", "N", "K"}
-        if need - set(reader.fieldnames or []):
-            raise TraceFormatError(str(path), 1, f"columns {', '.join(sorted(need))}",
-                                   ",".join(reader.fieldnames or []))
-        for line, r in enumerate(reader, start=2):
-            lat = _f(r, "Latency", path, line)
-            B, M, N, K = (int(_f(r, c, path, line)) for c in ("B", "M", "N", "K"))
-            if not np.isfinite(lat) or lat <= 0:
+        for line, r in enumerate(_neusight_reader(fh, path), start=2):
+            got = _neusight_row(r, op, path, line)
+            if got is not None:
+                rows.append(got[0])
+                keys.append(got[1])
+    return _neusight_set(op, label, spec, rows, keys, path)
+
+
+def load_neusight_native(path: Path, reg: GPURegistry, skipped: list[str] | None = None) -> list[MeasuredSet]:
+    """Load a NeuSight CSV as its repository lays them out: ``collect/<op>/<torch>/<Device>.csv``
+    (one GPU) or ``test/<op>.csv`` (several GPUs). The op comes from each row's ``OPName``
+    (else the file or folder name), the GPU from its ``Device`` column (else the file name);
+    rows of ops other than ``linear`` / ``bmm`` and of GPUs no spec describes are left out
+    (named in ``skipped``)."""
+    groups: dict[tuple[str, str], tuple[list[dict[str, object]], list[str]]] = {}
+    other_ops: set[str] = set()
+    fallback_op = next((part for part in (path.stem, *(p.name for p in path.parents)) if part in ("linear", "bmm")), "")
+    with path.open(newline="") as fh:
+        for line, r in enumerate(_neusight_reader(fh, path), start=2):
+            op = (r.get("OPName") or fallback_op).strip().lower()
+            if op not in ("linear", "bmm"):
+                other_ops.add(op or "?")
                 continue
-            name = (r.get("Kernel Name") or "").strip() or f"{op}_sgemm"
-            grid = [int(_f(r, c, path, line)) if r.get(c) else -1 for c in ("Grid x", "Grid y", "Grid z")]
-            block = [int(_f(r, c, path, line)) if r.get(c) else -1 for c in ("Block x", "Block y", "Block z")]
-            if op == "linear":
-                mm, batch = B * M, 1
-            else:
-                mm, batch = M, B
-            rows.append({
-                "name": name, "op": op, "dtype": "fp32", "duration_ns": lat * 1e6,
-                "batch": batch, "m": mm, "n": K, "k": N, "flops": 2.0 * B * M * N * K,
-                "bytes": 4.0 * batch * (mm * N + N * K + mm * K),
-                "grid_x": grid[0], "grid_y": grid[1], "grid_z": grid[2],
-                "block_x": block[0], "block_y": block[1], "block_z": block[2],
-            })
-            keys.append(f"{B},{M},{N},{K}")
-    groups = np.full(len(rows), op, dtype=object)
-    return MeasuredSet("neusight", op, label, spec, KernelTable.from_rows(rows),
-                       np.asarray(keys, dtype=object), groups, path)
+            got = _neusight_row(r, op, path, line)
+            if got is None:
+                continue
+            rows, keys = groups.setdefault((op, (r.get("Device") or path.stem).strip()), ([], []))
+            rows.append(got[0])
+            keys.append(got[1])
+    if other_ops and skipped is not None:
+        skipped.append(f"{path.name}: rows of {', '.join(sorted(other_ops))} left out (Cascade compares linear and bmm)")
+    out: list[MeasuredSet] = []
+    for (op, device), (rows, keys) in sorted(groups.items()):
+        try:
+            spec = _lookup(reg, device, path)
+        except UnknownGPUError as exc:
+            if skipped is None:
+                raise
+            skipped.append(f"{path.name} ({device}): {exc} (add a spec with --specs DIR)")
+            continue
+        out.append(_neusight_set(op, device.replace(" ", "_"), spec, rows, keys, path))
+    return out
 
 
 def discover(
@@ -203,20 +277,42 @@ def discover(
     if not root.is_dir():
         raise TraceFormatError(str(root), None, "a directory of measured data")
     out: list[MeasuredSet] = []
+    seen: dict[tuple[str, str, str], Path] = {}
     for path in sorted(root.rglob("*.csv")):
         try:
-            if "__mlp__" in path.name:
-                out.append(load_vidur(path, reg))
+            if "__mlp__" in path.name or (path.name == "mlp.csv" and _vidur_names(path, reg)):
+                found = [load_vidur(path, reg)]
             elif re.match(r"^(linear|bmm)__.+\.csv$", path.name):
-                out.append(load_neusight(path, reg))
-            elif skipped is not None:
-                skipped.append(f"{path.name}: not a kind Cascade compares (a Vidur "
-                               "<model>__mlp__<gpu>.csv or a NeuSight {linear,bmm}__<GPU>.csv)")
+                found = [load_neusight(path, reg)]
+            elif _NEUSIGHT_COLUMNS <= _header(path) and "OPName" in _header(path):
+                found = load_neusight_native(path, reg, skipped)
+            else:
+                found = []
+                if skipped is not None:
+                    skipped.append(f"{path.name}: not a kind Cascade compares (a Vidur "
+                                   "<model>__mlp__<gpu>.csv or <gpu>/<org>/<model>/mlp.csv, a NeuSight "
+                                   "{linear,bmm}__<GPU>.csv or a NeuSight CSV with OPName/Device columns)")
         except UnknownGPUError as exc:
             if skipped is None:
                 raise
             skipped.append(f"{path.name}: {exc} (add a spec with --specs DIR)")
+            continue
+        for ms in found:  # the same GPU's data twice (two layouts of one data set): first one counts
+            key = (ms.kind, ms.dataset, ms.spec.id)
+            if key in seen:
+                if skipped is not None:
+                    skipped.append(f"{path.name}: {ms.kind} {ms.dataset} on {ms.spec.id} already read from "
+                                   f"{seen[key].name}")
+                continue
+            seen[key] = path
+            out.append(ms)
     return out
+
+
+def _header(path: Path) -> set[str]:
+    """Column names of a CSV file's first line."""
+    with path.open(newline="") as fh:
+        return {c.strip() for c in next(csv.reader(fh), [])}
 
 
 @dataclass(frozen=True, slots=True)

@@ -343,7 +343,7 @@ def test_cli_calibrate_fits_and_records_provenance_contexts_and_menus(small_data
 
 def test_leave_one_tp_degree_out_scores_only_the_degree_the_fit_never_saw(tmp_path: Path) -> None:
     from cascade.calibration import extrapolate
-    from cascade.engine.measured import discover
+    from cascade.engine.measured import discover, vidur_tp_degree
 
     vd = tmp_path / "vidur"
     vd.mkdir()
@@ -351,12 +351,12 @@ def test_leave_one_tp_degree_out_scores_only_the_degree_the_fit_never_saw(tmp_pa
         lines = f.read_text().splitlines()
         (vd / f.name).write_text("\n".join([lines[0], *lines[1::12]]) + "\n")
     sets = discover(tmp_path, default_registry())
-    tps = {int(t) for s in sets for t in extrapolate.tp_degree(s.keys)}
+    tps = {int(t) for s in sets for t in vidur_tp_degree(s.keys)}
     assert tps == {1, 2, 4, 8}
     rows = extrapolate.leave_one_tp_out(sets, evals=40)
     scaled = [r for r in rows if r["model"] == "scaled" and r["family"] == "all"]
     assert {r["left_out"] for r in scaled} == {f"TP {t}" for t in tps}
-    per_tp = {t: sum(int(x) == t for x in extrapolate.tp_degree(sets[0].keys)) for t in tps}
+    per_tp = {t: sum(int(x) == t for x in vidur_tp_degree(sets[0].keys)) for t in tps}
     for r in scaled:  # both directions, only the left-out degree's rows
         assert r["count"] == per_tp[int(str(r["left_out"]).split()[1])]
         assert 0 < r["mape"] < 100
@@ -467,3 +467,24 @@ def test_discover_reads_the_vidur_and_neusight_repository_layouts(tmp_path: Path
     skipped = []
     discover(tmp_path, reg, skipped=skipped)
     assert any("Radeon 9000" in m for m in skipped)
+
+
+def test_cli_predict_applies_the_targets_residual_grid_unless_told_not_to(tmp_path: Path) -> None:
+    from cascade.engine.perf import residual_cells
+    from cascade.engine.workload import workload_of
+
+    trace = tmp_path / "k.csv"
+    trace.write_text("name,op,dtype,m,n,k,duration_ns\n"
+                     "sm90_xmma_gemm_f16f16_f16f32,linear,fp16,4096,11008,4096,900000\n")
+    grid = load_calibration().residual_table("kernel", default_registry().get("SM80_A100"))
+    assert grid is not None  # fitted on Vidur's A100 FP16 GEMMs
+    correction = float(np.exp(grid.lookup(residual_cells(workload_of(load_kernel_table(trace)[0]), grid.width))[0]))
+    assert correction != 1.0  # the packaged grid covers this shape
+
+    def run(*extra: str) -> float:
+        proc = subprocess.run([sys.executable, "-m", "cascade", "predict", "--trace", str(trace), "--source", "H100",
+                               "--target", "A100", "--model", "scaled", *extra],
+                              capture_output=True, text=True, check=True)
+        return float(proc.stdout.splitlines()[1].split(",")[-3])
+
+    assert run() == pytest.approx(run("--no-residuals") * correction, rel=1e-3)

@@ -21,14 +21,9 @@ import numpy as np
 
 from cascade.calibration.fit import fit_sets
 from cascade.calibration.report import markdown_table
-from cascade.engine.measured import MeasuredSet, Pair, discover, pairs
+from cascade.engine.measured import MeasuredSet, Pair, discover, pairs, vidur_tp_degree
 from cascade.engine.validation import evaluate
 from cascade.gpus.registry import GPURegistry, default_registry
-
-
-def tp_degree(keys: np.ndarray) -> np.ndarray:
-    """Tensor-parallel degree of each Vidur row key (``H,KV,E,F,gated,T,tp,op``)."""
-    return np.fromiter((int(str(k).split(",")[6]) for k in keys), dtype=np.int64, count=len(keys))
 
 
 def leave_one_tp_out(sets: Sequence[MeasuredSet], *, evals: int = 800,
@@ -39,14 +34,14 @@ def leave_one_tp_out(sets: Sequence[MeasuredSet], *, evals: int = 800,
 
     reg = registry or default_registry()
     vidur_pairs = [p for p in pairs(list(sets)) if p.source.kind == "vidur"]
-    degrees = sorted({int(d) for p in vidur_pairs for d in tp_degree(p.keys)})
+    degrees = sorted({int(d) for p in vidur_pairs for d in vidur_tp_degree(p.keys)})
     rows: list[dict[str, object]] = []
     for tp in degrees if len(degrees) > 1 else []:
 
         def held(pair: Pair, tp: int = tp) -> np.ndarray:
             if pair.source.kind != "vidur":
                 return np.zeros(len(pair.keys), dtype=bool)
-            return tp_degree(pair.keys) == tp
+            return vidur_tp_degree(pair.keys) == tp
 
         cal = fit_sets(sets, evals=evals, registry=reg, exclude=held, rounds=2)
         select = {(p.source.dataset, p.source.spec.id, p.target.spec.id): held(p) for p in vidur_pairs}

@@ -373,7 +373,8 @@ def fit_sets(sets: Sequence[MeasuredSet], *, holdout: float = 0.2, evals: int = 
     """
     reg = registry or default_registry()
     archs = {s.id: s.arch for s in reg}
-    prepared = [_prepare(pair, holdout, max_rows, exclude) for pair in pairs(list(sets))]
+    all_pairs = pairs(list(sets))
+    prepared = [_prepare(pair, holdout, max_rows, exclude) for pair in all_pairs]
     base = Calibration(id="cascade-default", defaults=_spec_defaults(sets),
                        globals=base_globals or Globals(), contexts=_contexts(sets),
                        tile_menus=_tile_menus([(p.pair.source.spec.arch, p.w) for p in prepared]))
@@ -396,7 +397,7 @@ def fit_sets(sets: Sequence[MeasuredSet], *, holdout: float = 0.2, evals: int = 
     log(f"final objective {val:.4f}; tiles {tiles}")
     cal = _build_calibration(x, layout, tiles, base)
     if residuals:
-        cal = msgspec.structs.replace(cal, residuals=_residual_tables(pairs(list(sets)), cal, archs, holdout, exclude))
+        cal = msgspec.structs.replace(cal, residuals=_residual_tables(all_pairs, cal, archs, holdout, exclude))
     return cal
 
 

@@ -78,6 +78,12 @@ def _f(row: dict[str, str], col: str, path: Path, line: int) -> float:
         raise TraceFormatError(str(path), line, f"a number in column {col!r}", raw) from None
 
 
+def vidur_tp_degree(keys: np.ndarray) -> np.ndarray:
+    """Tensor-parallel degree of each Vidur row key (``H,KV,E,F,gated,T,tp,op``, see
+    :func:`load_vidur`)."""
+    return np.fromiter((int(str(k).split(",")[6]) for k in keys), dtype=np.int64, count=len(keys))
+
+
 def _vidur_names(path: Path, reg: GPURegistry) -> tuple[str, str] | None:
     """(model, gpu label) of a Vidur MLP profile: from ``<model>__mlp__<gpu>.csv``, or from
     the repository's layout ``.../<gpu>/<org>/<model>/mlp.csv`` (the nearest folder above the
@@ -284,7 +290,7 @@ def discover(
                 found = [load_vidur(path, reg)]
             elif re.match(r"^(linear|bmm)__.+\.csv$", path.name):
                 found = [load_neusight(path, reg)]
-            elif _NEUSIGHT_COLUMNS <= _header(path) and "OPName" in _header(path):
+            elif _NEUSIGHT_COLUMNS | {"OPName"} <= _header(path):
                 found = load_neusight_native(path, reg, skipped)
             else:
                 found = []

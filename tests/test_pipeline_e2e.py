@@ -67,6 +67,11 @@ async def test_real_v4_trace_uploaded_prepared_and_simulated(pipeline: TracesSta
         # both replicas of a config simulate the same kernels: same answer
         assert c["replicas"][0]["predicted_e2e_ms"] == pytest.approx(c["replicas"][1]["predicted_e2e_ms"])
         assert c["counterfactual"] is True  # the trace carries no measured baseline
+        # instruction features only: no measured accuracy to claim, and it says so; all three
+        # GPUs have fitted efficiencies (the V100 from NeuSight data), so nothing extrapolates
+        assert c["accuracy"]["mape_pct"] is None and "analytical" in c["accuracy"]["basis"]
+        assert c["accuracy"]["target_calibrated"] is True
+        assert c["extrapolated"] == 0 and c["extrapolation"] == {}, c["extrapolation"]
 
 async def test_generated_instruction_trace_runs_on_three_configs(pipeline: TracesStack, tmp_path: Path) -> None:
     folder = tmp_path / "gen"

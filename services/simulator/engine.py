@@ -61,6 +61,8 @@ class ChunkOutput:
     models: Counter[str]
     """Kernels per model that predicted them (``auto`` mixes models)."""
     extrapolated: int
+    reasons: dict[str, int]
+    """Kernels per extrapolation reason in this chunk."""
     provenance: Any
 
 
@@ -116,7 +118,8 @@ def predict_chunk(part: KernelTable, inputs: SimulationInputs, model: str) -> Ch
     names = [str(m) for m in pred.models]
     return ChunkOutput(
         predicted_ns=pred.predicted_ns, regime=_REGIME_NAMES[pred.regime.astype(np.int64)],
-        models=Counter(names), extrapolated=0, provenance=pred.provenance,
+        models=Counter(names), extrapolated=int(pred.extrapolated.sum()),
+        reasons=pred.extrapolation_reasons, provenance=pred.provenance,
     )
 
 

@@ -32,6 +32,7 @@ import math
 import os
 import socket
 import time
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -321,6 +322,7 @@ class SimulatorService:
         last_cancel_check = time.perf_counter()
         provenance: Any = None
         extrapolated = 0
+        reasons: Counter[str] = Counter()
         sim_start = time.perf_counter()
 
         async def progress(done: int) -> None:
@@ -343,6 +345,7 @@ class SimulatorService:
             predicted[done:stop] = out.predicted_ns
             regime[done:stop] = out.regime
             extrapolated += out.extrapolated
+            reasons.update(out.reasons)
             provenance = out.provenance
             done = stop
             now = time.perf_counter()
@@ -369,7 +372,8 @@ class SimulatorService:
             predicted_ns=predicted, regime=regime, start_ns=replay.start_ns, end_ns=replay.end_ns,
             predicted_e2e_ns=replay.e2e_ns, steps=replay.steps,
             baseline_e2e_ns=inputs.baseline_e2e_ns, source_e2e_ns=inputs.source_e2e_ns,
-            extrapolated=extrapolated, wall_s=wall, attempt=attempt, worker=self.worker,
+            extrapolated=extrapolated, extrapolation=dict(reasons),
+            accuracy=getattr(provenance, "accuracy", None), wall_s=wall, attempt=attempt, worker=self.worker,
             created_at=time.time(),
         )
         kernels = kernels_with_predictions(table, predicted, regime, replay.start_ns, replay.end_ns)

@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal, Protocol
 import msgspec
 import numpy as np
 
+from cascade.calibration.accuracy import AccuracyEstimate
 from cascade.errors import NotFoundError, ValidationError
 from cascade.kerneltable import KernelTable
 
@@ -136,6 +137,10 @@ class SimResult(msgspec.Struct, frozen=True, kw_only=True):
     kernel_count: int = 0
     extrapolated: int = 0
     """Kernels whose prediction the model flagged as extrapolated."""
+    extrapolation: dict[str, int] = {}
+    """Kernels per extrapolation reason (:data:`cascade.engine.perf.EXTRAPOLATION_REASONS`)."""
+    accuracy: AccuracyEstimate | None = None
+    """The calibration's measured error for this source/target situation and its basis."""
     wall_s: float = 0.0
     """Wall-clock seconds the simulation took."""
     attempt: int = 1
@@ -318,6 +323,8 @@ def build_result(
     baseline_e2e_ns: float | None = None,
     source_e2e_ns: float | None = None,
     extrapolated: int = 0,
+    extrapolation: dict[str, int] | None = None,
+    accuracy: AccuracyEstimate | None = None,
     wall_s: float = 0.0,
     attempt: int = 1,
     worker: str = "",
@@ -340,6 +347,7 @@ def build_result(
         source_e2e_ns=source_e2e_ns, baseline_e2e_ns=baseline_e2e_ns, error_pct=err,
         counterfactual=err is None, steps=step_list, top_kernels=top, families=families,
         regimes=regimes, kernel_count=n, extrapolated=int(extrapolated), wall_s=float(wall_s),
+        extrapolation=dict(extrapolation or {}), accuracy=accuracy,
         attempt=attempt, worker=worker, created_at=created_at,
     )
 

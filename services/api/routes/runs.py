@@ -479,6 +479,8 @@ def config_results(config: str, sims: list[SimRecord], results: dict[str, SimRes
         "calibration": first.calibration if first else None,
         "kernel_count": first.kernel_count if first else None,
         "extrapolated": first.extrapolated if first else None,
+        "extrapolation": first.extrapolation if first else {},
+        "accuracy": msgspec.to_builtins(first.accuracy) if first and first.accuracy else None,
         "steps": [
             {"step": st.step, "kind": st.kind, "tokens": st.tokens, "batch": st.batch,
              "context": st.context, "predicted_ms": st.wall_ns / 1e6, "gpu_ms": st.gpu_ns / 1e6,

@@ -6,6 +6,10 @@ import argparse
 import csv
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cascade.engine.predict import Prediction
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -73,4 +77,19 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         totals = ", ".join(f"{p.target}: {p.total_ns / 1e6:.3f} ms" for p in preds)
         print(f"wrote {len(table) * len(preds)} rows to {Path(args.out)} (sum of kernels {totals})")
+    for p in preds:
+        print(provenance_line(p, len(table)), file=sys.stderr)
     return 0
+
+
+def provenance_line(pred: Prediction, kernels: int) -> str:
+    """What produced a target's predictions and how far to trust them (for stderr)."""
+    from cascade.calibration.accuracy import describe
+    pv = pred.provenance
+    src = f" from {pv.source_id}" if pv.source_id else ""
+    reasons = pred.extrapolation_reasons
+    extra = (f"; {int(pred.extrapolated.sum())}/{kernels} kernels extrapolated ("
+             + ", ".join(f"{n}: {text}" for text, n in reasons.items()) + ")") if reasons else ""
+    return (f"{pv.spec_id}{src}: model {pv.model}, spec {pv.spec_hash}, calibration "
+            f"{pv.calibration_id}@{pv.calibration_version} ({pv.calibration_digest}), "
+            f"{pv.measurement} times; {describe(pv.accuracy)}{extra}")

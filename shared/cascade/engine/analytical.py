@@ -150,4 +150,6 @@ class AnalyticalModel:
             pred = np.where(missing, times.total_ns, pred)
             regime = np.where(missing, times.regime, regime).astype(np.int8)
         pred = np.maximum(pred, perf.roofline_ns(w, target))
-        return ModelOutput(pred, regime, _names(len(w), self.name))
+        # instruction features carry no shape: only the target's own calibration matters
+        flags = perf.extrapolation_flags(w, target, None, ctx.calibration, cfg.measurement)
+        return ModelOutput(pred, regime, _names(len(w), self.name), flags & perf.TARGET_UNCALIBRATED)

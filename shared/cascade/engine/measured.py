@@ -57,7 +57,13 @@ class MeasuredSet:
         Vidur's per-op CUDA-event times, ``neusight-<op>`` for NeuSight's harness (whose fixed
         per-call time differs between ``linear`` and ``bmm``; calibration falls back from
         ``neusight-<op>`` to ``neusight``)."""
-        return "kernel" if self.kind == "vidur" else f"{self.kind}-{self.dataset}"
+        return measurement_of(self.kind, self.dataset)
+
+
+def measurement_of(kind: str, dataset: str) -> str:
+    """Measurement kind of a data set kind (``vidur``, ``neusight``) and its data set name
+    (see :attr:`MeasuredSet.measurement`)."""
+    return "kernel" if kind == "vidur" else f"{kind}-{dataset}"
 
 
 def _lookup(reg: GPURegistry, label: str, path: Path) -> GPUSpec:

@@ -41,6 +41,9 @@ class ModelOutput:
     regime: np.ndarray
     model: np.ndarray
     """Per-kernel name of the model that produced the row (auto mixes models)."""
+    flags: np.ndarray | None = None
+    """Per-kernel extrapolation bits (:func:`cascade.engine.perf.extrapolation_flags`);
+    None: the model flags nothing (``roofline`` is a bound, not a calibrated estimate)."""
 
 
 class KernelModel(Protocol):
@@ -232,7 +235,8 @@ class ScaledModel:
         if grid is not None and cfg.residuals:
             pred = pred * np.exp(grid.lookup(perf.residual_cells(w, grid.width)))
         pred = np.maximum(pred, perf.roofline_ns(w, target))
-        return ModelOutput(pred, mt.regime, _names(len(w), self.name))
+        flags = perf.extrapolation_flags(w, target, src, cal, cfg.measurement)
+        return ModelOutput(pred, mt.regime, _names(len(w), self.name), flags)
 
 
 # ---- auto ------------------------------------------------------------------------------
@@ -256,6 +260,7 @@ class AutoModel:
         n = len(w)
         pred = np.full(n, np.nan)
         regime = np.zeros(n, dtype=np.int8)
+        flags = np.zeros(n, dtype=np.int8)
         names = _names(n, "")
         use_scaled = np.zeros(n, dtype=bool)
         if ctx.source is not None:
@@ -271,17 +276,17 @@ class AutoModel:
             if not mask.any():
                 continue
             sub_ctx = ModelContext(ctx.source, ctx.calibration, sub_cfg, ctx.archs)
-            if mask.all():
-                out = get_model(name).predict(table, w, target, sub_ctx)
-                return out
             idx = np.flatnonzero(mask)
-            sub_table = table.take(idx)
-            sub_w = _take_workload(w, idx)
-            out = get_model(name).predict(sub_table, sub_w, target, sub_ctx)
+            whole = len(idx) == n
+            out = get_model(name).predict(table if whole else table.take(idx),
+                                          w if whole else _take_workload(w, idx), target, sub_ctx)
             pred[idx] = out.predicted_ns
             regime[idx] = out.regime
             names[idx] = out.model
-        return ModelOutput(pred, regime, names)
+            flags[idx] = out.flags if out.flags is not None else 0
+            if name == "roofline":
+                flags[idx] |= perf.BOUND_ONLY
+        return ModelOutput(pred, regime, names, flags)
 
 
 def _take_workload(w: Workload, idx: np.ndarray) -> Workload:

@@ -140,6 +140,53 @@ def residual_cells(w: Workload, width: float) -> np.ndarray:
     return np.where(w.is_gemm, key, -1)
 
 
+#: Why a kernel's prediction is extrapolated (bits of :func:`extrapolation_flags`).
+EXTRAPOLATION_REASONS: tuple[tuple[int, str], ...] = (
+    (1, "target GPU not calibrated for this measurement kind"),
+    (2, "source GPU not calibrated for this measurement kind"),
+    (4, "GEMM shape outside the calibration data's shapes"),
+    (8, "no measured time or work: launch overhead or roofline only"),
+)
+TARGET_UNCALIBRATED, SOURCE_UNCALIBRATED, SHAPE_OUTSIDE, BOUND_ONLY = (b for b, _ in EXTRAPOLATION_REASONS)
+
+
+def extrapolation_flags(w: Workload, target: GPUSpec, source: GPUSpec | None, cal: Calibration,
+                        measurement: str) -> np.ndarray:
+    """Per kernel, a bit mask of :data:`EXTRAPOLATION_REASONS` (0: inside what the calibration
+    was fitted on). A prediction on the source GPU itself has none (measured times are kept).
+    A GEMM is outside the calibration's shapes when neither GPU's shape-residual grid of the
+    measurement kind has a cell (>= ``min_rows`` fit rows) for it; a kind without grids on
+    either GPU cannot say, and sets no shape bit."""
+    from cascade.calibration.accuracy import calibrated_in
+
+    n = len(w)
+    flags = np.zeros(n, dtype=np.int8)
+    if source is not None and source.id == target.id:
+        return flags
+    if not calibrated_in(cal, target.id, measurement):
+        flags |= TARGET_UNCALIBRATED
+    if source is not None and not calibrated_in(cal, source.id, measurement):
+        flags |= SOURCE_UNCALIBRATED
+    grids = [g for g in (cal.residual_table(measurement, target),
+                         cal.residual_table(measurement, source) if source is not None else None)
+             if g is not None and g.keys]
+    if grids and w.is_gemm.any():
+        covered = np.zeros(n, dtype=bool)
+        for g in grids:
+            cells = residual_cells(w, g.width)
+            keys = np.asarray(g.keys, dtype=np.int64)
+            idx = np.clip(np.searchsorted(keys, cells), 0, len(keys) - 1)
+            covered |= keys[idx] == cells
+        flags |= np.where(w.is_gemm & ~covered, SHAPE_OUTSIDE, 0).astype(np.int8)
+    return flags
+
+
+def describe_flags(flags: np.ndarray) -> dict[str, int]:
+    """Kernels per extrapolation reason (only reasons that occur)."""
+    return {text: int(np.count_nonzero(flags & bit)) for bit, text in EXTRAPOLATION_REASONS
+            if np.any(flags & bit)}
+
+
 def _take(w: Workload, idx: np.ndarray) -> Workload:
     return Workload(**{f: getattr(w, f)[idx] for f in w.__dataclass_fields__})
 

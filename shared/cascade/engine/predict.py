@@ -10,8 +10,9 @@ import msgspec
 import numpy as np
 
 from cascade.calibration import Calibration, load_calibration
+from cascade.calibration.accuracy import AccuracyEstimate, expected_accuracy
 from cascade.engine.models import ModelContext, get_model
-from cascade.engine.perf import REGIMES
+from cascade.engine.perf import BOUND_ONLY, REGIMES, TARGET_UNCALIBRATED, describe_flags
 from cascade.engine.workload import Workload, workload_of
 from cascade.gpus.registry import GPURegistry, default_registry
 from cascade.gpus.spec import GPUSpec
@@ -30,6 +31,11 @@ class Provenance(msgspec.Struct, frozen=True, kw_only=True):
     calibration_id: str
     calibration_version: str
     calibration_digest: str
+    measurement: str = "kernel"
+    """How the source durations were measured (calibration context of the figures below)."""
+    accuracy: AccuracyEstimate = AccuracyEstimate()
+    """The calibration's measured error for this situation, which measurement that is, and
+    whether each GPU was calibrated (:mod:`cascade.calibration.accuracy`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +51,21 @@ class Prediction:
     models: np.ndarray
     """Name of the model that produced each row."""
     provenance: Provenance
+    flags: np.ndarray | None = None
+    """Per-kernel extrapolation bits (:data:`cascade.engine.perf.EXTRAPOLATION_REASONS`);
+    None when the model flags nothing."""
+
+    @property
+    def extrapolated(self) -> np.ndarray:
+        """Per kernel: True where the prediction leaves what the calibration was fitted on."""
+        if self.flags is None:
+            return np.zeros(len(self.predicted_ns), dtype=bool)
+        return self.flags != 0
+
+    @property
+    def extrapolation_reasons(self) -> dict[str, int]:
+        """Kernels per extrapolation reason (only reasons that occur)."""
+        return {} if self.flags is None else describe_flags(self.flags)
 
     @property
     def regime_names(self) -> np.ndarray:
@@ -84,18 +105,54 @@ def predict_many(
     w = workload if workload is not None else workload_of(table)
     archs = {s.id: s.arch for s in reg}
     ctx = ModelContext(source=src, calibration=cal, config=config, archs=archs)
+    measurement = measurement_of_config(config)
+    digest = cal.digest()
     out = []
     for t in targets:
         spec = _spec(reg, t)
         res = impl.predict(table, w, spec, ctx)
+        acc = _accuracy(cal, src.id if src else None, spec.id, measurement, model, res.model, res.flags)
         prov = Provenance(
             model=model, spec_id=spec.id, spec_hash=spec.spec_hash(),
             source_id=src.id if src else "", source_hash=src.spec_hash() if src else "",
-            calibration_id=cal.id, calibration_version=cal.version, calibration_digest=cal.digest(),
+            calibration_id=cal.id, calibration_version=cal.version, calibration_digest=digest,
+            measurement=measurement, accuracy=acc,
         )
         out.append(Prediction(target=spec.id, predicted_ns=res.predicted_ns.astype(np.float64),
-                              regime=res.regime, models=res.model, provenance=prov))
+                              regime=res.regime, models=res.model, provenance=prov, flags=res.flags))
     return out
+
+
+def _accuracy(cal: Calibration, source_id: str | None, target_id: str, measurement: str, model: str,
+              used: np.ndarray, flags: np.ndarray | None) -> AccuracyEstimate:
+    """The measured accuracy of the model that actually predicted the kernels: ``auto``
+    reads the figure of the model behind its rows (kernels it could only bound are
+    flagged, not counted); a mix says for how many kernels the figure holds."""
+    if model != "auto":
+        return expected_accuracy(cal, source_id, target_id, measurement, model)
+    counted = np.ones(len(used), dtype=bool) if flags is None else (flags & BOUND_ONLY) == 0
+    names, counts = np.unique(used[counted].astype(str), return_counts=True)
+    if len(names) == 0:
+        return expected_accuracy(cal, source_id, target_id, measurement, "roofline")
+    main = str(names[int(np.argmax(counts))])
+    est = expected_accuracy(cal, source_id, target_id, measurement, main)
+    target_fitted = not np.any(flags[counted] & TARGET_UNCALIBRATED) if flags is not None else est.target_calibrated
+    if target_fitted != est.target_calibrated:  # judged by the measurement kind its rows' model used
+        est = msgspec.structs.replace(est, target_calibrated=bool(target_fitted))
+    if len(names) > 1:
+        others = ", ".join(f"{int(c)} by {n}" for n, c in zip(names, counts, strict=True) if n != main)
+        est = msgspec.structs.replace(est, basis=f"{est.basis}; for the {int(counts.max())} kernels "
+                                                 f"predicted by {main} ({others})")
+    return est
+
+
+def measurement_of_config(config: Any) -> str:
+    """The measurement kind a model config names (``kernel`` when it names none)."""
+    for obj in (config, getattr(config, "scaled", None)):
+        found = getattr(obj, "measurement", None)
+        if isinstance(found, str) and found:
+            return found
+    return "kernel"
 
 
 def predict(

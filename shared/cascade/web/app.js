@@ -87,14 +87,29 @@ function renderSims() {
       <td>${s.attempts}</td><td>${esc(s.error || "")}</td></tr>`).join("") + "</tbody></table>";
 }
 
+function expectedError(c) {
+  const a = c.accuracy;
+  if (!a) return "-";
+  const text = a.mape_pct != null ? `±${a.mape_pct.toFixed(1)}% MAPE` : "not measured";
+  const calib = a.target_calibrated ? "" : ' <span class="counterfactual">uncalibrated GPU</span>';
+  return `<span class="accuracy" title="${esc(a.basis || "")}">${text}</span>${calib}`;
+}
+
+function extrapolatedCell(c) {
+  if (c.extrapolated == null) return "-";
+  const why = Object.entries(c.extrapolation || {}).map(([k, v]) => `${v}: ${k}`).join("; ");
+  return `<span title="${esc(why)}">${c.extrapolated}/${c.kernel_count ?? "?"}</span>`;
+}
+
 async function renderResults(runId) {
   try {
     const res = await api(`/api/runs/${encodeURIComponent(runId)}/results`);
     const rows = (res.configs || []).map((c) => `<tr><td>${esc(c.config)}</td>
       <td>${fmtMs(c.baseline_e2e_ms)}</td><td>${fmtMs(c.predicted_e2e_ms)}</td>
       <td>${c.counterfactual ? '<span class="counterfactual">counterfactual</span>' : (c.error_pct != null ? (c.error_pct >= 0 ? "+" : "") + c.error_pct.toFixed(2) + "%" : "-")}</td>
-      <td>${esc(c.model || "")}</td><td>${esc(c.calibration || "")}</td></tr>`).join("");
-    let html = `<table><thead><tr><th>Config</th><th>Real mean E2E</th><th>Predicted mean E2E</th><th>Error</th><th>Model</th><th>Calibration</th></tr></thead><tbody>${rows}</tbody></table>`;
+      <td>${esc(c.model || "")}</td><td>${esc(c.calibration || "")}</td>
+      <td>${expectedError(c)}</td><td>${extrapolatedCell(c)}</td></tr>`).join("");
+    let html = `<table><thead><tr><th>Config</th><th>Real mean E2E</th><th>Predicted mean E2E</th><th>Error</th><th>Model</th><th>Calibration</th><th>Expected kernel error</th><th>Extrapolated kernels</th></tr></thead><tbody>${rows}</tbody></table>`;
     if (res.reference) {
       html += `<h4>Recorded reference (${esc(res.reference.badge || "Sample")})</h4><table><thead><tr><th>Config</th><th>Real mean E2E</th><th>Simulated mean E2E</th><th>Error</th></tr></thead><tbody>` +
         res.reference.configs.map((c) => `<tr><td>${esc(c.config)}</td><td>${fmtMs(c.real_e2e_ms)}</td><td>${fmtMs(c.simulated_e2e_ms)}</td><td>${c.counterfactual ? '<span class="counterfactual">counterfactual</span>' : (c.error_pct != null ? (c.error_pct >= 0 ? "+" : "") + c.error_pct.toFixed(2) + "%" : "-")}</td></tr>`).join("") + "</tbody></table>";

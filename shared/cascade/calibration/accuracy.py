@@ -1,0 +1,135 @@
+"""How accurate a prediction is expected to be, from the accuracy a calibration measured.
+
+``cascade calibrate`` stores, with the fitted parameters, the errors it measured on data it
+did not fit (``Calibration.metrics``): held-out shapes per GPU pair, and leave-one-GPU-out
+(LOGO) cells where one GPU had no calibration at all. :func:`expected_accuracy` picks the
+figure that matches a prediction's situation, and says which one it picked:
+
+1. target == source: the measured durations are kept (``scaled``), nothing to estimate;
+2. both GPUs calibrated in the measurement context and that pair was scored on held-out
+   shapes: the pair's held-out MAPE (count-weighted over its data sets);
+3. the target calibrated, the source not: the LOGO cells *from* an uncalibrated GPU;
+4. the target not calibrated: the LOGO cells *into* an uncalibrated GPU;
+5. a context without such cells (Vidur's two GPUs allow no LOGO) borrows another context's,
+   and the basis says so; with no measurement at all the estimate is ``None``.
+
+Which kernels a prediction extrapolates to is per kernel: see
+:func:`cascade.engine.perf.extrapolation_flags`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import msgspec
+
+from cascade.calibration import Calibration, measurement_context
+
+
+class AccuracyEstimate(msgspec.Struct, frozen=True, kw_only=True):
+    """The measured error that best matches a prediction's situation."""
+
+    mape_pct: float | None = None
+    """Expected mean absolute percentage error of kernel times (None: nothing measured)."""
+    worst_pct: float | None = None
+    """Worst cell (GPU pair x data set) behind ``mape_pct``."""
+    cells: int = 0
+    """Scored cells behind the figure."""
+    basis: str = ""
+    """Which measurement the figure is (data, protocol, GPUs)."""
+    target_calibrated: bool = False
+    source_calibrated: bool = False
+
+
+def calibrated_in(cal: Calibration, spec_id: str, measurement: str | None) -> bool:
+    """Whether the calibration fitted ``spec_id`` on data of the measurement's context; for
+    a context it has no data of (``device``: an instruction trace's own timing), whether it
+    fitted the GPU at all (its fit is what :meth:`Calibration.params_for` then uses)."""
+    context = measurement_context(measurement) or "kernel"
+    if context in cal.contexts:
+        return spec_id in cal.contexts[context]
+    return spec_id in cal.specs
+
+
+def _rows(cal: Calibration, table: str, model: str) -> list[Mapping[str, object]]:
+    rows = cal.metrics.get(table, [])
+    if not isinstance(rows, list):
+        return []
+    return [r for r in rows if isinstance(r, Mapping) and r.get("model") == model and r.get("mape") is not None]
+
+
+def _cells(rows: Iterable[Mapping[str, object]]) -> list[Mapping[str, object]]:
+    """One row per (pair, data set, left-out GPU): a data set's ``all`` row where it has one,
+    else its per-family rows."""
+    rows = list(rows)
+    with_all = {(r.get("source"), r.get("target"), r.get("dataset"), r.get("left_out"))
+                for r in rows if r.get("family") == "all"}
+    return [r for r in rows
+            if r.get("family") == "all"
+            or (r.get("source"), r.get("target"), r.get("dataset"), r.get("left_out")) not in with_all]
+
+
+def _summary(rows: list[Mapping[str, object]], weighted: bool) -> tuple[float, float, int]:
+    mapes = [float(r["mape"]) for r in rows]  # type: ignore[arg-type]
+    if weighted:
+        counts = [max(int(r.get("count", 1) or 1), 1) for r in rows]  # type: ignore[call-overload]
+        mean = sum(m * c for m, c in zip(mapes, counts, strict=True)) / sum(counts)
+    else:
+        mean = sum(mapes) / len(mapes)
+    return round(mean, 1), round(max(mapes), 1), len(rows)
+
+
+def _context_of(row: Mapping[str, object]) -> str:
+    from cascade.engine.measured import measurement_of
+
+    kind = measurement_of(str(row.get("kind") or "vidur"), str(row.get("dataset") or ""))
+    return measurement_context(kind) or "kernel"
+
+
+def expected_accuracy(cal: Calibration, source_id: str | None, target_id: str,
+                      measurement: str | None = "kernel", model: str = "scaled") -> AccuracyEstimate:
+    """The calibration's measured error for predicting ``target_id`` from ``source_id``
+    (``None``: no measured source times) with ``model`` (``auto`` and ``scaled`` read the
+    ``scaled`` figures; ``roofline`` its own; other models have none)."""
+    context = measurement_context(measurement) or "kernel"
+    t_cal = calibrated_in(cal, target_id, measurement)
+    s_cal = bool(source_id) and calibrated_in(cal, str(source_id), measurement)
+    base = {"target_calibrated": t_cal, "source_calibrated": s_cal}
+    scored = "scaled" if model in ("auto", "scaled") else model
+    if source_id and source_id == target_id and scored == "scaled":
+        return AccuracyEstimate(mape_pct=0.0, worst_pct=0.0, basis="target is the source GPU: measured durations kept", **base)
+    if scored not in ("scaled", "roofline") or (scored == "scaled" and not source_id):
+        return AccuracyEstimate(basis=f"no measured accuracy for model {model!r} without source times"
+                                if scored == "scaled" else f"no measured accuracy for model {model!r}", **base)
+
+    if t_cal and s_cal:
+        pair = [r for r in _cells(_rows(cal, "heldout_shapes", scored))
+                if r.get("source") == source_id and r.get("target") == target_id and _context_of(r) == context]
+        if pair:
+            mean, worst, n = _summary(pair, weighted=True)
+            count = sum(int(r.get("count", 0) or 0) for r in pair)  # type: ignore[call-overload]
+            return AccuracyEstimate(mape_pct=mean, worst_pct=worst, cells=n, basis=(
+                f"held-out shapes, {source_id} -> {target_id} ({context} data, {count} operators)"), **base)
+
+    logo = _cells(_rows(cal, "leave_one_gpu_out", scored))
+    if t_cal:
+        want, what = [r for r in logo if r.get("left_out") == r.get("source")], "from a GPU with no calibration into a calibrated one"
+    else:
+        want, what = [r for r in logo if r.get("left_out") == r.get("target")], "into a GPU with no calibration"
+    same = [r for r in want if _context_of(r) == context]
+    picked = same or want
+    if picked:
+        mean, worst, n = _summary(picked, weighted=False)
+        where = f"{context} data" if same else f"{_context_of(picked[0])} data (no such cells for {context} data)"
+        return AccuracyEstimate(mape_pct=mean, worst_pct=worst, cells=n, basis=(
+            f"leave-one-GPU-out, {what}: mean of {n} cells, {where}"), **base)
+    return AccuracyEstimate(basis="the calibration has no accuracy measurement for this case", **base)
+
+
+def describe(est: AccuracyEstimate) -> str:
+    """One line for people: ``expected MAPE 7.9% (worst cell 8.9%; held-out shapes, ...)``."""
+    if est.mape_pct is None:
+        return est.basis
+    if est.cells > 1 and est.worst_pct is not None:
+        return f"expected MAPE {est.mape_pct:.1f}% (worst cell {est.worst_pct:.1f}%; {est.basis})"
+    return f"expected MAPE {est.mape_pct:.1f}% ({est.basis})"

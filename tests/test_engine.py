@@ -19,6 +19,7 @@ from cascade.engine import (
     workload_of,
 )
 from cascade.engine.accelsim import AccelSimConfig, parse_accelsim_output
+from cascade.engine.models import ModelContext
 from cascade.engine.ops import FAMILIES, family_of, k_split_of, tensor_path_of, tile_of
 from cascade.engine.perf import roofline_ns
 from cascade.errors import DuplicateNameError, TraceFormatError, UnknownNameError, ValidationError
@@ -390,3 +391,37 @@ def test_menu_tile_policy_picks_among_the_tiles_the_library_was_seen_to_use() ->
     assert cal.tile_menu("pascal", "simt_batched") == []
     ta, tb = target_tiles(w, p100, cal, v100)
     assert (int(ta[0]), int(tb[0])) in TILE_CANDIDATES
+
+
+def test_source_takes_the_targets_tile_rule_on_paths_the_target_arch_has_no_policy_for() -> None:
+    from cascade.calibration import Calibration
+    from cascade.engine.perf import target_tiles
+    from cascade.engine.workload import workload_of
+
+    reg = default_registry()
+    v100, p100, t4 = reg.get("SM70_V100_PCIE_32GB"), reg.get("SM60_P100_PCIE_16GB"), reg.get("SM75_T4")
+    cal = Calibration(tiles={"volta": {"simt_batched": [0, 4096]}, "turing": {"simt_batched": [64, 64]}})
+    assert cal.has_tile_policy("turing", "simt_batched") and not cal.has_tile_policy("pascal", "simt_batched")
+
+    def table(tile: str) -> KernelTable:
+        return KernelTable.from_rows([{"name": f"volta_sgemm_{tile}_nn", "op": "bmm", "dtype": "fp32",
+                                       "batch": 64, "m": 96, "n": 96, "k": 256, "duration_ns": 80_000.0}])
+
+    w = workload_of(table("128x128"))
+    assert tuple(int(x[0]) for x in target_tiles(w, v100, cal, v100)) == (128, 128)  # its named tile
+    # Pascal's library choice is unseen: the V100 is modelled with Pascal's (least-time) rule
+    ruled = target_tiles(w, v100, cal, v100, rule_of="pascal")
+    assert tuple(int(x[0]) for x in ruled) != (128, 128)
+    assert np.array_equal(ruled[0], target_tiles(w, v100, Calibration(), None)[0])
+    # Turing has a policy of its own: the source keeps its named tile
+    assert tuple(int(x[0]) for x in target_tiles(w, v100, cal, v100, rule_of="turing")) == (128, 128)
+    # so into the P100 the source's named tile no longer moves the prediction; into the T4 it does
+    scaled = get_model("scaled")
+    ctx = ModelContext(source=v100, calibration=cal, config=None)
+
+    def pred(tile: str, target: object) -> float:
+        t = table(tile)
+        return float(scaled.predict(t, workload_of(t), target, ctx).predicted_ns[0])  # type: ignore[arg-type]
+
+    assert pred("128x128", p100) == pytest.approx(pred("32x128", p100))
+    assert pred("128x128", t4) != pytest.approx(pred("32x128", t4))

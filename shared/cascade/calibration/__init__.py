@@ -278,6 +278,12 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
             value = self.floors_ns.get(kind.split("-", 1)[0], {}).get(spec.id)
         return float(value) if value is not None else None
 
+    def has_tile_policy(self, arch: str, key: str) -> bool:
+        """Whether the arch has a GEMM tile policy for a path fitted on its own data (not
+        borrowed from a kernel-family peer, not the least-time default)."""
+        own = self.tiles.get(arch, {})
+        return bool(own.get(key) or own.get(key.split("_")[0]))
+
     def tile(self, arch: str, key: str) -> tuple[int, int]:
         """Typical GEMM tile for an arch and path key, as fitted on that architecture's data.
         A SIMT path with no fit of its own takes the fit of an architecture that runs the same

@@ -272,21 +272,26 @@ def _objective(prepared: Sequence[_Prepared], layout: _Layout, tiles: dict[str, 
     return f
 
 
-def _choose_tiles(prepared: Sequence[_Prepared], layout: _Layout, x: np.ndarray,
-                  base: Calibration, archs: dict[str, str],
-                  start: dict[str, dict[str, list[int]]]) -> dict[str, dict[str, list[int]]]:
-    """Pick each (arch, path) GEMM tile from the candidates, one slot at a time."""
-    tiles: dict[str, dict[str, list[int]]] = {}
+def _tile_slots(prepared: Sequence[_Prepared]) -> list[tuple[str, str]]:
+    """Every (arch, GEMM path key) the data has GEMMs on, in a stable order."""
     slots: list[tuple[str, str]] = []
     for p in prepared:
         for spec in (p.pair.source.spec, p.pair.target.spec):
             for tensor in (False, True):
                 for batched in (False, True):
                     sel = p.w.is_gemm & (p.w.tensor == tensor) & ((p.w.batch > 1) == batched)
-                    if sel.any():
-                        key = ("tensor" if tensor else "simt") + ("_batched" if batched else "")
-                        if (spec.arch, key) not in slots:
-                            slots.append((spec.arch, key))
+                    key = tile_key(tensor, batched)
+                    if sel.any() and (spec.arch, key) not in slots:
+                        slots.append((spec.arch, key))
+    return slots
+
+
+def _choose_tiles(prepared: Sequence[_Prepared], layout: _Layout, x: np.ndarray,
+                  base: Calibration, archs: dict[str, str],
+                  start: dict[str, dict[str, list[int]]]) -> dict[str, dict[str, list[int]]]:
+    """Pick each (arch, path) GEMM tile from the candidates, one slot at a time."""
+    slots = _tile_slots(prepared)
+    tiles: dict[str, dict[str, list[int]]] = {}
     for arch, key in slots:
         tiles.setdefault(arch, {})[key] = list(start.get(arch, {}).get(key, [0, 0]))
     for _round in range(2):
@@ -381,7 +386,11 @@ def fit_sets(sets: Sequence[MeasuredSet], *, holdout: float = 0.2, evals: int = 
     layout, x = _initial(sets)
     log(f"fitting {len(x)} parameters on {len(prepared)} GPU pairs "
         f"({sum(len(p.measured) for p in prepared)} rows)")
+    # every path of the data starts on the least-time rule: an arch of the data is never
+    # "unseen" (ScaledModel treats paths without a policy of their own differently)
     tiles: dict[str, dict[str, list[int]]] = {}
+    for arch, key in _tile_slots(prepared):
+        tiles.setdefault(arch, {})[key] = [0, 0]
     best = float("inf")
     for round_ in range(rounds):
         x, val = compass_search(_objective(prepared, layout, tiles, base, archs, anchor), x,

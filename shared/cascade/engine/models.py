@@ -216,8 +216,14 @@ class ScaledModel:
         fs, ft = fixed_times(t_src, src, target, cal, cfg.measurement)
         ps = cal.params_for(src, ctx.archs, cfg.measurement)
         pt = cal.params_for(target, ctx.archs, cfg.measurement)
-        ms = perf.kernel_times(w, src, ps, cal, fs, perf.target_tiles(w, src, cal, src))
-        mt = perf.kernel_times(w, target, pt, cal, ft, perf.target_tiles(w, target, cal, src))
+        # On GEMM paths where the target architecture has no tile policy fitted on its own
+        # data (its library's choices unseen), the source is modelled with the target's rule
+        # too, so the rule's error cancels in the ratio instead of landing on the target
+        # alone (the source's measured time carries its own library's choices).
+        src_tiles = perf.target_tiles(w, src, cal, src, rule_of=target.arch if src.arch != target.arch else None)
+        tgt_tiles = perf.target_tiles(w, target, cal, src)
+        ms = perf.kernel_times(w, src, ps, cal, fs, src_tiles)
+        mt = perf.kernel_times(w, target, pt, cal, ft, tgt_tiles)
         tr = cal.transfer_for(cfg.measurement)
         ag = cfg.alpha_gemm if cfg.alpha_gemm is not None else tr.gemm
         am = cfg.alpha_gemm if cfg.alpha_gemm is not None else tr.gemm_memory

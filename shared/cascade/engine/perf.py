@@ -86,10 +86,12 @@ def gemm_compute_ns(w: Workload, spec: GPUSpec, rate: np.ndarray, ta: np.ndarray
 
 
 def target_tiles(w: Workload, spec: GPUSpec, cal: Calibration, source: GPUSpec | None,
-                 rate: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                 rate: np.ndarray | None = None, rule_of: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """GEMM tile per kernel on ``spec``: the named tile when the kernel ran on the same
     architecture, else the architecture's policy from calibration: a fixed tile, or
-    ([0, 0]) the candidate tile with the least modelled compute time."""
+    ([0, 0]) the candidate tile with the least modelled compute time. ``rule_of``: on the paths where that architecture has no policy fitted on its own data,
+    apply its (borrowed or least-time) rule on ``spec`` instead of the named tiles or
+    ``spec``'s policy (the source side of ``ScaledModel``)."""
     ta = w.tile_a.copy()
     tb = w.tile_b.copy()
     keep_named = source is not None and source.arch == spec.arch
@@ -97,9 +99,12 @@ def target_tiles(w: Workload, spec: GPUSpec, cal: Calibration, source: GPUSpec |
     area = cal.globals.min_tile_area
     for tensor in (False, True):
         for bat in (False, True):
-            a, b = cal.tile(spec.arch, tile_key(tensor, bat))
+            key = tile_key(tensor, bat)
+            foreign = rule_of is not None and not cal.has_tile_policy(rule_of, key)
+            arch = rule_of if foreign and rule_of else spec.arch
+            a, b = cal.tile(arch, key)
             sel = (w.tensor == tensor) & (batched == bat)
-            if keep_named:
+            if keep_named and not foreign:
                 sel &= ta <= 0
             if not sel.any():
                 continue
@@ -114,7 +119,7 @@ def target_tiles(w: Workload, spec: GPUSpec, cal: Calibration, source: GPUSpec |
             r = np.ones(len(idx)) if rate is None else rate[idx]
             # policy (0, A): the least-time candidate among tiles of at least A outputs;
             # (-1, 0): the least-time tile among those the arch's library was seen to use
-            menu = cal.tile_menu(spec.arch, tile_key(tensor, bat)) if a < 0 else []
+            menu = cal.tile_menu(arch, key) if a < 0 else []
             allowed = menu or [c for c in TILE_CANDIDATES if c[0] * c[1] >= b] or [TILE_CANDIDATES[-1]]
             times = np.stack([gemm_compute_ns(sub, spec, r, np.full(len(idx), float(ca)),
                                               np.full(len(idx), float(cb)), area,

@@ -219,12 +219,21 @@ async def test_three_configs_two_replicas_local_backend(s3_server: Any, nats_url
             assert c["steps"][0]["kind"] == "prefill" and c["steps"][1]["kind"] == "decode"
             assert c["top_kernels"][0]["regime"] in ("compute", "memory", "latency", "launch")
             assert "gemm" in c["families"] and c["spec_hash"] and c["model"]
+            # how far to trust it: the H200 has no calibration data, so every kernel is flagged
+            calibrated = c["config"] != "SM90_H200"
+            assert c["accuracy"]["target_calibrated"] is calibrated and c["accuracy"]["basis"]
+            if not calibrated:
+                assert c["extrapolated"] == c["kernel_count"] > 0
+                assert c["extrapolation"]["target GPU not calibrated for this measurement kind"] == c["kernel_count"]
         csv_text = await get(stack.base, f"/api/runs/{run_id}/results?format=csv")
         assert len(csv_text.strip().splitlines()) == 7
         sim_id = detail["sims"][0]["id"]
         page = await get(stack.base, f"/api/runs/{run_id}/results/{sim_id}/kernels?offset=10&limit=5")
         assert page["total"] == trace.kernels_total and len(page["kernels"]) == 5
         assert page["kernels"][0]["kernel_id"] == 11 and page["kernels"][0]["predicted_ns"] > 0
+        h200 = next(s["id"] for s in detail["sims"] if s["config"] == "SM90_H200")
+        flagged = await get(stack.base, f"/api/runs/{run_id}/results/{h200}/kernels?limit=50")
+        assert all(k["extrapolation"] & 1 for k in flagged["kernels"])  # target not calibrated
 
         # resume: replaying from the middle gives exactly the later events
         mid = events[len(events) // 2]["id"]

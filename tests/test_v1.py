@@ -22,6 +22,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from cascade import subjects
 from cascade.bus import Bus
+from cascade.calibration import load_calibration
+from cascade.calibration.accuracy import expected_accuracy
 from cascade.results import SimResult, build_result, kernels_with_predictions, write_result
 from cascade.samples import load_sample
 from cascade.settings import Settings
@@ -55,6 +57,7 @@ async def make_finished_sim(bus: Bus, storage: Storage, *, config: str = "SM90_H
     sim_id = f"{run_id}-{config.lower()}-r0"
     table = load_sample().synthetic_table
     n = len(table)
+    cal = load_calibration()
     predicted = table["duration_ns"].astype(float)
     start = table["start_ns"].astype(float)
     end = start + predicted
@@ -63,7 +66,9 @@ async def make_finished_sim(bus: Bus, storage: Storage, *, config: str = "SM90_H
     result = build_result(
         run_id=run_id, sim_id=sim_id, trace_id=trace_id, config=config, replica=0, model="scaled",
         spec_id=config, spec_hash="test", table=table, predicted_ns=predicted, regime=regime,
-        start_ns=start, end_ns=end, predicted_e2e_ns=e2e, created_at=time.time())
+        start_ns=start, end_ns=end, predicted_e2e_ns=e2e, created_at=time.time(),
+        source_spec_id="SM90_H100", calibration=f"{cal.id}@{cal.version}",
+        accuracy=expected_accuracy(cal, "SM90_H100", config, "kernel"))
     key = await write_result(storage, result, kernels_with_predictions(table, predicted, regime, start, end))
     now = time.time()
     traces = await bus.kv(subjects.KV_TRACES)
@@ -203,6 +208,13 @@ async def test_completion_with_token_ids_is_exact_and_calibrated(client: TestCli
     assert c["config"] == finished.config and c["sim"] == finished.sim_id
     assert c["calibration_range"]["prefill_tokens_min"] == 6
     assert (c["calibration_range"]["decode_context_min"], c["calibration_range"]["decode_context_max"]) == (7, 37)
+    # and which kernel model, spec and calibration timed the sim, with their measured accuracy
+    k = c["kernels"]
+    assert k["model"] == finished.result.model and k["spec_hash"] == finished.result.spec_hash
+    assert k["calibration"] == finished.result.calibration and k["calibration"].startswith("cascade-default@")
+    assert k["kernel_count"] == finished.result.kernel_count > 0
+    assert k["accuracy"]["mape_pct"] == 0.0 and "measured durations kept" in k["accuracy"]["basis"]
+    assert k["extrapolated"] == finished.result.extrapolated
     # the fit reproduces the simulated steps it was calibrated on
     prefill = _step_ms(finished.result, "prefill")
     decode = _step_ms(finished.result, "decode")

@@ -25,7 +25,7 @@ from aiohttp import web
 from cascade import subjects
 from cascade.errors import CascadeError, ConflictError, NotFoundError, ValidationError
 from cascade.log import get_logger
-from cascade.results import read_kernels, read_result, steps_to_records
+from cascade.results import SimResult, read_kernels, read_result, steps_to_records
 from cascade.state import RunRecord, SimRecord, TraceRecord
 from cascade.stepmodels import (
     SimStepModel,
@@ -298,12 +298,23 @@ class SimModels:
         trace = await self._trace(entry.trace_id)
         workload = " ".join(x for x in (trace.workload, trace.name) if x) if trace else ""
 
+        read: list[SimResult] = []
+
+        async def result() -> SimResult:
+            if not read:
+                read.append(await read_result(self.storage, entry.sim.run_id, entry.sim.id))
+            return read[0]
+
         async def records() -> list[Any]:
-            result = await read_result(self.storage, entry.sim.run_id, entry.sim.id)
-            return steps_to_records(result)
+            return steps_to_records(await result())
 
         stored = await load_or_fit(self.storage, sim=entry.sim, trace_id=entry.trace_id,
                                    workload=workload, records=records)
+        try:
+            kernels = kernel_provenance(await result())
+        except CascadeError as exc:
+            log.warning("no kernel-model provenance", sim_id=entry.sim.id, error=str(exc))
+            kernels = {}
         extrapolator = None
         if self.predictor is not None:
             try:
@@ -316,12 +327,22 @@ class SimModels:
                 extrapolator = kernel_extrapolator(table, predict)
             except CascadeError as exc:
                 log.warning("no kernel-model extrapolation", sim_id=entry.sim.id, error=str(exc))
-        return SimStepModel(stored=stored, extrapolator=extrapolator)
+        return SimStepModel(stored=stored, extrapolator=extrapolator, kernels=kernels)
 
     async def _trace(self, trace_id: str) -> TraceRecord | None:
         kv = await self.bus.kv(subjects.KV_TRACES)
         entry = await kv.get(subjects.kv_key(trace_id), TraceRecord)
         return entry.value if entry else None
+
+
+def kernel_provenance(result: SimResult) -> dict[str, Any]:
+    """How a sim's kernel times were predicted (model, spec, calibration, expected accuracy,
+    extrapolated kernels): the ``kernels`` of a /v1 answer's ``cascade`` object."""
+    return {"model": result.model, "spec_id": result.spec_id, "spec_hash": result.spec_hash,
+            "source_spec_id": result.source_spec_id, "calibration": result.calibration,
+            "accuracy": msgspec.to_builtins(result.accuracy) if result.accuracy else None,
+            "extrapolated": result.extrapolated, "kernel_count": result.kernel_count,
+            "extrapolation": dict(result.extrapolation)}
 
 
 SIM_MODELS = web.AppKey("sim_models", SimModels)

@@ -63,6 +63,8 @@ class ChunkOutput:
     extrapolated: int
     reasons: dict[str, int]
     """Kernels per extrapolation reason in this chunk."""
+    flags: np.ndarray
+    """Per-kernel extrapolation bits (0 where the model flags nothing)."""
     provenance: Any
 
 
@@ -120,6 +122,7 @@ def predict_chunk(part: KernelTable, inputs: SimulationInputs, model: str) -> Ch
         predicted_ns=pred.predicted_ns, regime=_REGIME_NAMES[pred.regime.astype(np.int64)],
         models=Counter(names), extrapolated=int(pred.extrapolated.sum()),
         reasons=pred.extrapolation_reasons, provenance=pred.provenance,
+        flags=pred.flags if pred.flags is not None else np.zeros(len(part), dtype=np.int8),
     )
 
 

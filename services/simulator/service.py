@@ -316,6 +316,7 @@ class SimulatorService:
         predicted = np.zeros(n, dtype=np.float64)
         regime = np.empty(n, dtype=object)
         regime[:] = ""
+        flags = np.zeros(n, dtype=np.int8)
         deadline = t0 + self.settings.sim_timeout_s
         last_progress = 0.0
         last_percent = -1
@@ -346,6 +347,7 @@ class SimulatorService:
             regime[done:stop] = out.regime
             extrapolated += out.extrapolated
             reasons.update(out.reasons)
+            flags[done:stop] = out.flags
             provenance = out.provenance
             done = stop
             now = time.perf_counter()
@@ -376,7 +378,7 @@ class SimulatorService:
             accuracy=getattr(provenance, "accuracy", None), wall_s=wall, attempt=attempt, worker=self.worker,
             created_at=time.time(),
         )
-        kernels = kernels_with_predictions(table, predicted, regime, replay.start_ns, replay.end_ns)
+        kernels = kernels_with_predictions(table, predicted, regime, replay.start_ns, replay.end_ns, flags)
         key = await write_result(self.storage, result, kernels)
         await self._publish(job, "completed", SimCompleted(
             sim_id=job.sim_id, run_id=job.run_id, result_key=key, simulated_ns=result.gpu_busy_ns,

@@ -8,7 +8,8 @@ that redoes the work overwrites them with the same content):
   end-to-end and per-step predictions, baseline and error, top kernels,
   totals by kernel family and the provenance (model, spec, calibration).
 - ``results/{run}/{sim}/kernels.npz``: the bundle's :class:`KernelTable` plus
-  the columns ``predicted_ns``, ``regime``, ``pred_start_ns``, ``pred_end_ns``.
+  the columns ``predicted_ns``, ``regime``, ``pred_start_ns``, ``pred_end_ns`` and
+  ``extrapolation`` (per-kernel bits, see :func:`kernels_with_predictions`).
 
 :func:`build_result` is pure (numpy in, Struct out); :func:`write_result`,
 :func:`read_result` and :func:`read_kernels` do the S3 I/O.
@@ -30,7 +31,7 @@ from cascade.kerneltable import KernelTable
 RESULT_FILE = "result.json"
 KERNELS_FILE = "kernels.npz"
 #: Extra columns a result's kernel table carries beside the bundle's columns.
-PREDICTION_COLUMNS: tuple[str, ...] = ("predicted_ns", "regime", "pred_start_ns", "pred_end_ns")
+PREDICTION_COLUMNS: tuple[str, ...] = ("predicted_ns", "regime", "pred_start_ns", "pred_end_ns", "extrapolation")
 #: Top kernels kept in a result.
 TOP_KERNELS = 20
 
@@ -354,14 +355,18 @@ def build_result(
 
 def kernels_with_predictions(
     table: KernelTable, predicted_ns: np.ndarray, regime: np.ndarray,
-    start_ns: np.ndarray, end_ns: np.ndarray,
+    start_ns: np.ndarray, end_ns: np.ndarray, flags: np.ndarray | None = None,
 ) -> KernelTable:
-    """The bundle's table plus the prediction columns (what ``kernels.npz`` holds)."""
+    """The bundle's table plus the prediction columns (what ``kernels.npz`` holds);
+    ``extrapolation`` holds each kernel's extrapolation bits
+    (:data:`cascade.engine.perf.EXTRAPOLATION_REASONS`, 0 = inside the calibration)."""
     cols = dict(table.as_dict())
     cols["predicted_ns"] = np.asarray(predicted_ns, dtype=np.float64)
     cols["regime"] = np.asarray(regime, dtype=object)
     cols["pred_start_ns"] = np.asarray(start_ns, dtype=np.float64)
     cols["pred_end_ns"] = np.asarray(end_ns, dtype=np.float64)
+    cols["extrapolation"] = (np.zeros(len(table), dtype=np.int8) if flags is None
+                             else np.asarray(flags, dtype=np.int8))
     return KernelTable(cols, n=len(table))
 
 

@@ -249,6 +249,10 @@ class SimStepModel:
     answers: dict[Any, Any] = field(default_factory=dict)
     """Callers' memo of encoded answers per request shape (the api's /v1 fragments); it lives
     as long as this fitted model, so a refit sim starts with an empty one."""
+    kernels: dict[str, Any] = field(default_factory=dict)
+    """How the sim's kernel times were predicted: ``model``, ``calibration``, ``spec_hash``,
+    ``accuracy`` (expected kernel MAPE and its basis), ``extrapolated`` kernels of
+    ``kernel_count`` (from its SimResult; empty when that could not be read)."""
 
     @property
     def model(self) -> StepTimeModel:

@@ -567,7 +567,7 @@ def _num(v: float | None) -> str:
 
 
 KERNEL_COLUMNS = ("kernel_id", "name", "stream", "step", "step_kind", "op", "dtype", "duration_ns",
-                  "predicted_ns", "regime", "pred_start_ns", "pred_end_ns")
+                  "predicted_ns", "regime", "pred_start_ns", "pred_end_ns", "extrapolation")
 
 
 @routes.get("/api/runs/{run_id}/results/{sim_id}/kernels")
@@ -575,7 +575,9 @@ KERNEL_COLUMNS = ("kernel_id", "name", "stream", "step", "step_kind", "op", "dty
                             "format": "json (default) or csv"},
      responses={404: "no such run, sim or result"})
 async def sim_kernels(request: web.Request) -> web.Response:
-    """One sim's per-kernel predictions, paged (source and predicted ns, regime, start/end)."""
+    """One sim's per-kernel predictions, paged (source and predicted ns, regime, start/end,
+    extrapolation bits: 1 target / 2 source GPU not calibrated, 4 GEMM shape outside the
+    calibration data, 8 launch/roofline bound only; empty for results that predate them)."""
     run = await _run(request, request.match_info["run_id"])
     sim_id = request.match_info["sim_id"]
     if sim_id not in run.sim_ids:

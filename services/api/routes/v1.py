@@ -12,8 +12,9 @@
     request is alone on an idle replica);
   - ``cascade``: ``config``, ``sim``, ``run``, ``trace``, ``extrapolated``,
     ``extrapolation`` (dimension -> ``{value, low, high, beyond, ratio}``),
-    ``calibration_range``, ``prompt_tokens_approximate``, ``method`` ('fit' or
-    'kernel-model'), ``token_budget``.
+    ``calibration_range``, ``kernels`` (how the sim's kernel times were predicted: model,
+    spec, calibration, expected kernel MAPE and its basis, extrapolated kernels),
+    ``prompt_tokens_approximate``, ``method`` ('fit' or 'kernel-model'), ``token_budget``.
 
   Prompt tokens are exact for token-id prompts. Text is counted with the tokenizer
   named by ``CASCADE_TOKENIZER`` (a ``tokenizer.json`` path, via the ``tokenizers``
@@ -319,13 +320,14 @@ def metrics_of(est: RequestEstimate) -> dict[str, Any]:
             "e2e_ms": est.e2e_ms, "queue_ms": est.queue_ms}
 
 
-def cascade_of(entry: ModelEntry, est: RequestEstimate, calibration: Any, approximate: bool,
+def cascade_of(entry: ModelEntry, est: RequestEstimate, sm: SimStepModel, approximate: bool,
                token_budget: int) -> dict[str, Any]:
     """The ``cascade`` object of one estimate."""
     return {"config": entry.config, "sim": entry.sim.id, "run": entry.run.id,
             "trace": entry.trace_id, "extrapolated": est.extrapolated,
             "extrapolation": msgspec.to_builtins(est.extrapolation),
-            "calibration_range": msgspec.to_builtins(calibration),
+            "calibration_range": msgspec.to_builtins(sm.calibration),
+            "kernels": sm.kernels,
             "prompt_tokens_approximate": approximate, "method": est.method,
             "prefill_steps": est.prefill_steps, "token_budget": token_budget,
             "idle_replica": True}
@@ -367,7 +369,7 @@ def _fragments(entry: ModelEntry, sm: SimStepModel, est: RequestEstimate, approx
     if hit is not None and hit[0] is est:
         return hit[1], hit[2]
     metrics = msgspec.Raw(_ENCODER.encode(metrics_of(est)))
-    extra = msgspec.Raw(_ENCODER.encode(cascade_of(entry, est, sm.calibration, approximate,
+    extra = msgspec.Raw(_ENCODER.encode(cascade_of(entry, est, sm, approximate,
                                                    token_budget)))
     if len(memo) >= FRAGMENT_MEMO:
         memo.pop(next(iter(memo)))
@@ -390,7 +392,7 @@ async def _answer(request: web.Request, req: _Common, prompt_counts: list[int], 
     if req.stream:
         if len(ests) != 1:
             raise OpenAIError(400, "stream: true takes a single prompt", param="prompt")
-        extra = cascade_of(entry, ests[0], sm.calibration, approximate, req.cascade_token_budget)
+        extra = cascade_of(entry, ests[0], sm, approximate, req.cascade_token_budget)
         return await _stream(request, req, rid, created, entry.id, ests[0], extra, chat,
                              approximate)
     frags = [_fragments(entry, sm, e, approximate, req.cascade_token_budget) for e in ests]

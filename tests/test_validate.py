@@ -16,7 +16,7 @@ from cascade.calibration.fit import compass_search, heldout_mask
 from cascade.engine.io import load_kernel_table
 from cascade.engine.measured import discover, load_neusight, load_vidur, pairs
 from cascade.engine.validation import evaluate
-from cascade.errors import TraceFormatError, UnknownGPUError
+from cascade.errors import TraceFormatError, UnknownGPUError, ValidationError
 from cascade.gpus import default_registry
 from cascade.kerneltable import CSV_HEADER
 
@@ -488,3 +488,23 @@ def test_cli_predict_applies_the_targets_residual_grid_unless_told_not_to(tmp_pa
         return float(proc.stdout.splitlines()[1].split(",")[-3])
 
     assert run() == pytest.approx(run("--no-residuals") * correction, rel=1e-3)
+
+
+def test_leave_largest_shapes_out_scores_only_gemms_above_the_quantile(small_data: Path, tmp_path: Path) -> None:
+    from cascade.calibration import extrapolate
+    from cascade.engine.measured import discover, pairs
+    from cascade.engine.workload import workload_of
+
+    sets = [s for s in discover(small_data, default_registry()) if s.kind == "neusight" and s.dataset == "bmm"]
+    rows = extrapolate.leave_largest_out(sets, quantile=0.75, evals=40)
+    scaled = [r for r in rows if r["model"] == "scaled" and r["family"] == "bmm"]
+    assert scaled and {r["left_out"] for r in scaled} == {"FLOPs > q0.75"}
+    flops = np.concatenate([np.nan_to_num(workload_of(p.source_table).flops) for p in pairs(sets)])
+    cut = np.quantile(flops[flops > 0], 0.75)
+    for r in scaled:  # each pair scores exactly its rows above the data set's cut
+        pair = next(p for p in pairs(sets) if (p.source.spec.id, p.target.spec.id) == (r["source"], r["target"]))
+        assert r["count"] == int(np.sum(np.nan_to_num(workload_of(pair.source_table).flops) > cut)) > 0
+        assert 0 < r["mape"] < 100
+    with pytest.raises(ValidationError, match="quantile"):
+        extrapolate.leave_largest_out(sets, quantile=1.5)
+    assert extrapolate.main(["--data", str(tmp_path), "--largest", "0.8"]) == 1

@@ -15,6 +15,7 @@ import msgspec
 import numpy as np
 
 from cascade.calibration import Calibration
+from cascade.calibration.accuracy import calibrated_in
 from cascade.engine import perf
 from cascade.engine.models import ModelContext, ModelOutput, _names
 from cascade.engine.workload import Workload
@@ -151,5 +152,6 @@ class AnalyticalModel:
             regime = np.where(missing, times.regime, regime).astype(np.int8)
         pred = np.maximum(pred, perf.roofline_ns(w, target))
         # instruction features carry no shape: only the target's own calibration matters
-        flags = perf.extrapolation_flags(w, target, None, ctx.calibration, cfg.measurement)
-        return ModelOutput(pred, regime, _names(len(w), self.name), flags & perf.TARGET_UNCALIBRATED)
+        fitted = calibrated_in(ctx.calibration, target.id, cfg.measurement)
+        flags = np.full(len(w), 0 if fitted else perf.TARGET_UNCALIBRATED, dtype=np.int8)
+        return ModelOutput(pred, regime, _names(len(w), self.name), flags, {self.name: len(w)})

@@ -44,6 +44,8 @@ class ModelOutput:
     flags: np.ndarray | None = None
     """Per-kernel extrapolation bits (:func:`cascade.engine.perf.extrapolation_flags`);
     None: the model flags nothing (``roofline`` is a bound, not a calibrated estimate)."""
+    counts: dict[str, int] | None = None
+    """Kernels per model in ``model`` (None: count them from ``model``)."""
 
 
 class KernelModel(Protocol):
@@ -238,11 +240,13 @@ class ScaledModel:
             pred = mt.total_ns * (t_src / ms.total_ns) ** alpha
         pred = np.where(np.isfinite(pred), pred, mt.total_ns)
         grid = cal.residual_table(cfg.measurement, target) if src.arch != target.arch else None
+        cells: dict[float, np.ndarray] = {}
         if grid is not None and cfg.residuals:
-            pred = pred * np.exp(grid.lookup(perf.residual_cells(w, grid.width)))
+            cells[grid.width] = perf.residual_cells(w, grid.width)
+            pred = pred * np.exp(grid.lookup(cells[grid.width]))
         pred = np.maximum(pred, perf.roofline_ns(w, target))
-        flags = perf.extrapolation_flags(w, target, src, cal, cfg.measurement)
-        return ModelOutput(pred, mt.regime, _names(len(w), self.name), flags)
+        flags = perf.extrapolation_flags(w, target, src, cal, cfg.measurement, cells)
+        return ModelOutput(pred, mt.regime, _names(len(w), self.name), flags, {self.name: len(w)})
 
 
 # ---- auto ------------------------------------------------------------------------------
@@ -267,6 +271,7 @@ class AutoModel:
         pred = np.full(n, np.nan)
         regime = np.zeros(n, dtype=np.int8)
         flags = np.zeros(n, dtype=np.int8)
+        counts: dict[str, int] = {}
         names = _names(n, "")
         use_scaled = np.zeros(n, dtype=bool)
         if ctx.source is not None:
@@ -282,17 +287,22 @@ class AutoModel:
             if not mask.any():
                 continue
             sub_ctx = ModelContext(ctx.source, ctx.calibration, sub_cfg, ctx.archs)
+            if mask.all():  # one model for every row: its output as it is
+                out = get_model(name).predict(table, w, target, sub_ctx)
+                whole = np.zeros(n, dtype=np.int8) if out.flags is None else out.flags
+                if name == "roofline":
+                    whole = whole | perf.BOUND_ONLY
+                return ModelOutput(out.predicted_ns, out.regime, out.model, whole, {name: n})
             idx = np.flatnonzero(mask)
-            whole = len(idx) == n
-            out = get_model(name).predict(table if whole else table.take(idx),
-                                          w if whole else _take_workload(w, idx), target, sub_ctx)
+            out = get_model(name).predict(table.take(idx), _take_workload(w, idx), target, sub_ctx)
             pred[idx] = out.predicted_ns
             regime[idx] = out.regime
             names[idx] = out.model
             flags[idx] = out.flags if out.flags is not None else 0
             if name == "roofline":
                 flags[idx] |= perf.BOUND_ONLY
-        return ModelOutput(pred, regime, names, flags)
+            counts[name] = len(idx)
+        return ModelOutput(pred, regime, names, flags, counts)
 
 
 def _take_workload(w: Workload, idx: np.ndarray) -> Workload:

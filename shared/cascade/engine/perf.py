@@ -136,13 +136,18 @@ def residual_cells(w: Workload, width: float) -> np.ndarray:
     """Cell key of each kernel in a :class:`cascade.calibration.ResidualTable` grid:
     (dtype code, tensor path) and log2(1 + batch, m, n, k) in cells of ``width`` octaves,
     packed into one int64 (6 bits per dimension; -1 for kernels that are not GEMMs)."""
+    out = np.full(len(w), -1, dtype=np.int64)
+    idx = np.flatnonzero(w.is_gemm)
+    if len(idx) == 0:
+        return out
     with np.errstate(invalid="ignore", divide="ignore"):
-        dims = [np.nan_to_num(getattr(w, f), nan=0.0) for f in ("batch", "m", "n", "k")]
-        key = w.dtype_code.astype(np.int64) * 2 + w.tensor.astype(np.int64)
-        for d in dims:
+        key = w.dtype_code[idx].astype(np.int64) * 2 + w.tensor[idx].astype(np.int64)
+        for f in ("batch", "m", "n", "k"):
+            d = np.nan_to_num(getattr(w, f)[idx], nan=0.0)
             b = np.floor(np.log2(1.0 + np.maximum(d, 0.0)) / width).astype(np.int64)
             key = key * 64 + np.clip(b, 0, 63)
-    return np.where(w.is_gemm, key, -1)
+    out[idx] = key
+    return out
 
 
 #: Why a kernel's prediction is extrapolated (bits of :func:`extrapolation_flags`).
@@ -156,12 +161,13 @@ TARGET_UNCALIBRATED, SOURCE_UNCALIBRATED, SHAPE_OUTSIDE, BOUND_ONLY = (b for b, 
 
 
 def extrapolation_flags(w: Workload, target: GPUSpec, source: GPUSpec | None, cal: Calibration,
-                        measurement: str) -> np.ndarray:
+                        measurement: str, cells: dict[float, np.ndarray] | None = None) -> np.ndarray:
     """Per kernel, a bit mask of :data:`EXTRAPOLATION_REASONS` (0: inside what the calibration
     was fitted on). A prediction on the source GPU itself has none (measured times are kept).
     A GEMM is outside the calibration's shapes when neither GPU's shape-residual grid of the
     measurement kind has a cell (>= ``min_rows`` fit rows) for it; a kind without grids on
-    either GPU cannot say, and sets no shape bit."""
+    either GPU cannot say, and sets no shape bit. ``cells``: :func:`residual_cells` already
+    computed, by grid width (filled in as computed)."""
     from cascade.calibration.accuracy import calibrated_in
 
     n = len(w)
@@ -175,13 +181,15 @@ def extrapolation_flags(w: Workload, target: GPUSpec, source: GPUSpec | None, ca
     grids = [g for g in (cal.residual_table(measurement, target),
                          cal.residual_table(measurement, source) if source is not None else None)
              if g is not None and g.keys]
+    cells = {} if cells is None else cells
     if grids and w.is_gemm.any():
         covered = np.zeros(n, dtype=bool)
         for g in grids:
-            cells = residual_cells(w, g.width)
+            if g.width not in cells:
+                cells[g.width] = residual_cells(w, g.width)
             keys = np.asarray(g.keys, dtype=np.int64)
-            idx = np.clip(np.searchsorted(keys, cells), 0, len(keys) - 1)
-            covered |= keys[idx] == cells
+            idx = np.clip(np.searchsorted(keys, cells[g.width]), 0, len(keys) - 1)
+            covered |= keys[idx] == cells[g.width]
         flags |= np.where(w.is_gemm & ~covered, SHAPE_OUTSIDE, 0).astype(np.int8)
     return flags
 

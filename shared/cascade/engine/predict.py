@@ -11,7 +11,7 @@ import numpy as np
 
 from cascade.calibration import Calibration, load_calibration
 from cascade.calibration.accuracy import AccuracyEstimate, expected_accuracy
-from cascade.engine.models import ModelContext, get_model
+from cascade.engine.models import ModelContext, ModelOutput, get_model
 from cascade.engine.perf import BOUND_ONLY, REGIMES, TARGET_UNCALIBRATED, describe_flags
 from cascade.engine.workload import Workload, workload_of
 from cascade.gpus.registry import GPURegistry, default_registry
@@ -111,7 +111,7 @@ def predict_many(
     for t in targets:
         spec = _spec(reg, t)
         res = impl.predict(table, w, spec, ctx)
-        acc = _accuracy(cal, src.id if src else None, spec.id, measurement, model, res.model, res.flags)
+        acc = _accuracy(cal, src.id if src else None, spec.id, measurement, model, res)
         prov = Provenance(
             model=model, spec_id=spec.id, spec_hash=spec.spec_hash(),
             source_id=src.id if src else "", source_hash=src.spec_hash() if src else "",
@@ -124,24 +124,31 @@ def predict_many(
 
 
 def _accuracy(cal: Calibration, source_id: str | None, target_id: str, measurement: str, model: str,
-              used: np.ndarray, flags: np.ndarray | None) -> AccuracyEstimate:
+              res: ModelOutput) -> AccuracyEstimate:
     """The measured accuracy of the model that actually predicted the kernels: ``auto``
-    reads the figure of the model behind its rows (kernels it could only bound are
-    flagged, not counted); a mix says for how many kernels the figure holds."""
+    reads the figure of the model behind most of its rows (kernels it could only bound,
+    by ``roofline``, are flagged, not counted); a mix says for how many kernels it holds."""
     if model != "auto":
         return expected_accuracy(cal, source_id, target_id, measurement, model)
-    counted = np.ones(len(used), dtype=bool) if flags is None else (flags & BOUND_ONLY) == 0
-    names, counts = np.unique(used[counted].astype(str), return_counts=True)
-    if len(names) == 0:
+    if res.counts is not None:
+        counts = dict(res.counts)
+    else:
+        names, n = np.unique(res.model.astype(str), return_counts=True)
+        counts = {str(k): int(v) for k, v in zip(names, n, strict=True)}
+    counts = {k: v for k, v in counts.items() if v and k != "roofline"}
+    if not counts:
         return expected_accuracy(cal, source_id, target_id, measurement, "roofline")
-    main = str(names[int(np.argmax(counts))])
+    main = max(counts, key=lambda k: counts[k])
     est = expected_accuracy(cal, source_id, target_id, measurement, main)
-    target_fitted = not np.any(flags[counted] & TARGET_UNCALIBRATED) if flags is not None else est.target_calibrated
-    if target_fitted != est.target_calibrated:  # judged by the measurement kind its rows' model used
-        est = msgspec.structs.replace(est, target_calibrated=bool(target_fitted))
-    if len(names) > 1:
-        others = ", ".join(f"{int(c)} by {n}" for n, c in zip(names, counts, strict=True) if n != main)
-        est = msgspec.structs.replace(est, basis=f"{est.basis}; for the {int(counts.max())} kernels "
+    flags = res.flags
+    if flags is not None:  # judged by the measurement kind its rows' model used
+        counted = (flags & BOUND_ONLY) == 0
+        target_fitted = not np.any(flags[counted] & TARGET_UNCALIBRATED)
+        if target_fitted != est.target_calibrated:
+            est = msgspec.structs.replace(est, target_calibrated=target_fitted)
+    if len(counts) > 1:
+        others = ", ".join(f"{v} by {k}" for k, v in sorted(counts.items()) if k != main)
+        est = msgspec.structs.replace(est, basis=f"{est.basis}; for the {counts[main]} kernels "
                                                  f"predicted by {main} ({others})")
     return est
 

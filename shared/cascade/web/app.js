@@ -90,7 +90,7 @@ function renderSims() {
 function expectedError(c) {
   const a = c.accuracy;
   if (!a) return "-";
-  const text = a.mape_pct != null ? `±${a.mape_pct.toFixed(1)}% MAPE` : "not measured";
+  const text = a.mape_pct != null ? `${a.mape_pct.toFixed(1)}% MAPE` : "not measured";
   const calib = a.target_calibrated ? "" : ' <span class="counterfactual">uncalibrated GPU</span>';
   return `<span class="accuracy" title="${esc(a.basis || "")}">${text}</span>${calib}`;
 }

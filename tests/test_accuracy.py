@@ -119,6 +119,7 @@ def test_extrapolation_flags_name_each_reason() -> None:
     assert grid is not None
     cells = residual_cells(w, grid.width)
     assert cells[0] in grid.keys and cells[1] not in grid.keys  # the premise of this test
+    assert list(grid.covers(cells)) == [True, False, False, False]
     flags = extrapolation_flags(w, h100, a100, cal, "kernel")
     assert list(flags) == [0, SHAPE_OUTSIDE, 0, 0]  # non-GEMM kernels have no shape cell
     assert not extrapolation_flags(w, a100, a100, cal, "kernel").any()  # its own measured times

@@ -107,13 +107,24 @@ class ResidualTable(msgspec.Struct, frozen=True, kw_only=True):
     rows: list[int] = []
     """Fit rows per cell."""
 
+    def _find(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(index into ``keys``, whether that key is the cell) per cell key."""
+        keys = np.asarray(self.keys, dtype=np.int64)
+        idx = np.clip(np.searchsorted(keys, cells), 0, len(keys) - 1)
+        return idx, keys[idx] == cells
+
     def lookup(self, cells: np.ndarray) -> np.ndarray:
         """Log-ratio per cell key (0 where the grid has no such cell)."""
         if not self.keys:
             return np.zeros(len(cells))
-        keys = np.asarray(self.keys, dtype=np.int64)
-        idx = np.clip(np.searchsorted(keys, cells), 0, len(keys) - 1)
-        return np.where(keys[idx] == cells, np.asarray(self.values)[idx], 0.0)
+        idx, found = self._find(cells)
+        return np.where(found, np.asarray(self.values)[idx], 0.0)
+
+    def covers(self, cells: np.ndarray) -> np.ndarray:
+        """Per cell key: whether the grid has that cell (enough fit rows there)."""
+        if not self.keys:
+            return np.zeros(len(cells), dtype=bool)
+        return self._find(cells)[1]
 
 
 class Calibration(msgspec.Struct, frozen=True, kw_only=True):

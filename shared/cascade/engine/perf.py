@@ -89,9 +89,10 @@ def target_tiles(w: Workload, spec: GPUSpec, cal: Calibration, source: GPUSpec |
                  rate: np.ndarray | None = None, rule_of: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """GEMM tile per kernel on ``spec``: the named tile when the kernel ran on the same
     architecture, else the architecture's policy from calibration: a fixed tile, or
-    ([0, 0]) the candidate tile with the least modelled compute time. ``rule_of``: on the paths where that architecture has no policy fitted on its own data,
-    apply its (borrowed or least-time) rule on ``spec`` instead of the named tiles or
-    ``spec``'s policy (the source side of ``ScaledModel``)."""
+    ([0, 0]) the candidate tile with the least modelled compute time. ``rule_of``: on the
+    paths where that architecture has no policy fitted on its own data, apply its (borrowed
+    or least-time) rule on ``spec`` instead of the named tiles or ``spec``'s policy (the
+    source side of ``ScaledModel``)."""
     ta = w.tile_a.copy()
     tb = w.tile_b.copy()
     keep_named = source is not None and source.arch == spec.arch
@@ -187,9 +188,7 @@ def extrapolation_flags(w: Workload, target: GPUSpec, source: GPUSpec | None, ca
         for g in grids:
             if g.width not in cells:
                 cells[g.width] = residual_cells(w, g.width)
-            keys = np.asarray(g.keys, dtype=np.int64)
-            idx = np.clip(np.searchsorted(keys, cells[g.width]), 0, len(keys) - 1)
-            covered |= keys[idx] == cells[g.width]
+            covered |= g.covers(cells[g.width])
         flags |= np.where(w.is_gemm & ~covered, SHAPE_OUTSIDE, 0).astype(np.int8)
     return flags
 

@@ -9,6 +9,7 @@ the whole timeline with the predicted durations (:func:`replay_timeline`).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,16 @@ class SimulationInputs:
     def model_label(self, provenance: Any) -> str:
         """The model name recorded in the result."""
         return str(getattr(provenance, "model", "") or "auto")
+
+    def accuracy(self, provenance: Any, used: Mapping[str, int], flags: np.ndarray) -> Any:
+        """The expected accuracy of the whole sim (its chunks' models and flags together)."""
+        if provenance is None:
+            return None
+        from cascade.calibration import load_calibration
+        from cascade.engine.predict import accuracy_of
+
+        return accuracy_of(load_calibration(), self.source.id if self.source else None, self.target.id,
+                           provenance.measurement, provenance.model, used, flags)
 
     def calibration_label(self, provenance: Any) -> str:
         """``calibration_id@version`` of the prediction (empty when unknown)."""

@@ -324,6 +324,7 @@ class SimulatorService:
         provenance: Any = None
         extrapolated = 0
         reasons: Counter[str] = Counter()
+        used: Counter[str] = Counter()
         sim_start = time.perf_counter()
 
         async def progress(done: int) -> None:
@@ -347,6 +348,7 @@ class SimulatorService:
             regime[done:stop] = out.regime
             extrapolated += out.extrapolated
             reasons.update(out.reasons)
+            used.update(out.models)
             flags[done:stop] = out.flags
             provenance = out.provenance
             done = stop
@@ -375,7 +377,7 @@ class SimulatorService:
             predicted_e2e_ns=replay.e2e_ns, steps=replay.steps,
             baseline_e2e_ns=inputs.baseline_e2e_ns, source_e2e_ns=inputs.source_e2e_ns,
             extrapolated=extrapolated, extrapolation=dict(reasons),
-            accuracy=getattr(provenance, "accuracy", None), wall_s=wall, attempt=attempt, worker=self.worker,
+            accuracy=inputs.accuracy(provenance, used, flags), wall_s=wall, attempt=attempt, worker=self.worker,
             created_at=time.time(),
         )
         kernels = kernels_with_predictions(table, predicted, regime, replay.start_ns, replay.end_ns, flags)

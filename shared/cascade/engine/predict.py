@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,30 +125,35 @@ def predict_many(
 
 def _accuracy(cal: Calibration, source_id: str | None, target_id: str, measurement: str, model: str,
               res: ModelOutput) -> AccuracyEstimate:
-    """The measured accuracy of the model that actually predicted the kernels: ``auto``
-    reads the figure of the model behind most of its rows (kernels it could only bound,
-    by ``roofline``, are flagged, not counted); a mix says for how many kernels it holds."""
-    if model != "auto":
-        return expected_accuracy(cal, source_id, target_id, measurement, model)
     if res.counts is not None:
         counts = dict(res.counts)
     else:
         names, n = np.unique(res.model.astype(str), return_counts=True)
         counts = {str(k): int(v) for k, v in zip(names, n, strict=True)}
-    counts = {k: v for k, v in counts.items() if v and k != "roofline"}
-    if not counts:
+    return accuracy_of(cal, source_id, target_id, measurement, model, counts, res.flags)
+
+
+def accuracy_of(cal: Calibration, source_id: str | None, target_id: str, measurement: str, model: str,
+                counts: Mapping[str, int], flags: np.ndarray | None) -> AccuracyEstimate:
+    """The measured accuracy of the model that actually predicted the kernels (``counts``:
+    kernels per model that predicted them; ``flags``: their extrapolation bits): ``auto``
+    reads the figure of the model behind most of its rows (kernels it could only bound,
+    by ``roofline``, are flagged, not counted); a mix says for how many kernels it holds."""
+    if model != "auto":
+        return expected_accuracy(cal, source_id, target_id, measurement, model)
+    used = {k: int(v) for k, v in counts.items() if v and k != "roofline"}
+    if not used:
         return expected_accuracy(cal, source_id, target_id, measurement, "roofline")
-    main = max(counts, key=lambda k: counts[k])
+    main = max(used, key=lambda k: used[k])
     est = expected_accuracy(cal, source_id, target_id, measurement, main)
-    flags = res.flags
     if flags is not None:  # judged by the measurement kind its rows' model used
         counted = (flags & BOUND_ONLY) == 0
         target_fitted = not np.any(flags[counted] & TARGET_UNCALIBRATED)
         if target_fitted != est.target_calibrated:
             est = msgspec.structs.replace(est, target_calibrated=target_fitted)
-    if len(counts) > 1:
-        others = ", ".join(f"{v} by {k}" for k, v in sorted(counts.items()) if k != main)
-        est = msgspec.structs.replace(est, basis=f"{est.basis}; for the {counts[main]} kernels "
+    if len(used) > 1:
+        others = ", ".join(f"{v} by {k}" for k, v in sorted(used.items()) if k != main)
+        est = msgspec.structs.replace(est, basis=f"{est.basis}; for the {used[main]} kernels "
                                                  f"predicted by {main} ({others})")
     return est
 

@@ -182,3 +182,17 @@ def test_auto_reports_the_accuracy_of_the_model_behind_its_rows() -> None:
     scaled_only = predict(KernelTable.from_rows([timed]), "SM90_H100", source="SM80_A100")
     assert mixed.provenance.accuracy.mape_pct == scaled_only.provenance.accuracy.mape_pct
     assert mixed.provenance.accuracy.basis.endswith("for the 2 kernels predicted by scaled (1 by analytical)")
+
+
+def test_empty_table_and_explicit_models_keep_provenance_and_flags_consistent() -> None:
+    empty = predict_many(KernelTable.from_rows([]), ["SM90_H100", "SM90_H200"], source="SM80_A100")
+    assert all(len(p.predicted_ns) == 0 and not p.extrapolated.any() for p in empty)
+    assert empty[1].provenance.accuracy.basis  # still says which figure would apply
+    # analytical times kernels on the device: its calibration check is the spec's own fit,
+    # and the provenance agrees with the per-kernel flags (the V100 was fitted on NeuSight data)
+    rows = [{"name": "k", "op": "linear", "dtype": "fp32", "m": 512, "n": 512, "k": 512}]
+    v100 = predict(KernelTable.from_rows(rows), "SM70_V100_PCIE_32GB", model="analytical")
+    assert v100.provenance.measurement == "device"
+    assert v100.provenance.accuracy.target_calibrated and not v100.extrapolated.any()
+    h200 = predict(KernelTable.from_rows(rows), "SM90_H200", model="analytical")
+    assert not h200.provenance.accuracy.target_calibrated and h200.extrapolated.all()

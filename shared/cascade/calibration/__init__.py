@@ -289,11 +289,16 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
             value = self.floors_ns.get(kind.split("-", 1)[0], {}).get(spec.id)
         return float(value) if value is not None else None
 
+    def _own_tile(self, arch: str, key: str) -> list[int] | None:
+        """The arch's own fitted tile policy for a path key (or its base key ``simt`` for
+        ``simt_batched``), if any."""
+        own = self.tiles.get(arch, {})
+        return own.get(key) or own.get(key.split("_")[0]) or None
+
     def has_tile_policy(self, arch: str, key: str) -> bool:
         """Whether the arch has a GEMM tile policy for a path fitted on its own data (not
         borrowed from a kernel-family peer, not the least-time default)."""
-        own = self.tiles.get(arch, {})
-        return bool(own.get(key) or own.get(key.split("_")[0]))
+        return self._own_tile(arch, key) is not None
 
     def tile(self, arch: str, key: str) -> tuple[int, int]:
         """Typical GEMM tile for an arch and path key, as fitted on that architecture's data.
@@ -303,8 +308,7 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
         family's; otherwise (0, 0) -- the candidate tile with the least modelled time on the
         target (a different kernel family's choices do not carry over: leave-one-GPU-out error
         is lower with the physical choice than with a neighbour's)."""
-        own = self.tiles.get(arch, {})
-        t = own.get(key) or own.get(key.split("_")[0])
+        t = self._own_tile(arch, key)
         if t:
             return int(t[0]), int(t[1])
         for other in _family_peers(arch, key, self.tiles):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cascade.calibration import BW_FAMILIES, Calibration, ResolvedParams
+from cascade.calibration.accuracy import calibrated_in
 from cascade.engine import ops
 from cascade.engine.workload import Workload
 from cascade.gpus.spec import GPUSpec
@@ -169,8 +170,6 @@ def extrapolation_flags(w: Workload, target: GPUSpec, source: GPUSpec | None, ca
     measurement kind has a cell (>= ``min_rows`` fit rows) for it; a kind without grids on
     either GPU cannot say, and sets no shape bit. ``cells``: :func:`residual_cells` already
     computed, by grid width (filled in as computed)."""
-    from cascade.calibration.accuracy import calibrated_in
-
     n = len(w)
     flags = np.zeros(n, dtype=np.int8)
     if source is not None and source.id == target.id:

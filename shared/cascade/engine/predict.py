@@ -105,7 +105,7 @@ def predict_many(
     w = workload if workload is not None else workload_of(table)
     archs = {s.id: s.arch for s in reg}
     ctx = ModelContext(source=src, calibration=cal, config=config, archs=archs)
-    measurement = measurement_of_config(config)
+    measurement = measurement_of_config(config if config is not None else impl.config_type())
     digest = cal.digest()
     out = []
     for t in targets:
@@ -139,19 +139,20 @@ def accuracy_of(cal: Calibration, source_id: str | None, target_id: str, measure
     kernels per model that predicted them; ``flags``: their extrapolation bits): ``auto``
     reads the figure of the model behind most of its rows (kernels it could only bound,
     by ``roofline``, are flagged, not counted); a mix says for how many kernels it holds."""
-    if model != "auto":
-        return expected_accuracy(cal, source_id, target_id, measurement, model)
     used = {k: int(v) for k, v in counts.items() if v and k != "roofline"}
-    if not used:
-        return expected_accuracy(cal, source_id, target_id, measurement, "roofline")
-    main = max(used, key=lambda k: used[k])
+    if model != "auto":
+        main = model
+    elif used:
+        main = max(used, key=lambda k: used[k])
+    else:
+        main = "roofline"
     est = expected_accuracy(cal, source_id, target_id, measurement, main)
-    if flags is not None:  # judged by the measurement kind its rows' model used
-        counted = (flags & BOUND_ONLY) == 0
+    counted = None if flags is None else (flags & BOUND_ONLY) == 0
+    if flags is not None and counted is not None and counted.any():  # as the rows' model judged it
         target_fitted = not np.any(flags[counted] & TARGET_UNCALIBRATED)
         if target_fitted != est.target_calibrated:
             est = msgspec.structs.replace(est, target_calibrated=target_fitted)
-    if len(used) > 1:
+    if model == "auto" and len(used) > 1:
         others = ", ".join(f"{v} by {k}" for k, v in sorted(used.items()) if k != main)
         est = msgspec.structs.replace(est, basis=f"{est.basis}; for the {used[main]} kernels "
                                                  f"predicted by {main} ({others})")

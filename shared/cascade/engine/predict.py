@@ -127,6 +127,8 @@ def _accuracy(cal: Calibration, source_id: str | None, target_id: str, measureme
               res: ModelOutput) -> AccuracyEstimate:
     if res.counts is not None:
         counts = dict(res.counts)
+    elif model != "auto":  # one model for every row: no need to count names
+        counts = {model: len(res.predicted_ns)}
     else:
         names, n = np.unique(res.model.astype(str), return_counts=True)
         counts = {str(k): int(v) for k, v in zip(names, n, strict=True)}

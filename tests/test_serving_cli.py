@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from cascade.cli import main
 from cascade.kerneltable import KernelTable
+from cascade.tableio import write_table
 
 HEADERS = (
     "============ Serving Benchmark Result ============",
@@ -47,8 +48,7 @@ def test_from_table_builds_the_step_model(capsys: pytest.CaptureFixture[str],
         rows.append({"name": "k", "step": s, "step_kind": "decode", "step_tokens": 1,
                      "step_context": 6 + s, "duration_ns": 800_000.0 + 500.0 * s})
     path = tmp_path / "table.csv"
-    with path.open("w") as fh:
-        KernelTable.from_rows(rows).write_csv(fh)
+    write_table(KernelTable.from_rows(rows), path)
     rc = main(["scenario", "--from-table", str(path), "--arrival", "constant", "--rate", "2",
                "--requests", "50", "--prompt", "6", "--output", "20", "--model", "opt-125m",
                "--json"])

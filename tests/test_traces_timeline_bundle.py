@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cascade.errors import TraceFormatError, ValidationError
+from cascade.tableio import write_table
 from cascade.traces.bundle import BundleBuilder, load_bundle, write_bundle
 from cascade.traces.folder import parse_trace_folder
 from cascade.traces.generate import TraceSpec, write_trace_folder
@@ -134,8 +135,7 @@ def test_cascade_jsonl_and_csv(tmp_path: Path) -> None:
     assert t["start_ns"].tolist() == [0.0, 200.0] and t["grid_x"].tolist() == [2, -1]
     assert t["kernel_id"].tolist() == [1, 2]
     csv = tmp_path / "k.csv"
-    with csv.open("w") as fh:
-        t.write_csv(fh)
+    write_table(t, csv)
     back = import_timeline(csv)
     assert back["name"].tolist() == ["k1", "k2"] and back["dtype"][0] == "bf16"
     bad = tmp_path / "bad.jsonl"

@@ -26,6 +26,7 @@ Only the standard library, numpy and Cascade's own ``cascade.kerneltable``.
 from __future__ import annotations
 
 import argparse
+import csv
 import gzip
 import hashlib
 import io
@@ -36,6 +37,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 try:
@@ -480,9 +483,25 @@ def build_table() -> KernelTable:
 
 
 def render_csv(table: KernelTable) -> str:
+    """The timeline CSV, formatted by this script (its bytes are pinned by the manifest's
+    sha256): unknown values empty, integral floats without a fraction, others as repr."""
     buf = io.StringIO()
-    table.write_csv(buf, CSV_COLUMNS)
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+    cols = [table[c] for c in CSV_COLUMNS]
+    for i in range(len(table)):
+        w.writerow([_cell(col[i]) for col in cols])
     return buf.getvalue()
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, float | np.floating):
+        if math.isnan(v):
+            return ""
+        return repr(float(v)) if not float(v).is_integer() else str(int(v))
+    if isinstance(v, int | np.integer) and v == -1:
+        return ""
+    return str(v)
 
 
 def summarise(table: KernelTable) -> dict[str, Any]:

@@ -7,13 +7,11 @@ so hot paths are vectorised and a bundle loads as a handful of arrays.
 
 Unknown numeric values are NaN (floats) or -1 (integers); unknown strings are
 "". The Cascade kernel-table CSV uses the column names below; every column
-but ``name`` is optional on input.
+but ``name`` is optional on input; files are read and written by :mod:`cascade.tableio`.
 """
 
 from __future__ import annotations
 
-import csv
-import gzip
 import io
 import math
 from collections.abc import Iterable, Iterator, Mapping
@@ -21,8 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from cascade.errors import TraceFormatError
 
 #: Header of the Cascade kernel-table CSV accepted by `cascade predict` (issue contract).
 CSV_HEADER: tuple[str, ...] = (
@@ -116,11 +112,6 @@ COLUMNS: dict[str, tuple[np.dtype[Any], str]] = {
 }
 
 _DEFAULT = {_STR: "", _I64: -1, _F64: math.nan}
-
-
-def column_dtype(name: str) -> np.dtype[Any]:
-    """numpy dtype of a known column (KeyError for unknown ones)."""
-    return COLUMNS[name][0]
 
 
 def _empty(name: str, n: int) -> np.ndarray:
@@ -246,63 +237,3 @@ class KernelTable:
             if v.dtype.kind == "U":
                 cols[k] = v.astype(object)
         return cls(cols)
-
-    def write_csv(self, out: io.TextIOBase | Any, columns: Iterable[str] | None = None) -> None:
-        names = list(columns) if columns is not None else self.columns
-        w = csv.writer(out, lineterminator="\n")
-        w.writerow(names)
-        cols = [self[c] for c in names]
-        for i in range(self._n):
-            w.writerow([_fmt(col[i]) for col in cols])
-
-    @classmethod
-    def read_csv(cls, path: str | Path) -> KernelTable:
-        """Read a Cascade kernel-table CSV; errors name the file, line and the expected form."""
-        path = Path(path)
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt", newline="") as fh:
-            reader = csv.reader(fh)
-            try:
-                header = [h.strip() for h in next(reader)]
-            except StopIteration:
-                raise TraceFormatError(str(path), 1, "a header line starting with 'name'") from None
-            if "name" not in header:
-                raise TraceFormatError(str(path), 1, "a header with a 'name' column", ",".join(header))
-            raw: dict[str, list[Any]] = {h: [] for h in header}
-            for lineno, row in enumerate(reader, start=2):
-                if not row or all(not c.strip() for c in row):
-                    continue
-                if len(row) != len(header):
-                    raise TraceFormatError(
-                        str(path), lineno, f"{len(header)} comma-separated fields", ",".join(row)
-                    )
-                for h, cell in zip(header, row):
-                    raw[h].append(_parse_cell(h, cell.strip(), str(path), lineno))
-        return cls(raw, n=len(next(iter(raw.values()))) if raw else 0)
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, float | np.floating):
-        if math.isnan(v):
-            return ""
-        return repr(float(v)) if not float(v).is_integer() else str(int(v))
-    if isinstance(v, int | np.integer) and v == -1:
-        return ""
-    return str(v)
-
-
-def _parse_cell(column: str, cell: str, file: str, line: int) -> Any:
-    dt = COLUMNS[column][0] if column in COLUMNS else None
-    if dt is None or dt == _STR:
-        if column == "dtype" and cell and cell.lower() not in DTYPES:
-            raise TraceFormatError(file, line, f"dtype one of {', '.join(DTYPES)}", cell)
-        return cell.lower() if column == "dtype" else cell
-    if cell == "":
-        return _DEFAULT[dt]
-    try:
-        if dt == _I64:
-            return int(float(cell))
-        return float(cell)
-    except ValueError:
-        kind = "an integer" if dt == _I64 else "a number"
-        raise TraceFormatError(file, line, f"{kind} in column {column!r}", cell) from None

@@ -21,6 +21,7 @@ import msgspec
 
 from cascade.errors import ConflictError, NotFoundError, TraceFormatError, ValidationError
 from cascade.kerneltable import KernelTable
+from cascade.tableio import read_table
 
 #: The repository's ``samples/`` folder (shared/cascade/samples.py -> parents[2] / "samples").
 SAMPLES_DIR: Path = Path(__file__).resolve().parents[2] / "samples"
@@ -365,7 +366,7 @@ def load_sample(name: str = DEFAULT_SAMPLE, *, root: str | Path | None = None) -
         raise TraceFormatError(str(csv_path), None,
                                f"sha256 {manifest.timeline_sha256} (from {manifest_path.name}); "
                                "regenerate with the sample's generate_timeline.py", digest)
-    table = KernelTable.read_csv(csv_path)  # handles .gz
+    table = read_table(csv_path)  # handles .gz
     if len(table) == 0:
         raise TraceFormatError(str(csv_path), 2, "at least one kernel row", "no rows")
     return Sample(

@@ -78,6 +78,7 @@ from cascade.runplan import (
 )
 from cascade.samples import is_recorded_run, list_samples, load_reference, refuse_rerun
 from cascade.state import TERMINAL_RUN_STATES, RunRecord, SimRecord, TraceRecord
+from cascade.tableio import write_csv_text
 from nats.js import api as jsapi
 
 from services.api.http import doc, json_response, read_json
@@ -596,7 +597,7 @@ async def sim_kernels(request: web.Request) -> web.Response:
     page = table.take(slice(offset, offset + limit))
     if fmt == "csv":
         out = io.StringIO()
-        page.write_csv(out, KERNEL_COLUMNS)
+        write_csv_text(page, out, KERNEL_COLUMNS)
         return web.Response(text=out.getvalue(), content_type="text/csv", headers={
             "X-Total-Count": str(len(table)),
             "Content-Disposition": f'attachment; filename="{sim_id}-kernels.csv"'})

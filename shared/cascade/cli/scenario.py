@@ -10,7 +10,6 @@ from typing import Any
 import msgspec
 
 from cascade.errors import ValidationError
-from cascade.kerneltable import KernelTable
 from cascade.serving.arrivals import Burst, Constant, Gamma, Poisson, Trace, parse_length
 from cascade.serving.capacity import CapacityResult, max_rate, min_replicas
 from cascade.serving.kv import MODEL_SHAPES, KVConfig
@@ -21,6 +20,7 @@ from cascade.serving.scenario import Scenario, ScenarioResult, run_scenario
 from cascade.serving.schedulers import Static, Vllm
 from cascade.serving.stepmodel import StepTimeModel, records_from_table
 from cascade.serving.synthetic import synthetic_step_model
+from cascade.tableio import read_table
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -95,7 +95,7 @@ def load_step_model(args: argparse.Namespace) -> StepTimeModel:
         if not path.is_file():
             raise ValidationError(f"{path} does not exist", field="--step-model")
         return StepTimeModel.from_json(path.read_bytes(), source=str(path))
-    table = KernelTable.read_csv(args.from_table)
+    table = read_table(args.from_table)
     return StepTimeModel.fit(records_from_table(table), source=str(args.from_table))
 
 

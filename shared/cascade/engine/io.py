@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from cascade import tableio
 from cascade.errors import TraceFormatError
 from cascade.gpus.spec import GPUSpec
 from cascade.kerneltable import KernelTable
@@ -23,15 +24,19 @@ def register_loader(accepts: Callable[[Path], bool], loader: Loader, *, first: b
         _LOADERS.append((accepts, loader))
 
 
-def _csv_loader(path: Path) -> tuple[KernelTable, GPUSpec | None]:
-    return KernelTable.read_csv(path), None
+def _is_table_file(path: Path) -> bool:
+    return path.is_file() and path.name.lower().endswith(tableio.SUFFIXES)
+
+
+def _table_loader(path: Path) -> tuple[KernelTable, GPUSpec | None]:
+    return tableio.read_table(path), None
 
 
 def _npz_loader(path: Path) -> tuple[KernelTable, GPUSpec | None]:
     return KernelTable.load_npz(path), None
 
 
-register_loader(lambda p: p.is_file() and p.name.lower().endswith((".csv", ".csv.gz")), _csv_loader, first=False)
+register_loader(_is_table_file, _table_loader, first=False)
 register_loader(lambda p: p.is_file() and p.suffix.lower() == ".npz", _npz_loader, first=False)
 
 
@@ -46,4 +51,16 @@ def load_kernel_table(path: str | Path) -> tuple[KernelTable, GPUSpec | None]:
     for accepts, loader in _LOADERS:
         if accepts(p):
             return loader(p)
-    raise TraceFormatError(str(p), None, "a Cascade kernel-table CSV (.csv, .csv.gz) or .npz kernel table")
+    raise TraceFormatError(str(p), None, "a Cascade kernel-table CSV (.csv, .csv.gz), Parquet (.parquet) or .npz file")
+
+
+def stream_kernel_table(path: str | Path, batch_rows: int = tableio.BATCH_ROWS,
+                        ) -> tuple[Iterator[KernelTable], GPUSpec | None]:
+    """Like :func:`load_kernel_table`, but kernel-table files (CSV, Parquet) come in batches
+    of ``batch_rows`` (bounded memory); every other input is one batch."""
+    p = Path(path)
+    if _is_table_file(p):
+        tableio.table_format(p)
+        return tableio.iter_tables(p, batch_rows), None
+    table, traced_on = load_kernel_table(p)
+    return iter([table]), traced_on

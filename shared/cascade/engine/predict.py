@@ -54,6 +54,8 @@ class Prediction:
     flags: np.ndarray | None = None
     """Per-kernel extrapolation bits (:data:`cascade.engine.perf.EXTRAPOLATION_REASONS`);
     None when the model flags nothing."""
+    counts: Mapping[str, int] | None = None
+    """Kernels per model that predicted them (what the accuracy estimate was read for)."""
 
     @property
     def extrapolated(self) -> np.ndarray:
@@ -111,7 +113,9 @@ def predict_many(
     for t in targets:
         spec = _spec(reg, t)
         res = impl.predict(table, w, spec, ctx)
-        acc = _accuracy(cal, src.id if src else None, spec.id, measurement, model, res)
+        counts = _counts(model, res)
+        acc = accuracy_of(cal, src.id if src else None, spec.id, measurement, model, counts,
+                          res.flags)
         prov = Provenance(
             model=model, spec_id=spec.id, spec_hash=spec.spec_hash(),
             source_id=src.id if src else "", source_hash=src.spec_hash() if src else "",
@@ -119,20 +123,52 @@ def predict_many(
             measurement=measurement, accuracy=acc,
         )
         out.append(Prediction(target=spec.id, predicted_ns=res.predicted_ns.astype(np.float64),
-                              regime=res.regime, models=res.model, provenance=prov, flags=res.flags))
+                              regime=res.regime, models=res.model, provenance=prov, flags=res.flags,
+                              counts=counts))
     return out
 
 
-def _accuracy(cal: Calibration, source_id: str | None, target_id: str, measurement: str, model: str,
-              res: ModelOutput) -> AccuracyEstimate:
+@dataclass(slots=True)
+class PredictionTotals:
+    """One target's predictions summed over the batches of a streamed table."""
+
+    first: Prediction
+    kernels: int = 0
+    total_ns: float = 0.0
+    counts: dict[str, int] | None = None
+    flags: list[np.ndarray] | None = None
+
+    def add(self, pred: Prediction) -> None:
+        """Count one more batch's predictions of this target."""
+        self.kernels += len(pred.predicted_ns)
+        self.total_ns += pred.total_ns
+        counts = self.counts if self.counts is not None else {}
+        for name, n in (pred.counts or {}).items():
+            counts[name] = counts.get(name, 0) + n
+        self.counts = counts
+        if pred.flags is not None:
+            self.flags = [*(self.flags or []), pred.flags]
+
+    @property
+    def all_flags(self) -> np.ndarray | None:
+        """Every flagging batch's extrapolation bits (for counts; None when nothing flagged)."""
+        return np.concatenate(self.flags) if self.flags else None
+
+    def provenance(self, cal: Calibration) -> Provenance:
+        """The first batch's provenance with the accuracy read for every batch's kernels."""
+        pv = self.first.provenance
+        acc = accuracy_of(cal, pv.source_id or None, pv.spec_id, pv.measurement, pv.model,
+                          self.counts or {}, self.all_flags)
+        return msgspec.structs.replace(pv, accuracy=acc)
+
+
+def _counts(model: str, res: ModelOutput) -> dict[str, int]:
     if res.counts is not None:
-        counts = dict(res.counts)
-    elif model != "auto":  # one model for every row: no need to count names
-        counts = {model: len(res.predicted_ns)}
-    else:
-        names, n = np.unique(res.model.astype(str), return_counts=True)
-        counts = {str(k): int(v) for k, v in zip(names, n, strict=True)}
-    return accuracy_of(cal, source_id, target_id, measurement, model, counts, res.flags)
+        return dict(res.counts)
+    if model != "auto":  # one model for every row: no need to count names
+        return {model: len(res.predicted_ns)}
+    names, n = np.unique(res.model.astype(str), return_counts=True)
+    return {str(k): int(v) for k, v in zip(names, n, strict=True)}
 
 
 def accuracy_of(cal: Calibration, source_id: str | None, target_id: str, measurement: str, model: str,

@@ -27,6 +27,7 @@ import numpy as np
 
 from cascade.errors import TraceFormatError
 from cascade.kerneltable import COLUMNS, DTYPES, KernelTable
+from cascade.tableio import read_table
 
 _STEP_RE = re.compile(r"^step:(?P<kind>[A-Za-z_]+)(?P<rest>(?::[a-z_]+=\d+)*)$")
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
@@ -303,8 +304,8 @@ def import_nsys_sqlite(path: str | Path) -> KernelTable:
 
 # ---- Cascade CSV / JSONL ----------------------------------------------------------------------
 def import_cascade_csv(path: str | Path) -> KernelTable:
-    """A Cascade kernel-table CSV (``KernelTable.read_csv``), timestamps re-based to the first."""
-    table = KernelTable.read_csv(path)
+    """A Cascade kernel-table CSV or Parquet file, timestamps re-based to the first."""
+    table = read_table(path)
     return _rebase(table)
 
 

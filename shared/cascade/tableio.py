@@ -26,6 +26,7 @@ import gzip
 import io
 import math
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Self
 
@@ -40,8 +41,8 @@ from cascade.kerneltable import COLUMNS, DTYPES, KernelTable
 
 #: File name endings read and written (``.csv.gz`` is gzip-compressed CSV).
 SUFFIXES: tuple[str, ...] = (".csv", ".csv.gz", ".parquet", ".pq")
-#: Rows per streamed batch (bounded memory: about 100 MB of columns per batch).
-BATCH_ROWS = 500_000
+#: Rows per streamed batch (bounded memory: about 250 MB per batch with the models).
+BATCH_ROWS = 250_000
 
 _STR = np.dtype(object)
 _I64 = np.dtype(np.int64)
@@ -82,11 +83,18 @@ def read_table(path: str | Path) -> KernelTable:
 
 
 def iter_tables(path: str | Path, batch_rows: int | None = BATCH_ROWS) -> Iterator[KernelTable]:
-    """The table at ``path`` in batches of about ``batch_rows`` rows (None: one batch)."""
+    """The table at ``path`` in batches of ``batch_rows`` rows (None: one batch)."""
+    for batch in iter_batches(path, batch_rows):
+        yield batch.table
+
+
+def iter_batches(path: str | Path, batch_rows: int | None = BATCH_ROWS) -> Iterator[Batch]:
+    """Like :func:`iter_tables`, each batch also as Arrow columns (to write out again)."""
     path = Path(path)
+    fmt = table_format(path)
     if not path.is_file():
         raise TraceFormatError(str(path), None, "an existing kernel-table file")
-    if table_format(path) == "parquet":
+    if fmt == "parquet":
         yield from _iter_parquet(path, batch_rows)
     else:
         yield from _iter_csv(path, batch_rows)
@@ -115,7 +123,7 @@ def _csv_header(path: Path) -> list[str]:
     return header
 
 
-def _iter_csv(path: Path, batch_rows: int | None) -> Iterator[KernelTable]:
+def _iter_csv(path: Path, batch_rows: int | None) -> Iterator[Batch]:
     header = _csv_header(path)
     types = {h: (pa.string() if _is_text(h) else pa.float64()) for h in header}
     read = pacsv.ReadOptions(column_names=header, skip_rows=1, block_size=_ARROW_BLOCK)
@@ -129,18 +137,18 @@ def _iter_csv(path: Path, batch_rows: int | None) -> Iterator[KernelTable]:
         for batch in reader:
             pending.append(batch)
             pending_rows += batch.num_rows
-            if batch_rows is not None and pending_rows >= batch_rows:
-                table = _from_arrow(pa.Table.from_batches(pending), str(path), csv_rows=True)
-                consumed += pending_rows
-                pending, pending_rows = [], 0
+            while batch_rows is not None and pending_rows >= batch_rows:
+                whole = pa.Table.from_batches(pending)
+                table = _from_arrow(whole.slice(0, batch_rows), str(path), csv_rows=True)
+                rest = whole.slice(batch_rows)
+                pending, pending_rows = rest.to_batches(), rest.num_rows
+                consumed += batch_rows
                 yield table
-        if pending or consumed == 0:
-            schema = pending[0].schema if pending else None
-            arrow = (pa.Table.from_batches(pending, schema=schema) if pending
+        if pending_rows or consumed == 0:
+            arrow = (pa.Table.from_batches(pending) if pending_rows
                      else pa.table({h: pa.array([], type=t) for h, t in types.items()}))
             table = _from_arrow(arrow, str(path), csv_rows=True)
             consumed += pending_rows
-            pending = []
             yield table
     except (pa.ArrowInvalid, _Rejected, UnicodeDecodeError):
         # Arrow refused a block (or a value failed a check): the careful reader finds the
@@ -154,51 +162,63 @@ class _Rejected(Exception):
     """A column failed a check the careful reader reports with its line number."""
 
 
-def _from_arrow(arrow: pa.Table, file: str, *, csv_rows: bool = False) -> KernelTable:
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Rows of a kernel table twice: numpy columns for the models, Arrow columns for output
+    (text exactly as read, numbers as the table holds them, unknowns as nulls)."""
+
+    table: KernelTable
+    arrow: pa.Table
+
+
+def _from_arrow(arrow: pa.Table, file: str, *, csv_rows: bool = False) -> Batch:
     """Typed numpy columns from an Arrow table; unknowns per :mod:`cascade.kerneltable`."""
     cols: dict[str, np.ndarray] = {}
+    out: dict[str, pa.Array] = {}
     for name in arrow.column_names:
         col = arrow.column(name)
         kind = _kind(name)
-        if kind is None:
-            cols[name] = _text(col, file, name).astype(str)
-        elif kind == _STR:
-            values = _text(col, file, name)
-            if name == "dtype":
-                values = _dtypes(values, file, csv_rows)
-            cols[name] = values
+        if kind is None and (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
+            cols[name] = col.cast(pa.float64()).to_numpy(zero_copy_only=False)  # Parquet
+            out[name] = column_to_arrow(name, cols[name])
+        elif kind is None or kind == _STR:
+            text, out[name] = _text(col, file, name, csv_rows)
+            cols[name] = text.astype(str) if kind is None else text
         else:
             cols[name] = _number(col, kind, file, name, csv_rows)
+            out[name] = column_to_arrow(name, cols[name])
     table = KernelTable(cols, n=arrow.num_rows)
+    result = pa.table(out) if out else pa.table({})
     if csv_rows and table.columns and len(table):
-        table = _drop_blank_rows(table)
-    return table
+        keep = _not_blank(table)
+        if keep is not None:
+            return Batch(table.take(keep), result.filter(pa.array(keep)))
+    return Batch(table, result)
 
 
-def _text(col: pa.ChunkedArray, file: str, name: str) -> np.ndarray:
+def _text(col: pa.ChunkedArray, file: str, name: str, csv_rows: bool,
+          ) -> tuple[np.ndarray, pa.Array]:
+    """(object array, Arrow string column) of a text column. Names repeat: each distinct
+    value becomes one Python string shared by its rows (fast, and little memory)."""
     if pa.types.is_dictionary(col.type):
         col = col.cast(col.type.value_type)
     if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
-        if pa.types.is_null(col.type):
+        try:
             col = col.cast(pa.string())
-        else:
-            try:
-                col = col.cast(pa.string())
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                raise TraceFormatError(file, None, f"text in column {name!r}", str(col.type)) from None
-    out = col.fill_null("").to_numpy(zero_copy_only=False)
-    return out.astype(object, copy=False)
-
-
-def _dtypes(values: np.ndarray, file: str, csv_rows: bool) -> np.ndarray:
-    uniq, inverse = np.unique(values.astype(str), return_inverse=True)
-    lowered = np.array([u.lower() for u in uniq], dtype=object)
-    bad = [u for u in lowered if u and u not in DTYPES]
-    if bad:
-        if csv_rows:
-            raise _Rejected
-        raise TraceFormatError(file, None, f"dtype one of {', '.join(DTYPES)}", bad[0])
-    return lowered[inverse.reshape(-1)] if len(values) else values
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            raise TraceFormatError(file, None, f"text in column {name!r}", str(col.type)) from None
+    flat = col.combine_chunks().fill_null("") if len(col) else pa.array([], type=pa.string())
+    if name == "dtype":
+        flat = pc.utf8_lower(flat)
+    encoded = flat.dictionary_encode()
+    distinct = encoded.dictionary.to_numpy(zero_copy_only=False).astype(object)
+    if name == "dtype":
+        bad = [d for d in distinct if d and d not in DTYPES]
+        if bad:
+            if csv_rows:
+                raise _Rejected
+            raise TraceFormatError(file, None, f"dtype one of {', '.join(DTYPES)}", bad[0])
+    return distinct[encoded.indices.to_numpy(zero_copy_only=False)], flat
 
 
 def _number(col: pa.ChunkedArray, kind: np.dtype[Any], file: str, name: str,
@@ -224,11 +244,12 @@ def _number(col: pa.ChunkedArray, kind: np.dtype[Any], file: str, name: str,
     return out
 
 
-def _drop_blank_rows(table: KernelTable) -> KernelTable:
-    """Rows whose every cell is empty are not kernels (the careful reader skips them too)."""
+def _not_blank(table: KernelTable) -> np.ndarray | None:
+    """Rows to keep: rows whose every cell is empty are not kernels (the careful reader
+    skips them too); None when every row is kept."""
     blank = table["name"] == ""
     if not blank.any():
-        return table
+        return None
     for name in table.columns:
         col = table[name]
         if col.dtype.kind == "f":
@@ -238,12 +259,12 @@ def _drop_blank_rows(table: KernelTable) -> KernelTable:
         else:
             blank &= col == ""
         if not blank.any():
-            return table
-    return table.take(~blank)
+            return None
+    return ~blank
 
 
 def _careful_csv(path: Path, header: list[str], *, skip: int,
-                 batch_rows: int | None) -> Iterator[KernelTable]:
+                 batch_rows: int | None) -> Iterator[Batch]:
     """Line-by-line reader: exact line numbers in errors; same values as the fast path."""
     file = str(path)
     kinds = [_kind(h) for h in header]
@@ -270,12 +291,16 @@ def _careful_csv(path: Path, header: list[str], *, skip: int,
                     raw[h].append(_parse_cell(h, kind, cell.strip(), file, lineno))
                 rows += 1
                 if batch_rows is not None and rows >= batch_rows:
-                    yield KernelTable(raw, n=rows)
+                    yield _batch(KernelTable(raw, n=rows))
                     raw, rows = {h: [] for h in header}, 0
     except (UnicodeDecodeError, csv.Error, OSError, EOFError) as exc:
         raise TraceFormatError(file, None, "a readable UTF-8 (gzip) CSV file", str(exc)) from None
     if rows or skip == 0:
-        yield KernelTable(raw, n=rows)
+        yield _batch(KernelTable(raw, n=rows))
+
+
+def _batch(table: KernelTable) -> Batch:
+    return Batch(table, to_arrow(table))
 
 
 def _parse_cell(column: str, kind: np.dtype[Any] | None, cell: str, file: str, line: int) -> Any:
@@ -296,7 +321,7 @@ def _parse_cell(column: str, kind: np.dtype[Any] | None, cell: str, file: str, l
         raise TraceFormatError(file, line, f"{expected} in column {column!r}", cell) from None
 
 
-def _iter_parquet(path: Path, batch_rows: int | None) -> Iterator[KernelTable]:
+def _iter_parquet(path: Path, batch_rows: int | None) -> Iterator[Batch]:
     file = str(path)
     try:
         pf = pq.ParquetFile(path)
@@ -367,7 +392,7 @@ class TableWriter:
         self._schema = schema
         if self._fmt == "parquet":
             target = str(self._out) if isinstance(self._out, Path) else self._out
-            self._parquet = pq.ParquetWriter(target, schema, compression="zstd")
+            self._parquet = pq.ParquetWriter(target, schema, compression="snappy")
             return
         if isinstance(self._out, str | Path):
             name = str(self._out)

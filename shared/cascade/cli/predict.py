@@ -38,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--out", metavar="FILE",
                    help="write here instead of stdout: .csv, .csv.gz or .parquet")
     p.add_argument("--batch-rows", type=int, default=None, metavar="N",
-                   help="rows predicted at a time (default 500,000: bounded memory)")
+                   help="rows predicted at a time (default 250,000: bounded memory)")
     p.set_defaults(func=run)
 
 
@@ -79,10 +79,10 @@ def run(args: argparse.Namespace) -> int:
                                     else "csv")
         later = [_IpcSpool(Path(tmp) / f"target-{i}.arrow") for i in range(1, len(targets))]
         try:
-            for table in batches:
-                preds = predict_many(table, targets, source=source, model=args.model,
+            for batch in batches:
+                preds = predict_many(batch.table, targets, source=source, model=args.model,
                                      calibration=cal, config=config, registry=reg)
-                inputs = tableio.to_arrow(table)
+                inputs = batch.arrow
                 for i, pred in enumerate(preds):
                     if len(totals) <= i:
                         totals.append(PredictionTotals(first=pred))

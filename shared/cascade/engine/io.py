@@ -55,12 +55,11 @@ def load_kernel_table(path: str | Path) -> tuple[KernelTable, GPUSpec | None]:
 
 
 def stream_kernel_table(path: str | Path, batch_rows: int = tableio.BATCH_ROWS,
-                        ) -> tuple[Iterator[KernelTable], GPUSpec | None]:
+                        ) -> tuple[Iterator[tableio.Batch], GPUSpec | None]:
     """Like :func:`load_kernel_table`, but kernel-table files (CSV, Parquet) come in batches
     of ``batch_rows`` (bounded memory); every other input is one batch."""
     p = Path(path)
     if _is_table_file(p):
-        tableio.table_format(p)
-        return tableio.iter_tables(p, batch_rows), None
+        return tableio.iter_batches(p, batch_rows), None
     table, traced_on = load_kernel_table(p)
-    return iter([table]), traced_on
+    return iter([tableio.Batch(table, tableio.to_arrow(table))]), traced_on

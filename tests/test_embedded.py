@@ -290,3 +290,13 @@ def test_nats_config_caps_jetstream(tmp_path: Path) -> None:
     assert "max_memory_store: 268435456" in text and "max_file_store: 1073741824" in text
     with pytest.raises(ValueError, match="CASCADE_NATS_URL"):
         nats_host_port("http://x:1")
+
+
+def test_go_servers_get_the_memory_settings() -> None:
+    from cascade.embedded.stack import go_environment
+    from cascade.settings import load_settings
+
+    env = go_environment(load_settings(), {"PATH": "/bin"})
+    assert env == {"PATH": "/bin", "GOMEMLIMIT": "128MiB", "GOGC": "50"}
+    off = go_environment(load_settings(embedded_go_memory_mib=0, embedded_go_gc=0), {})
+    assert "GOMEMLIMIT" not in off and "GOGC" not in off

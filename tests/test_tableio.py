@@ -18,6 +18,18 @@ from cascade.tableio import iter_tables, read_table, write_table
 HEADER = "name,grid_x,duration_ns,dtype,m,op"
 
 
+@pytest.fixture(params=["careful", "arrow"], autouse=True)
+def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs with both CSV readers: the careful one (small files) and Arrow."""
+    import cascade.tableio
+
+    if request.param == "arrow":
+        monkeypatch.setattr(cascade.tableio, "SMALL_CSV_BYTES", 0)
+    else:
+        monkeypatch.setattr(cascade.tableio, "SMALL_CSV_BYTES", 1 << 40)
+    return str(request.param)
+
+
 def _table(n: int) -> KernelTable:
     rng = np.random.default_rng(3)
     names = np.array(["void at::native::vectorized_elementwise_kernel<4, silu>",
@@ -173,3 +185,16 @@ def test_predict_leaves_no_partial_output_when_a_late_row_is_bad(
                "--batch-rows", "500", "--out", str(out)])
     assert rc == 1 and not out.exists()
     assert f"{path}:2501" in capsys.readouterr().err
+
+
+def test_reading_a_small_table_does_not_load_arrow() -> None:
+    import subprocess
+    import sys
+
+    sample = Path(__file__).parents[1] / "samples/opt125m-h100-e2e/synthetic/timeline.csv.gz"
+    code = ("import sys\nfrom cascade.tableio import read_table\n"
+            f"t = read_table({str(sample)!r})\n"
+            "print(len(t), 'pyarrow' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    rows, loaded = out.stdout.split()
+    assert int(rows) > 10_000 and loaded == "False"

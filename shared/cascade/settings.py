@@ -123,6 +123,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         str, _doc("Directory for the embedded stack's data (NATS store, S3 data, credentials)", min_length=1)
     ] = ".cascade"
     samples: Annotated[bool, _doc("Load the bundled sample runs at startup")] = True
+    embedded_go_memory_mib: Annotated[
+        int, _doc("Soft memory limit (Go GOMEMLIMIT, MiB) of the embedded nats-server and "
+                  "SeaweedFS; 0 leaves Go's default (no limit)", ge=0)
+    ] = 128
+    embedded_go_gc: Annotated[
+        int, _doc("Go GOGC (heap growth, percent) of the embedded nats-server and SeaweedFS; "
+                  "0 leaves Go's default (100)", ge=0, le=1000)
+    ] = 50
 
     # --- logging ---------------------------------------------------------
     log_level: Annotated[LogLevel, _doc("Minimum log level")] = "info"

@@ -118,5 +118,7 @@ def weed_mini_argv(
         "-webdav=false",
         "-master.telemetry=false",
         f"-master.volumeSizeLimitMB={volume_size_limit_mb}",
+        "-s3.readerCacheSizeMB=32",
+        "-s3.cacheCapacityMB=0",
         f"-s3.config={s3_config}",
     ]

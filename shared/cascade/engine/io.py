@@ -62,4 +62,4 @@ def stream_kernel_table(path: str | Path, batch_rows: int = tableio.BATCH_ROWS,
     if _is_table_file(p):
         return tableio.iter_batches(p, batch_rows), None
     table, traced_on = load_kernel_table(p)
-    return iter([tableio.Batch(table, tableio.to_arrow(table))]), traced_on
+    return iter([tableio.Batch(table)]), traced_on

@@ -1,32 +1,20 @@
-"""Kernel tables on disk: CSV (plain or gzip) and Parquet, read and written columnar.
+"""The Arrow fast path of :mod:`cascade.tableio` (imported only when a table is big enough
+to need it, or is Parquet, or is written out).
 
-Both formats go through Apache Arrow (``pyarrow``): a CSV is parsed by Arrow's
-multi-threaded reader straight into typed columns, a Parquet file is read column by
-column, and both are written from whole numpy columns, never cell by cell.
-
-Unknown values follow :mod:`cascade.kerneltable`: an empty CSV cell (or a Parquet
-null) reads as NaN / -1 / ""; on output NaN and -1 are written as empty cells (CSV) or
-nulls (Parquet). Row order is always preserved.
-
-Error discipline is that of every Cascade reader: a bad value is a
-:class:`~cascade.errors.TraceFormatError` naming the file, the line and the column and
-what was expected. Arrow's fast path does not know CSV line numbers, so when it rejects a
-block of rows the careful line-by-line reader below takes over from the first row of
-that block: it finds the exact line (or accepts what Arrow was strict about, such as
-blanks around a number). Valid input never pays for that.
-
-Tables larger than memory stream: :func:`iter_tables` yields :class:`KernelTable` batches
-and :class:`TableWriter` appends them to one CSV or Parquet file.
+A CSV is parsed by Arrow's multi-threaded reader straight into typed columns, a Parquet
+file is read column by column, and both are written from whole columns, never cell by
+cell. Text columns are decoded through Arrow dictionaries: a name repeated by 100,000
+launches becomes one Python string shared by its rows. When Arrow refuses a CSV block,
+:mod:`cascade.tableio.careful` takes over from that block's first row and finds the
+exact line (or reads what Arrow was too strict for, such as blanks around a number).
+Arrow allocates from the system allocator and returns what it freed after each read, so
+a long-running service keeps no pools.
 """
 
 from __future__ import annotations
 
-import csv
-import gzip
-import io
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Self
 
@@ -37,95 +25,24 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from cascade.errors import TraceFormatError
-from cascade.kerneltable import COLUMNS, DTYPES, KernelTable
+from cascade.kerneltable import DTYPES, KernelTable
+from cascade.tableio.careful import I64, STR, csv_header, is_text, iter_careful, kind_of
 
-#: File name endings read and written (``.csv.gz`` is gzip-compressed CSV).
-SUFFIXES: tuple[str, ...] = (".csv", ".csv.gz", ".parquet", ".pq")
-#: Rows per streamed batch (bounded memory: about 250 MB per batch with the models).
-BATCH_ROWS = 250_000
-
-_STR = np.dtype(object)
-_I64 = np.dtype(np.int64)
-_F64 = np.dtype(np.float64)
+pa.set_memory_pool(pa.system_memory_pool())
 _ARROW_BLOCK = 1 << 24  # 16 MiB CSV blocks: large enough for threads, small for memory
 
 
-def table_format(path: str | Path) -> str:
-    """``csv`` or ``parquet`` from a file name (a TraceFormatError for anything else)."""
-    name = str(path).lower()
-    if name.endswith((".parquet", ".pq")):
-        return "parquet"
-    if name.endswith((".csv", ".csv.gz")):
-        return "csv"
-    raise TraceFormatError(str(path), None, "a kernel table named *.csv, *.csv.gz or *.parquet")
-
-
-def _kind(column: str) -> np.dtype[Any] | None:
-    """numpy dtype of a known column, None for unknown ones (kept as text)."""
-    spec = COLUMNS.get(column)
-    return spec[0] if spec else None
-
-
-def _is_text(column: str) -> bool:
-    kind = _kind(column)
-    return kind is None or kind == _STR  # (np.dtype == None is True: float64 is the default)
-
-
-# ---- reading ------------------------------------------------------------------------------
-def read_table(path: str | Path) -> KernelTable:
-    """The whole table at ``path`` (CSV, gzip CSV or Parquet), row order preserved."""
-    batches = list(iter_tables(path, batch_rows=None))
-    if len(batches) == 1:
-        return batches[0]
-    if not batches:
-        return KernelTable({})
-    return KernelTable.concat(batches)
-
-
-def iter_tables(path: str | Path, batch_rows: int | None = BATCH_ROWS) -> Iterator[KernelTable]:
-    """The table at ``path`` in batches of ``batch_rows`` rows (None: one batch)."""
-    for batch in iter_batches(path, batch_rows):
-        yield batch.table
-
-
-def iter_batches(path: str | Path, batch_rows: int | None = BATCH_ROWS) -> Iterator[Batch]:
-    """Like :func:`iter_tables`, each batch also as Arrow columns (to write out again)."""
-    path = Path(path)
-    fmt = table_format(path)
-    if not path.is_file():
-        raise TraceFormatError(str(path), None, "an existing kernel-table file")
-    if fmt == "parquet":
-        yield from _iter_parquet(path, batch_rows)
-    else:
+def iter_csv(path: Path, batch_rows: int | None) -> Iterator[tuple[KernelTable, pa.Table]]:
+    """(table, Arrow columns) batches of a CSV (plain or gzip) file."""
+    try:
         yield from _iter_csv(path, batch_rows)
+    finally:
+        pa.default_memory_pool().release_unused()
 
 
-def _open_text(path: Path) -> IO[str]:
-    if path.name.lower().endswith(".gz"):
-        return gzip.open(path, "rt", newline="")
-    return open(path, newline="")
-
-
-def _csv_header(path: Path) -> list[str]:
-    with _open_text(path) as fh:
-        try:
-            header = next(csv.reader(fh))
-        except StopIteration:
-            raise TraceFormatError(str(path), 1, "a header line starting with 'name'") from None
-        except (UnicodeDecodeError, csv.Error, OSError, EOFError) as exc:
-            raise TraceFormatError(str(path), 1, "a UTF-8 CSV header line", str(exc)) from None
-    header = [h.strip() for h in header]
-    if "name" not in header:
-        raise TraceFormatError(str(path), 1, "a header with a 'name' column", ",".join(header))
-    dupes = sorted({h for h in header if header.count(h) > 1})
-    if dupes:
-        raise TraceFormatError(str(path), 1, "each column once", f"repeated: {', '.join(dupes)}")
-    return header
-
-
-def _iter_csv(path: Path, batch_rows: int | None) -> Iterator[Batch]:
-    header = _csv_header(path)
-    types = {h: (pa.string() if _is_text(h) else pa.float64()) for h in header}
+def _iter_csv(path: Path, batch_rows: int | None) -> Iterator[tuple[KernelTable, pa.Table]]:
+    header = csv_header(path)
+    types = {h: (pa.string() if is_text(h) else pa.float64()) for h in header}
     read = pacsv.ReadOptions(column_names=header, skip_rows=1, block_size=_ARROW_BLOCK)
     convert = pacsv.ConvertOptions(column_types=types, strings_can_be_null=False,
                                    quoted_strings_can_be_null=False)
@@ -153,7 +70,8 @@ def _iter_csv(path: Path, batch_rows: int | None) -> Iterator[Batch]:
     except (pa.ArrowInvalid, _Rejected, UnicodeDecodeError):
         # Arrow refused a block (or a value failed a check): the careful reader finds the
         # exact line, or reads what Arrow was too strict for, from the first unread row.
-        yield from _careful_csv(path, header, skip=consumed, batch_rows=batch_rows)
+        for rest in iter_careful(path, header, skip=consumed, batch_rows=batch_rows):
+            yield rest, to_arrow(rest)
     except OSError as exc:  # truncated or corrupt gzip
         raise TraceFormatError(str(path), None, "a readable (gzip) CSV file", str(exc)) from None
 
@@ -162,26 +80,18 @@ class _Rejected(Exception):
     """A column failed a check the careful reader reports with its line number."""
 
 
-@dataclass(frozen=True, slots=True)
-class Batch:
-    """Rows of a kernel table twice: numpy columns for the models, Arrow columns for output
-    (text exactly as read, numbers as the table holds them, unknowns as nulls)."""
-
-    table: KernelTable
-    arrow: pa.Table
-
-
-def _from_arrow(arrow: pa.Table, file: str, *, csv_rows: bool = False) -> Batch:
+def _from_arrow(arrow: pa.Table, file: str, *, csv_rows: bool = False,
+                ) -> tuple[KernelTable, pa.Table]:
     """Typed numpy columns from an Arrow table; unknowns per :mod:`cascade.kerneltable`."""
     cols: dict[str, np.ndarray] = {}
     out: dict[str, pa.Array] = {}
     for name in arrow.column_names:
         col = arrow.column(name)
-        kind = _kind(name)
+        kind = kind_of(name)
         if kind is None and (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
             cols[name] = col.cast(pa.float64()).to_numpy(zero_copy_only=False)  # Parquet
             out[name] = column_to_arrow(name, cols[name])
-        elif kind is None or kind == _STR:
+        elif kind is None or kind == STR:
             text, out[name] = _text(col, file, name, csv_rows)
             cols[name] = text.astype(str) if kind is None else text
         else:
@@ -192,8 +102,8 @@ def _from_arrow(arrow: pa.Table, file: str, *, csv_rows: bool = False) -> Batch:
     if csv_rows and table.columns and len(table):
         keep = _not_blank(table)
         if keep is not None:
-            return Batch(table.take(keep), result.filter(pa.array(keep)))
-    return Batch(table, result)
+            return table.take(keep), result.filter(pa.array(keep))
+    return table, result
 
 
 def _text(col: pa.ChunkedArray, file: str, name: str, csv_rows: bool,
@@ -225,14 +135,14 @@ def _number(col: pa.ChunkedArray, kind: np.dtype[Any], file: str, name: str,
             csv_rows: bool) -> np.ndarray:
     typ = col.type
     if pa.types.is_null(typ):
-        return np.full(len(col), -1 if kind == _I64 else math.nan, dtype=kind)
+        return np.full(len(col), -1 if kind == I64 else math.nan, dtype=kind)
     if not (pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_boolean(typ)):
-        expected = "an integer" if kind == _I64 else "a number"
+        expected = "an integer" if kind == I64 else "a number"
         raise TraceFormatError(file, None, f"{expected} column {name!r}", str(typ))
-    if kind == _I64 and pa.types.is_integer(typ):
+    if kind == I64 and pa.types.is_integer(typ):
         return col.cast(pa.int64()).fill_null(-1).to_numpy()
     values = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
-    if kind == _F64:
+    if kind != I64:
         return values
     known = ~np.isnan(values)
     if not np.isfinite(values[known]).all():
@@ -263,65 +173,10 @@ def _not_blank(table: KernelTable) -> np.ndarray | None:
     return ~blank
 
 
-def _careful_csv(path: Path, header: list[str], *, skip: int,
-                 batch_rows: int | None) -> Iterator[Batch]:
-    """Line-by-line reader: exact line numbers in errors; same values as the fast path."""
-    file = str(path)
-    kinds = [_kind(h) for h in header]
-    raw: dict[str, list[Any]] = {h: [] for h in header}
-    rows = 0
-    seen = 0
-    try:
-        with _open_text(path) as fh:
-            reader = csv.reader(fh)
-            next(reader, None)
-            for row in reader:
-                lineno = reader.line_num
-                if not row:
-                    continue
-                seen += 1
-                if seen <= skip:
-                    continue
-                if all(not c.strip() for c in row):
-                    continue
-                if len(row) != len(header):
-                    raise TraceFormatError(file, lineno, f"{len(header)} comma-separated fields",
-                                           ",".join(row))
-                for h, kind, cell in zip(header, kinds, row, strict=True):
-                    raw[h].append(_parse_cell(h, kind, cell.strip(), file, lineno))
-                rows += 1
-                if batch_rows is not None and rows >= batch_rows:
-                    yield _batch(KernelTable(raw, n=rows))
-                    raw, rows = {h: [] for h in header}, 0
-    except (UnicodeDecodeError, csv.Error, OSError, EOFError) as exc:
-        raise TraceFormatError(file, None, "a readable UTF-8 (gzip) CSV file", str(exc)) from None
-    if rows or skip == 0:
-        yield _batch(KernelTable(raw, n=rows))
 
 
-def _batch(table: KernelTable) -> Batch:
-    return Batch(table, to_arrow(table))
-
-
-def _parse_cell(column: str, kind: np.dtype[Any] | None, cell: str, file: str, line: int) -> Any:
-    if kind is None or kind == _STR:
-        if column == "dtype":
-            low = cell.lower()
-            if low and low not in DTYPES:
-                raise TraceFormatError(file, line, f"dtype one of {', '.join(DTYPES)}", cell)
-            return low
-        return cell
-    if cell == "":
-        return -1 if kind == _I64 else math.nan
-    try:
-        value = float(cell)
-        return int(value) if kind == _I64 else value
-    except (ValueError, OverflowError):
-        expected = "an integer" if kind == _I64 else "a number"
-        raise TraceFormatError(file, line, f"{expected} in column {column!r}", cell) from None
-
-
-def _iter_parquet(path: Path, batch_rows: int | None) -> Iterator[Batch]:
+def iter_parquet(path: Path, batch_rows: int | None) -> Iterator[tuple[KernelTable, pa.Table]]:
+    """(table, Arrow columns) batches of a Parquet file."""
     file = str(path)
     try:
         pf = pq.ParquetFile(path)
@@ -334,6 +189,8 @@ def _iter_parquet(path: Path, batch_rows: int | None) -> Iterator[Batch]:
             yield _from_arrow(pa.Table.from_batches([batch]), file)
     except (pa.ArrowException, OSError) as exc:
         raise TraceFormatError(file, None, "a readable Parquet file", str(exc)) from None
+    finally:
+        pa.default_memory_pool().release_unused()
 
 
 # ---- writing ------------------------------------------------------------------------------
@@ -345,11 +202,11 @@ def to_arrow(table: KernelTable, columns: Sequence[str] | None = None) -> pa.Tab
 
 def column_to_arrow(name: str, values: np.ndarray) -> pa.Array:
     """One column as Arrow: NaN and -1 become nulls, text stays text."""
-    kind = _kind(name)
+    kind = kind_of(name)
     if values.dtype.kind == "f":
         return pa.array(values, mask=np.isnan(values))
     if values.dtype.kind in "iu":
-        if kind == _I64 or kind is None:
+        if kind == I64 or kind is None:
             return pa.array(values.astype(np.int64, copy=False), mask=values == -1)
         return pa.array(values)
     if values.dtype.kind == "b":
@@ -366,8 +223,8 @@ class TableWriter:
     one cell.
     """
 
-    def __init__(self, out: str | Path | IO[bytes], fmt: str | None = None) -> None:
-        self._fmt = fmt or (table_format(out) if isinstance(out, str | Path) else "csv")
+    def __init__(self, out: str | Path | IO[bytes], fmt: str) -> None:
+        self._fmt = fmt
         self._out = out
         self._sink: Any = None
         self._parquet: Any = None
@@ -434,17 +291,3 @@ def _needs_quotes(arrow: pa.Table) -> bool:
 
 def _quote(name: str) -> str:
     return f'"{name.replace(chr(34), chr(34) * 2)}"' if any(c in name for c in ',"\n\r') else name
-
-
-def write_table(table: KernelTable, out: str | Path | IO[bytes],
-                columns: Sequence[str] | None = None, fmt: str | None = None) -> None:
-    """Write ``table`` (``columns`` in that order) as CSV or Parquet."""
-    with TableWriter(out, fmt) as writer:
-        writer.write(to_arrow(table, columns))
-
-
-def write_csv_text(table: KernelTable, out: IO[str], columns: Sequence[str] | None = None) -> None:
-    """Write CSV to a text stream (an HTTP body, ``io.StringIO``)."""
-    buf = io.BytesIO()
-    write_table(table, buf, columns, fmt="csv")
-    out.write(buf.getvalue().decode())

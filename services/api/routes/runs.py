@@ -289,6 +289,8 @@ def sim_event_data(data: bytes) -> dict[str, Any] | None:
             base.update(state="running", percent=ev.percent, kernels_done=ev.kernels_done,
                         kernels_total=ev.kernels_total, simulated_ns=ev.simulated_ns,
                         eta_s=ev.eta_s, attempts=ev.attempt)
+            if ev.kernel is not None:
+                base["kernel"] = msgspec.to_builtins(ev.kernel)
         case SimCompleted():
             base.update(state="completed", percent=100.0, eta_s=0.0, result_key=ev.result_key,
                         predicted_e2e_ns=ev.predicted_e2e_ns, attempts=ev.attempt,

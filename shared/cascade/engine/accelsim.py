@@ -184,6 +184,10 @@ class AccelSimConfig(msgspec.Struct, frozen=True, kw_only=True):
     """``gpgpusim.config`` and ``trace.config`` of the target GPU."""
     timeout_s: float = 3600.0
     """Seconds the simulation may run before its process group is killed."""
+    simulated_cycles: dict[int, int] = {}
+    """Cycles per table ``kernel_id`` already simulated (given: ``predict`` runs nothing)."""
+    core_clock_mhz: float = 0.0
+    """Core clock for ``simulated_cycles``."""
 
 
 class AccelSimModel:
@@ -199,6 +203,14 @@ class AccelSimModel:
 
     def predict(self, table: KernelTable, w: Workload, target: GPUSpec, ctx: ModelContext) -> ModelOutput:
         cfg = ctx.config
+        if isinstance(cfg, AccelSimConfig) and cfg.simulated_cycles:
+            if cfg.core_clock_mhz <= 0:
+                raise ValidationError("expected the core clock (MHz > 0) of the simulated cycles",
+                                      field="config.core_clock_mhz")
+            done = [SimulatedKernel(uid=kid, name="", cycles=c, instructions=0,
+                                    core_clock_mhz=cfg.core_clock_mhz, kernel_id=kid)
+                    for kid, c in cfg.simulated_cycles.items()]
+            return predictions_from_simulation(table, w, target, ctx, done)
         if not isinstance(cfg, AccelSimConfig) or not cfg.binary or not cfg.trace_dir:
             raise ValidationError("the accel-sim model needs AccelSimConfig(binary=..., trace_dir=..., "
                                   "config_files=[...]) (the simulator service sets them from "
@@ -223,17 +235,15 @@ def rows_of_simulated(table: KernelTable, sims: Sequence[SimulatedKernel],
     if not np.any(ids > 0):
         ids = np.arange(1, n + 1)
     row_of: dict[int, int] = {}
-    for row, kid in enumerate(ids.tolist()):
-        row_of.setdefault(int(kid), row)
+    for row, known in enumerate(ids.tolist()):
+        row_of.setdefault(int(known), row)
     out = np.full(n, -1, dtype=np.int64)
     for i, s in enumerate(sims):
-        if s.kernel_id is not None:
-            kid = s.kernel_id
-        else:
-            kid = listed_ids[s.uid - 1] if 0 < s.uid <= len(listed_ids) else s.uid
-        row = row_of.get(int(kid))
-        if row is not None:
-            out[row] = i
+        by_list = listed_ids[s.uid - 1] if 0 < s.uid <= len(listed_ids) else s.uid
+        kid = s.kernel_id if s.kernel_id is not None else by_list
+        hit = row_of.get(int(kid))
+        if hit is not None:
+            out[hit] = i
     return out
 
 

@@ -41,7 +41,7 @@ from typing import Any
 import msgspec
 
 from cascade.engine.accelsim import AccelSimOutputParser, SimulatedKernel, core_clock_of_config
-from cascade.errors import CascadeError, JobTimeoutError, ValidationError
+from cascade.errors import AccelSimError, JobTimeoutError, ValidationError
 from cascade.log import get_logger
 from cascade.tracefiles import check_name, raw_prefix
 
@@ -57,15 +57,6 @@ TAIL_LINES = 40
 #: Seconds between SIGTERM and SIGKILL when a simulation's process group is stopped.
 KILL_GRACE_S = 2.0
 _COMPLETE = ".complete"
-
-
-class AccelSimError(CascadeError, RuntimeError):
-    """Accel-Sim crashed or exited non-zero; carries the exit status and the output's tail."""
-
-    def __init__(self, message: str, *, returncode: int | None = None, tail: str = "") -> None:
-        self.returncode = returncode
-        self.tail = tail
-        super().__init__(message)
 
 
 class AccelSimGPUConfig(msgspec.Struct, frozen=True, kw_only=True):

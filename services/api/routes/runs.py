@@ -49,6 +49,7 @@ import msgspec
 import nats.errors
 from aiohttp import web
 from cascade import subjects
+from cascade.accelsimrun import discover_from, refuse_timeline_trace, require
 from cascade.errors import ConflictError, NotFoundError, ValidationError
 from cascade.messages.run import (
     RunCancelRequested,
@@ -81,7 +82,7 @@ from cascade.state import TERMINAL_RUN_STATES, RunRecord, SimRecord, TraceRecord
 from nats.js import api as jsapi
 
 from services.api.http import doc, json_response, read_json
-from services.api.keys import BUS, STORAGE
+from services.api.keys import BUS, SETTINGS, STORAGE
 
 routes = web.RouteTableDef()
 
@@ -163,7 +164,9 @@ def _check_options(options: dict[str, Any]) -> None:
 
 @routes.post("/api/runs")
 @doc(request=CreateRun, tags=("runs",),
-     responses={202: "accepted", 400: "invalid request or unknown config (lists the known ones)",
+     responses={202: "accepted", 400: "invalid request, unknown config (lists the known ones), or "
+                "accel-sim asked where it is not configured (names the setting and the "
+                "configs that can run it) or on a timeline-only trace",
                 404: "no such trace", 409: "trace not ready, or a read-only sample"})
 async def create_run(request: web.Request) -> web.Response:
     """Simulate a ready trace on GPU configurations x replicas."""
@@ -200,6 +203,9 @@ async def create_run(request: web.Request) -> web.Response:
     dupes = sorted({c for c in ids if ids.count(c) > 1})
     if dupes:
         raise ValidationError(f"configuration listed twice: {', '.join(dupes)}", field="configs")
+    if body.model == "accel-sim":
+        refuse_timeline_trace(trace.id, trace.kind)
+        require(await asyncio.to_thread(discover_from, request.app[SETTINGS]), ids)
     run_id = new_run_id()
     now = time.time()
     record = RunRecord(

@@ -215,6 +215,25 @@ def trace_cache_dir(data_path: Path) -> Path:
 _STEM = re.compile(r"^kernel-(\d+)")
 
 
+def _kernel_stem(name: str) -> str:
+    base = name.rsplit("/", 1)[-1]
+    m = re.match(r"^(kernel-\d+(?:-ctx_0x[0-9a-fA-F]+)?)\.trace", base)
+    return m.group(1) if m else base
+
+
+def localize_kernelslist(text: str, local: dict[str, str]) -> str:
+    """A kernelslist[.g] naming the local files: each kernel line becomes the local
+    ``kernel-N.traceg`` (decompressed, beside the list); copies and other lines stay."""
+    out = []
+    for line in text.splitlines():
+        entry = line.strip()
+        if entry and "," not in entry and not entry.startswith("#") and ".trace" in entry:
+            out.append(local.get(_kernel_stem(entry), entry.rsplit("/", 1)[-1]))
+        else:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
 def _kernel_number(name: str) -> int:
     m = _STEM.match(name)
     return int(m.group(1)) if m else 0
@@ -275,12 +294,11 @@ async def fetch_instruction_trace(storage: Any, trace_id: str, kind: str, cache_
             for name, info in sorted(kernels.items()):
                 local = folder / (name.removesuffix(".xz"))
                 await _download(storage, info.key, local, xz=name.endswith(".xz"))
-            if "kernelslist.g" in lists:
-                await _download(storage, lists["kernelslist.g"].key, folder / "kernelslist.g")
-            elif "kernelslist" in lists:
-                text = await storage.get_bytes(lists["kernelslist"].key)
-                body = re.sub(r"\.trace(\.xz)?$", ".traceg", text.decode(errors="replace"), flags=re.MULTILINE)
-                (folder / "kernelslist.g").write_text(body)
+            local = {_kernel_stem(n): n.removesuffix(".xz") for n in kernels}
+            listed = lists.get("kernelslist.g") or lists.get("kernelslist")
+            if listed is not None:
+                text = (await storage.get_bytes(listed.key)).decode(errors="replace")
+                (folder / "kernelslist.g").write_text(localize_kernelslist(text, local))
             else:
                 names = sorted((n.removesuffix(".xz") for n in kernels), key=_kernel_number)
                 (folder / "kernelslist.g").write_text("".join(f"{n}\n" for n in names))
@@ -304,9 +322,18 @@ async def _download(storage: Any, key: str, local: Path, *, xz: bool = False) ->
     try:
         with tmp.open("wb") as fh:
             async for chunk in storage.get_stream(key):
-                data = dec.decompress(chunk) if dec is not None else chunk
-                if data:
-                    await asyncio.to_thread(fh.write, data)
+                if dec is None:
+                    await asyncio.to_thread(fh.write, chunk)
+                    continue
+                pending = chunk
+                while pending:  # concatenated xz streams (as `xz` writes them) are one file
+                    data = dec.decompress(pending)
+                    if data:
+                        await asyncio.to_thread(fh.write, data)
+                    pending = b""
+                    if dec.eof:
+                        pending = dec.unused_data
+                        dec = lzma.LZMADecompressor()
         os.replace(tmp, local)
     except lzma.LZMAError as exc:
         raise ValidationError(f"{key} is not valid xz: {exc}", field="model") from None

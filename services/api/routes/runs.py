@@ -506,6 +506,7 @@ def config_results(config: str, sims: list[SimRecord], results: dict[str, SimRes
             for name, f in (first.families.items() if first else [])
         },
         "regimes": first.regimes if first else {},
+        "simulator": msgspec.to_builtins(first.simulator) if first and first.simulator else None,
         "replicas": replicas,
     }
 
@@ -585,7 +586,8 @@ KERNEL_COLUMNS = ("kernel_id", "name", "stream", "step", "step_kind", "op", "dty
 async def sim_kernels(request: web.Request) -> web.Response:
     """One sim's per-kernel predictions, paged (source and predicted ns, regime, start/end,
     extrapolation bits: 1 target / 2 source GPU not calibrated, 4 GEMM shape outside the
-    calibration data, 8 launch/roofline bound only; empty for results that predate them)."""
+    calibration data, 8 launch/roofline bound only, 16 not simulated by Accel-Sim; empty for
+    results that predate them; ``sim_cycles`` with model accel-sim, -1 where not simulated)."""
     run = await _run(request, request.match_info["run_id"])
     sim_id = request.match_info["sim_id"]
     if sim_id not in run.sim_ids:
@@ -602,14 +604,15 @@ async def sim_kernels(request: web.Request) -> web.Response:
         raise ValidationError("expected json or csv", field="format")
     table = await read_kernels(request.app[STORAGE], run.id, sim_id)
     page = table.take(slice(offset, offset + limit))
+    columns = KERNEL_COLUMNS + (("sim_cycles",) if "sim_cycles" in table else ())
     if fmt == "csv":
         out = io.StringIO()
-        page.write_csv(out, KERNEL_COLUMNS)
+        page.write_csv(out, columns)
         return web.Response(text=out.getvalue(), content_type="text/csv", headers={
             "X-Total-Count": str(len(table)),
             "Content-Disposition": f'attachment; filename="{sim_id}-kernels.csv"'})
     rows = []
-    cols = {c: page[c] for c in KERNEL_COLUMNS}
+    cols = {c: page[c] for c in columns}
     for i in range(len(page)):
         row: dict[str, Any] = {}
         for c, arr in cols.items():
@@ -620,4 +623,4 @@ async def sim_kernels(request: web.Request) -> web.Response:
             row[c] = v
         rows.append(row)
     return json_response({"run_id": run.id, "sim_id": sim_id, "total": len(table), "offset": offset,
-                          "limit": limit, "columns": list(KERNEL_COLUMNS), "kernels": rows})
+                          "limit": limit, "columns": list(columns), "kernels": rows})

@@ -16,7 +16,8 @@ Accel-Sim), so one binary serves several GPU config folders:
 - ``# standin-skip: 4,5``          kernel ids it does not simulate (prints nothing for them);
 - ``# standin-chatty-lines: 1000`` chatter lines per kernel (``instruction buffer valid``);
 - ``# standin-pids-dir: DIR``      write ``{pid}.pids`` (its pid and its child's) there;
-- ``# standin-stamps: FILE``       append ``uid wall_time`` after each kernel's completion line.
+- ``# standin-stamps: FILE``       append ``first WORKDIR TIME`` after the first output line and
+  ``kernel WORKDIR UID TIME`` after each kernel's completion line (WORKDIR: its cwd's name).
 
 Cycles are ``1000 * N + 282`` for ``kernel-N`` and instructions ``10516 * N``, so tests can
 check the results carry them.
@@ -75,6 +76,8 @@ def main(argv: list[str]) -> int:
     out = sys.stdout
     w = out.write
     w("GPGPU-Sim version 4.2.0 (build gpgpu-sim-modified) configured with AccelWattch.\n")
+    out.flush()
+    first_line_at = time.time()
     w("setup_environment succeeded\nAccel-Sim [build accelsim-commit-standin]\n\n")
     w("        *** GPGPU-Sim Simulator Version 4.2.0  [build standin] ***\n\n\n")
     w("GPGPU-Sim: Configuration options:\n\n")
@@ -97,6 +100,9 @@ def main(argv: list[str]) -> int:
     skip = {int(x) for x in opts.get("skip", "").split(",") if x.strip()}
     chatty = int(opts.get("chatty-lines", "20"))
     stamps = opts.get("stamps", "")
+    if stamps:
+        with open(stamps, "a") as fh:
+            fh.write(f"first {Path.cwd().name} {first_line_at:.6f}\n")
     child = None
     if mode == "hang":
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
@@ -156,7 +162,7 @@ def main(argv: list[str]) -> int:
         out.flush()
         if stamps:
             with open(stamps, "a") as fh:
-                fh.write(f"{uid} {time.time():.6f}\n")
+                fh.write(f"kernel {Path.cwd().name} {uid} {time.time():.6f}\n")
         w("\n========= Core cache stats =========\nL1I_cache:\n\tL1I_total_cache_accesses = 188\n")
         done += 1
     w("gpgpu_simulation_time = 0 days, 0 hrs, 0 min, 1 sec (1 sec)\n")

@@ -294,14 +294,14 @@ async def fetch_instruction_trace(storage: Any, trace_id: str, kind: str, cache_
             for name, info in sorted(kernels.items()):
                 local = folder / (name.removesuffix(".xz"))
                 await _download(storage, info.key, local, xz=name.endswith(".xz"))
-            local = {_kernel_stem(n): n.removesuffix(".xz") for n in kernels}
+            names = {_kernel_stem(n): n.removesuffix(".xz") for n in kernels}
             listed = lists.get("kernelslist.g") or lists.get("kernelslist")
             if listed is not None:
                 text = (await storage.get_bytes(listed.key)).decode(errors="replace")
-                (folder / "kernelslist.g").write_text(localize_kernelslist(text, local))
+                (folder / "kernelslist.g").write_text(localize_kernelslist(text, names))
             else:
-                names = sorted((n.removesuffix(".xz") for n in kernels), key=_kernel_number)
-                (folder / "kernelslist.g").write_text("".join(f"{n}\n" for n in names))
+                order = sorted(names.values(), key=_kernel_number)
+                (folder / "kernelslist.g").write_text("".join(f"{n}\n" for n in order))
             (folder / _COMPLETE).write_text(f"{time.time()}\n")
             downloaded = True
     finally:

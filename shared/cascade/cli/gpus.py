@@ -27,8 +27,11 @@ def run(args: argparse.Namespace) -> int:
     from cascade.settings import load_settings
 
     settings = load_settings()
-    setup = discover(settings.accelsim_bin, settings.accelsim_configs,
-                     resolve=lambda name: (reg.resolve(name).id if reg.resolve(name) else name))
+    def resolve(name: str) -> str:
+        spec = reg.resolve(name)
+        return spec.id if spec is not None else name
+
+    setup = discover(settings.accelsim_bin, settings.accelsim_configs, resolve=resolve)
     base = ["auto", "scaled", "analytical", "roofline"]
 
     def models(spec_id: str) -> list[str]:

@@ -275,3 +275,35 @@ async def test_sim_timeout_kills_the_simulators_process_group(accel: dict[str, A
     error = detail["sims"][0]["error"]
     assert "CASCADE_SIM_TIMEOUT_S" in error, error
     assert await _wait_gone(accel["pids"]) == []
+
+
+async def test_instruction_files_fetched_once_per_node_from_any_listing(storage: Any, tmp_path: Path) -> None:
+    from cascade.accelsimrun import fetch_instruction_trace
+    from cascade.errors import ValidationError
+    from cascade.tracefiles import raw_key
+
+    cache = tmp_path / "cache"
+    # raw tracer output only: Accel-Sim needs post-processed .traceg files
+    await storage.put_bytes(raw_key("tr-raw", "kernel-1.trace"), b"-kernel name = k\n")
+    await storage.put_bytes(raw_key("tr-raw", "kernelslist"), b"kernel-1.trace\n")
+    with pytest.raises(ValidationError, match="post-traces-processing"):
+        await fetch_instruction_trace(storage, "tr-raw", "instructions", cache)
+    with pytest.raises(ValidationError, match="timeline-only"):
+        await fetch_instruction_trace(storage, "tr-raw", "timeline", cache)
+    # a plain kernelslist naming .traceg.xz files, two xz streams per file
+    body = b"-kernel name = _Z1kv\n-kernel id = 2\n" + b"#BEGIN_TB\n" * 1000
+    packed = lzma.compress(body[:30]) + lzma.compress(body[30:])
+    await storage.put_bytes(raw_key("tr-xz", "kernel-2.traceg.xz"), packed)
+    await storage.put_bytes(raw_key("tr-xz", "kernel-1.traceg"), b"-kernel name = _Z1jv\n")
+    await storage.put_bytes(raw_key("tr-xz", "kernelslist"),
+                            b"MemcpyHtoD,0x7f0000000000,64\nkernel-1.trace\n/old/dir/kernel-2.traceg.xz\n")
+    first, again = await asyncio.gather(
+        fetch_instruction_trace(storage, "tr-xz", "both", cache),
+        fetch_instruction_trace(storage, "tr-xz", "both", cache))
+    assert sorted([first.downloaded, again.downloaded]) == [False, True]  # one download per node
+    assert first.folder == again.folder and first.kernel_ids == [1, 2]
+    folder = Path(first.folder)
+    assert (folder / "kernel-2.traceg").read_bytes() == body
+    assert (folder / "kernelslist.g").read_text() == (
+        "MemcpyHtoD,0x7f0000000000,64\nkernel-1.traceg\nkernel-2.traceg\n")
+    assert (await fetch_instruction_trace(storage, "tr-xz", "both", cache)).downloaded is False

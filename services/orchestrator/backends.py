@@ -230,6 +230,8 @@ class LocalBackend(Backend):
             with contextlib.suppress(BaseException):
                 await self._task
             self._task = None
+        for killer in list(self._killers):
+            killer.cancel()
         for proc in list(self.procs.values()):
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)

@@ -32,7 +32,7 @@ from cascade.accelsimrun import (
     trace_cache_dir,
 )
 from cascade.engine.accelsim import AccelSimConfig, SimulatedKernel
-from cascade.errors import CancelledRunError
+from cascade.errors import CancelledRunError, JobTimeoutError
 from cascade.messages.jobs import SimJob
 from cascade.messages.sim import KernelSimulated, SimCompleted, SimProgress
 from cascade.results import (
@@ -120,7 +120,12 @@ async def simulate_accelsim(
         while True:
             finished, _ = await asyncio.wait({runner}, timeout=CANCEL_CHECK_INTERVAL_S)
             if runner in finished:
-                outcome = runner.result()
+                try:
+                    outcome = runner.result()
+                except JobTimeoutError as exc:
+                    raise JobTimeoutError(
+                        f"timed out after {settings.sim_timeout_s:g} s (CASCADE_SIM_TIMEOUT_S): {exc}"
+                    ) from None
                 break
             if await service._cancelled(job):
                 runner.cancel()

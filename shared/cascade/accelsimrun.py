@@ -54,6 +54,8 @@ CONFIG_FILES = ("gpgpusim.config", "trace.config")
 BUILD_DOCS = "https://github.com/accel-sim/accel-sim-framework#accel-sim-framework"
 #: Lines of output kept for an error message.
 TAIL_LINES = 40
+#: Characters of that tail kept at most.
+TAIL_CHARS = 4000
 #: Seconds between SIGTERM and SIGKILL when a simulation's process group is stopped.
 KILL_GRACE_S = 2.0
 _COMPLETE = ".complete"
@@ -376,8 +378,24 @@ def kill_group(pgid: int, sig: int = signal.SIGKILL) -> bool:
     return True
 
 
+def group_alive(pgid: int) -> list[int]:
+    """Pids of the (non-zombie) processes in process group ``pgid`` (Linux ``/proc``)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append(int(entry.name))
+    return out
+
+
 async def _stop_group(proc: asyncio.subprocess.Process) -> None:
-    """SIGTERM the process group, SIGKILL it after :data:`KILL_GRACE_S`, reap the leader."""
+    """SIGTERM the process group, SIGKILL it after :data:`KILL_GRACE_S`, reap the leader and
+    wait (briefly) until no member of the group is left running."""
     pgid = proc.pid
     if proc.returncode is None:
         kill_group(pgid, signal.SIGTERM)
@@ -385,7 +403,10 @@ async def _stop_group(proc: asyncio.subprocess.Process) -> None:
             await asyncio.wait_for(asyncio.shield(proc.wait()), KILL_GRACE_S)
         except TimeoutError:
             pass
-    kill_group(pgid, signal.SIGKILL)
+    if kill_group(pgid, signal.SIGKILL):
+        deadline = time.monotonic() + KILL_GRACE_S
+        while time.monotonic() < deadline and await asyncio.to_thread(group_alive, pgid):
+            await asyncio.sleep(0.02)
     with contextlib.suppress(ProcessLookupError):
         await proc.wait()
 
@@ -469,7 +490,7 @@ async def run_accelsim(
     last = parser.finish()
     if last is not None and on_kernel is not None:
         await on_kernel(last)
-    text_tail = "\n".join(tail)
+    text_tail = "\n".join(tail)[-TAIL_CHARS:]
     if returncode != 0:
         how = f"was killed by signal {-returncode}" if returncode < 0 else f"exited with {returncode}"
         raise AccelSimError(

@@ -230,3 +230,23 @@ def test_unsimulated_kernels_use_the_builtin_model_flagged() -> None:
     assert p.extrapolation_reasons[
         "not simulated by Accel-Sim (not traced or skipped): built-in model used"] == 2
     assert np.all(p.predicted_ns[[1, 3]] > 0)
+
+
+def test_blocking_runner_timeout_kills_the_group(tmp_path: Path) -> None:
+    from cascade.accelsimrun import run_accelsim_blocking
+
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    binary = make_binary(tmp_path / "bin")
+    cfg = make_config(tmp_path / "configs", "SM80_A100", pace_s=0.01, mode="hang", after=1,
+                      pids_dir=pids)
+    _trace(tmp_path / "trace", 3)
+    t0 = time.perf_counter()
+    with pytest.raises(JobTimeoutError, match="ran past 1.5 s"):
+        run_accelsim_blocking(str(binary), str(tmp_path / "trace"), [str(cfg / "gpgpusim.config")],
+                              timeout_s=1.5)
+    assert time.perf_counter() - t0 < 6
+    deadline = time.monotonic() + 3
+    while pids_alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert list(pids.glob("*.pids")) and pids_alive(pids) == []

@@ -405,7 +405,10 @@ async def _stop_group(proc: asyncio.subprocess.Process) -> None:
             pass
     if kill_group(pgid, signal.SIGKILL):
         deadline = time.monotonic() + KILL_GRACE_S
-        while time.monotonic() < deadline and await asyncio.to_thread(group_alive, pgid):
+        while time.monotonic() < deadline:
+            left: list[int] = await asyncio.to_thread(group_alive, pgid)
+            if not left:
+                break
             await asyncio.sleep(0.02)
     with contextlib.suppress(ProcessLookupError):
         await proc.wait()

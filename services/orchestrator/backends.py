@@ -42,6 +42,8 @@ from cascade.settings import Settings, env_var
 log = get_logger("cascade.orchestrator.backends")
 
 Demand = Callable[[], int]
+#: Seconds a cancelled local simulator gets after SIGTERM before SIGKILL.
+STOP_GRACE_S = 3.0
 
 
 class SimRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -162,6 +164,7 @@ class LocalBackend(Backend):
         self.exited = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._killers: set[asyncio.Task[None]] = set()
 
     def command(self) -> list[str]:
         """The argv of one simulator process."""
@@ -227,6 +230,8 @@ class LocalBackend(Backend):
             with contextlib.suppress(BaseException):
                 await self._task
             self._task = None
+        for killer in list(self._killers):
+            killer.cancel()
         for proc in list(self.procs.values()):
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
@@ -244,14 +249,27 @@ class LocalBackend(Backend):
         self._wake.set()
 
     async def cancel(self, sims: list[SimRef]) -> None:
+        """SIGTERM the sims' processes (a simulator then stops what it runs, e.g. Accel-Sim's
+        process group) and SIGKILL any still alive after :data:`STOP_GRACE_S`."""
         for ref in sims:
             pid = _pid_of(ref.worker)
             proc = self.procs.get(pid) if pid is not None else None
             if proc is not None and proc.poll() is None:
                 log.info("stopping simulator process", pid=pid, sim_id=ref.sim_id)
                 with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
+                    proc.terminate()
+                task = asyncio.create_task(self._kill_later(proc))
+                self._killers.add(task)
+                task.add_done_callback(self._killers.discard)
         self._wake.set()
+
+    async def _kill_later(self, proc: subprocess.Popen[bytes]) -> None:
+        deadline = asyncio.get_running_loop().time() + STOP_GRACE_S
+        while proc.poll() is None and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
 
     def stats(self) -> dict[str, Any]:
         return {"backend": self.name, "processes": len(self.procs), "spawned": self.spawned,

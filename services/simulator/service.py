@@ -12,6 +12,8 @@ consumer ``sim-jobs``, explicit ack, in-progress heartbeats while it works,
    ``SimProgress`` after every chunk that crosses a percent and at least once
    per second (kernels done/total, simulated time so far, ETA), and checking
    the run's cancel flag in KV between chunks (-> ``SimCancelled``);
+   With model ``accel-sim`` step 3 runs the real Accel-Sim instead
+   (:mod:`services.simulator.accelsim`): progress per finished kernel from its output;
 4. replays the timeline, writes ``results/{run}/{sim}/result.json`` and
    ``kernels.npz`` (same keys on every attempt), publishes ``SimCompleted``
    and acks.
@@ -41,6 +43,7 @@ from cascade import subjects
 from cascade.bundlecache import cache_dir_for, fetch_bundle
 from cascade.bus import Delivery
 from cascade.errors import (
+    AccelSimError,
     CancelledRunError,
     ConfigError,
     JobTimeoutError,
@@ -63,7 +66,7 @@ if TYPE_CHECKING:
 #: Errors that no retry can fix: reported at once as SimFailed.
 PERMANENT_ERRORS: tuple[type[BaseException], ...] = (
     ValidationError, ConfigError, UnknownGPUError, UnknownNameError, TraceFormatError,
-    JobTimeoutError,
+    JobTimeoutError, AccelSimError,
 )
 TERMINAL_SIM_STATES = frozenset({"completed", "failed", "cancelled"})
 #: Most chunks a simulation is split into (one per percent) and fewest kernels per chunk.
@@ -259,7 +262,12 @@ class SimulatorService:
                 percent=0.0, attempt=delivery.attempt))
             self._first_progress()
             inputs = await self._load(job, trace)
-            await self._simulate(job, inputs, delivery.attempt, t0, log)
+            if job.model == "accel-sim":
+                from services.simulator.accelsim import simulate_accelsim
+
+                await simulate_accelsim(self, job, trace, inputs, delivery.attempt, t0, log)
+            else:
+                await self._simulate(job, inputs, delivery.attempt, t0, log)
         except CancelledRunError as exc:
             await self._publish(job, "cancelled", SimCancelled(
                 sim_id=job.sim_id, run_id=job.run_id, reason=str(exc)), msg_id=f"{job.sim_id}:cancelled")

@@ -182,5 +182,14 @@ class JobTimeoutError(CascadeError, TimeoutError):
     """A job or simulation ran past its deadline."""
 
 
+class AccelSimError(CascadeError, RuntimeError):
+    """Accel-Sim crashed or exited non-zero; carries the exit status and the output's tail."""
+
+    def __init__(self, message: str, *, returncode: int | None = None, tail: str = "") -> None:
+        self.returncode = returncode
+        self.tail = tail
+        super().__init__(message)
+
+
 class CancelledRunError(CascadeError, RuntimeError):
     """The run or sim was cancelled on request."""

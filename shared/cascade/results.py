@@ -96,6 +96,33 @@ class FamilyTotal(msgspec.Struct, frozen=True, kw_only=True):
     share: float = 0.0
 
 
+class SimulatorProvenance(msgspec.Struct, frozen=True, kw_only=True):
+    """The cycle-level simulator that produced a result's kernel times."""
+
+    name: str
+    """Simulator name (``Accel-Sim``)."""
+    binary: str = ""
+    """Path of the simulator binary that ran."""
+    binary_sha256: str = ""
+    config_id: str = ""
+    """GPU configuration folder the simulator ran with."""
+    config_dir: str = ""
+    config_files: dict[str, str] = {}
+    """Configuration file name -> sha256 (gpgpusim.config, trace.config, included files)."""
+    core_clock_mhz: float = 0.0
+    """Clock that turned cycles into times."""
+    kernels_listed: int = 0
+    """Kernels the trace's kernelslist.g names."""
+    kernels_simulated: int = 0
+    """Table kernels whose time is the simulator's (the rest used the built-in model)."""
+    cycles_total: int = 0
+    """Sum of simulated cycles."""
+    wall_s: float = 0.0
+    """Seconds the simulator ran."""
+    first_output_s: float | None = None
+    """Seconds from starting the simulator to its first output line."""
+
+
 class SimResult(msgspec.Struct, frozen=True, kw_only=True):
     """The outcome of one simulation (one configuration x replica of a run)."""
 
@@ -149,6 +176,8 @@ class SimResult(msgspec.Struct, frozen=True, kw_only=True):
     worker: str = ""
     """Simulator process that produced it."""
     created_at: float = 0.0
+    simulator: SimulatorProvenance | None = None
+    """The cycle-level simulator behind the kernel times (model ``accel-sim``), else None."""
 
 
 class StepLike(Protocol):
@@ -330,6 +359,7 @@ def build_result(
     attempt: int = 1,
     worker: str = "",
     created_at: float = 0.0,
+    simulator: SimulatorProvenance | None = None,
 ) -> SimResult:
     """Assemble a :class:`SimResult` from per-kernel predictions (numpy arrays, table order)."""
     n = len(table)
@@ -349,7 +379,7 @@ def build_result(
         counterfactual=err is None, steps=step_list, top_kernels=top, families=families,
         regimes=regimes, kernel_count=n, extrapolated=int(extrapolated), wall_s=float(wall_s),
         extrapolation=dict(extrapolation or {}), accuracy=accuracy,
-        attempt=attempt, worker=worker, created_at=created_at,
+        attempt=attempt, worker=worker, created_at=created_at, simulator=simulator,
     )
 
 

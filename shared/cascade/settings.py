@@ -169,6 +169,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         str,
         _doc("TOML/JSON file with the Kubernetes Job template (empty: {data_dir}/kubernetes.toml)"),
     ] = ""
+    accelsim_bin: Annotated[
+        str,
+        _doc("Path of a built accel-sim.out for the accel-sim model (empty: the model is off; "
+             "build it from github.com/accel-sim/accel-sim-framework)"),
+    ] = ""
+    accelsim_configs: Annotated[
+        str,
+        _doc("Folder with one sub-folder per GPU config id (e.g. SM90_H100/) holding that GPU's "
+             "gpgpusim.config and trace.config for accel-sim (empty: none)"),
+    ] = ""
 
     # --- identity --------------------------------------------------------
     service_name: Annotated[

@@ -6,16 +6,19 @@ Custom specs are validated like spec files and stored in KV
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import msgspec
 from aiohttp import web
+from cascade.accelsimrun import MODEL as ACCELSIM
+from cascade.accelsimrun import AccelSimSetup, discover_from
 from cascade.errors import NotFoundError, ValidationError
 from cascade.gpus import GPUSpec, default_registry, normalize_name, spec_from_mapping
-from cascade.runplan import load_custom_specs, save_custom_spec
+from cascade.runplan import MODELS, load_custom_specs, save_custom_spec
 
 from services.api.http import doc, json_response
-from services.api.keys import BUS
+from services.api.keys import BUS, SETTINGS
 
 routes = web.RouteTableDef()
 
@@ -40,15 +43,54 @@ class ConfigSummary(msgspec.Struct, frozen=True, kw_only=True):
     custom: bool
     """True for specs added through POST /api/configs."""
     spec_hash: str
+    models: list[str] = []
+    """Kernel models a run on this config can use (``accel-sim`` only where it is configured)."""
+    accelsim: bool = False
+    """True when this config can run the ``accel-sim`` model (CASCADE_ACCELSIM_BIN is usable and
+    CASCADE_ACCELSIM_CONFIGS has a folder for it)."""
+
+
+class AccelSimAvailability(msgspec.Struct, frozen=True, kw_only=True):
+    """Whether the ``accel-sim`` model is configured here, and for which configs."""
+
+    available: bool
+    """True when at least one config can run accel-sim."""
+    configs: list[str]
+    """Config ids that can run accel-sim."""
+    problems: list[str] = []
+    """What keeps the model (or a config folder) from running, naming the setting."""
 
 
 class ConfigList(msgspec.Struct, frozen=True, kw_only=True):
     """Answer of GET /api/configs."""
 
     configs: list[ConfigSummary]
+    accelsim: AccelSimAvailability | None = None
+    """The accel-sim model's setup (CASCADE_ACCELSIM_BIN, CASCADE_ACCELSIM_CONFIGS)."""
 
 
-def summary(spec: GPUSpec, *, custom: bool) -> ConfigSummary:
+BUILTIN_MODELS = [m for m in MODELS if m != ACCELSIM]
+
+
+def models_for(config_id: str, setup: AccelSimSetup | None) -> list[str]:
+    """Kernel models a run on ``config_id`` can use."""
+    if setup is not None and setup.can_run(config_id):
+        return [*BUILTIN_MODELS, ACCELSIM]
+    return list(BUILTIN_MODELS)
+
+
+async def accelsim_setup(request: web.Request) -> AccelSimSetup:
+    """The accel-sim setup of this api's settings (file checks in a thread)."""
+    return await asyncio.to_thread(discover_from, request.app[SETTINGS])
+
+
+def availability(setup: AccelSimSetup) -> AccelSimAvailability:
+    """The listing's view of the accel-sim setup."""
+    return AccelSimAvailability(available=bool(setup.runnable()), configs=setup.runnable(),
+                                problems=list(setup.problems))
+
+
+def summary(spec: GPUSpec, *, custom: bool, setup: AccelSimSetup | None = None) -> ConfigSummary:
     """The listing entry of one spec."""
     return ConfigSummary(
         id=spec.id, name=spec.name, arch=spec.arch, sm_version=spec.sm_version, sms=spec.sms,
@@ -56,23 +98,27 @@ def summary(spec: GPUSpec, *, custom: bool) -> ConfigSummary:
         memory_type=spec.memory_type, memory_bandwidth_gbps=spec.memory_bandwidth_gbps,
         l2_mb=spec.l2_mb, fp32_tflops=spec.fp32_tflops, fp16_tflops=spec.fp16_tflops,
         tensor_tflops=dict(spec.tensor_tflops), aliases=list(spec.aliases), custom=custom,
-        spec_hash=spec.spec_hash(),
+        spec_hash=spec.spec_hash(), models=models_for(spec.id, setup),
+        accelsim=setup is not None and setup.can_run(spec.id),
     )
 
 
-async def all_configs(request: web.Request) -> list[ConfigSummary]:
+async def all_configs(request: web.Request, setup: AccelSimSetup | None = None) -> list[ConfigSummary]:
     """Built-in specs (registry order) followed by custom specs (by id)."""
-    out = [summary(s, custom=False) for s in default_registry()]
+    out = [summary(s, custom=False, setup=setup) for s in default_registry()]
     custom = await load_custom_specs(request.app[BUS])
-    out.extend(summary(custom[k], custom=True) for k in sorted(custom))
+    out.extend(summary(custom[k], custom=True, setup=setup) for k in sorted(custom))
     return out
 
 
 @routes.get("/api/configs")
 @doc(response=ConfigList, tags=("configs",))
 async def list_configs(request: web.Request) -> web.Response:
-    """Every GPU configuration a run can use: id, name, SMs, memory, bandwidth, tensor peaks."""
-    return json_response(ConfigList(configs=await all_configs(request)))
+    """Every GPU configuration a run can use: id, name, SMs, memory, bandwidth, tensor peaks,
+    and the kernel models each can run (``accel-sim`` where configured)."""
+    setup = await accelsim_setup(request)
+    return json_response(ConfigList(configs=await all_configs(request, setup),
+                                    accelsim=availability(setup)))
 
 
 @routes.get("/api/configs/{config_id}")
@@ -91,7 +137,8 @@ async def get_config(request: web.Request) -> web.Response:
     if spec is None:
         known = [*default_registry().ids(), *(await load_custom_specs(request.app[BUS]))]
         raise NotFoundError(f"unknown GPU config {name!r}; known: {', '.join(known)}")
-    return json_response({"config": summary(spec, custom=custom), "spec": spec})
+    setup = await accelsim_setup(request)
+    return json_response({"config": summary(spec, custom=custom, setup=setup), "spec": spec})
 
 
 @routes.post("/api/configs")

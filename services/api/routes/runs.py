@@ -49,6 +49,7 @@ import msgspec
 import nats.errors
 from aiohttp import web
 from cascade import subjects
+from cascade.accelsimrun import discover_from, refuse_timeline_trace, require
 from cascade.errors import ConflictError, NotFoundError, ValidationError
 from cascade.messages.run import (
     RunCancelRequested,
@@ -82,7 +83,7 @@ from cascade.tableio import write_csv_text
 from nats.js import api as jsapi
 
 from services.api.http import doc, json_response, read_json
-from services.api.keys import BUS, STORAGE
+from services.api.keys import BUS, SETTINGS, STORAGE
 
 routes = web.RouteTableDef()
 
@@ -164,7 +165,9 @@ def _check_options(options: dict[str, Any]) -> None:
 
 @routes.post("/api/runs")
 @doc(request=CreateRun, tags=("runs",),
-     responses={202: "accepted", 400: "invalid request or unknown config (lists the known ones)",
+     responses={202: "accepted", 400: "invalid request, unknown config (lists the known ones), or "
+                "accel-sim asked where it is not configured (names the setting and the "
+                "configs that can run it) or on a timeline-only trace",
                 404: "no such trace", 409: "trace not ready, or a read-only sample"})
 async def create_run(request: web.Request) -> web.Response:
     """Simulate a ready trace on GPU configurations x replicas."""
@@ -201,6 +204,9 @@ async def create_run(request: web.Request) -> web.Response:
     dupes = sorted({c for c in ids if ids.count(c) > 1})
     if dupes:
         raise ValidationError(f"configuration listed twice: {', '.join(dupes)}", field="configs")
+    if body.model == "accel-sim":
+        refuse_timeline_trace(trace.id, trace.kind)
+        require(await asyncio.to_thread(discover_from, request.app[SETTINGS]), ids)
     run_id = new_run_id()
     now = time.time()
     record = RunRecord(
@@ -290,6 +296,8 @@ def sim_event_data(data: bytes) -> dict[str, Any] | None:
             base.update(state="running", percent=ev.percent, kernels_done=ev.kernels_done,
                         kernels_total=ev.kernels_total, simulated_ns=ev.simulated_ns,
                         eta_s=ev.eta_s, attempts=ev.attempt)
+            if ev.kernel is not None:
+                base["kernel"] = msgspec.to_builtins(ev.kernel)
         case SimCompleted():
             base.update(state="completed", percent=100.0, eta_s=0.0, result_key=ev.result_key,
                         predicted_e2e_ns=ev.predicted_e2e_ns, attempts=ev.attempt,
@@ -499,6 +507,7 @@ def config_results(config: str, sims: list[SimRecord], results: dict[str, SimRes
             for name, f in (first.families.items() if first else [])
         },
         "regimes": first.regimes if first else {},
+        "simulator": msgspec.to_builtins(first.simulator) if first and first.simulator else None,
         "replicas": replicas,
     }
 
@@ -578,7 +587,8 @@ KERNEL_COLUMNS = ("kernel_id", "name", "stream", "step", "step_kind", "op", "dty
 async def sim_kernels(request: web.Request) -> web.Response:
     """One sim's per-kernel predictions, paged (source and predicted ns, regime, start/end,
     extrapolation bits: 1 target / 2 source GPU not calibrated, 4 GEMM shape outside the
-    calibration data, 8 launch/roofline bound only; empty for results that predate them)."""
+    calibration data, 8 launch/roofline bound only, 16 not simulated by Accel-Sim; empty for
+    results that predate them; ``sim_cycles`` with model accel-sim, -1 where not simulated)."""
     run = await _run(request, request.match_info["run_id"])
     sim_id = request.match_info["sim_id"]
     if sim_id not in run.sim_ids:
@@ -595,14 +605,15 @@ async def sim_kernels(request: web.Request) -> web.Response:
         raise ValidationError("expected json or csv", field="format")
     table = await read_kernels(request.app[STORAGE], run.id, sim_id)
     page = table.take(slice(offset, offset + limit))
+    columns = KERNEL_COLUMNS + (("sim_cycles",) if "sim_cycles" in table else ())
     if fmt == "csv":
         out = io.StringIO()
-        write_csv_text(page, out, KERNEL_COLUMNS)
+        write_csv_text(page, out, columns)
         return web.Response(text=out.getvalue(), content_type="text/csv", headers={
             "X-Total-Count": str(len(table)),
             "Content-Disposition": f'attachment; filename="{sim_id}-kernels.csv"'})
     rows = []
-    cols = {c: page[c] for c in KERNEL_COLUMNS}
+    cols = {c: page[c] for c in columns}
     for i in range(len(page)):
         row: dict[str, Any] = {}
         for c, arr in cols.items():
@@ -613,4 +624,4 @@ async def sim_kernels(request: web.Request) -> web.Response:
             row[c] = v
         rows.append(row)
     return json_response({"run_id": run.id, "sim_id": sim_id, "total": len(table), "offset": offset,
-                          "limit": limit, "columns": list(KERNEL_COLUMNS), "kernels": rows})
+                          "limit": limit, "columns": list(columns), "kernels": rows})

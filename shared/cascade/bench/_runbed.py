@@ -13,6 +13,7 @@ can start without the ingest path.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -130,6 +131,50 @@ async def publish_trace(
         created_at=now, updated_at=now, sealed=True, kernels_total=len(table),
         kernels_prepared=len(table), bundle_key=prefix, bundle_hash=bundle_hash,
         baseline=dict(baseline or {}),
+    )
+    kv = await bus.kv(subjects.KV_TRACES)
+    await kv.put(trace_id, record)
+    return record
+
+
+async def publish_instruction_trace(
+    bus: Any,
+    storage: Any,
+    trace_id: str,
+    folder: Path,
+    n_kernels: int,
+    *,
+    source_gpu: str = "SM80_A100",
+    blocks: int = 4,
+) -> TraceRecord:
+    """Generate an ``n_kernels`` Accel-Sim trace in ``folder`` (kernel-N.traceg + kernelslist.g),
+    upload its files under the trace's raw prefix, parse it into an instruction bundle, and
+    record the trace ``ready`` in KV (what ingest + prepare would leave behind)."""
+    from cascade.tracefiles import raw_key
+    from cascade.traces.folder import parse_trace_folder
+    from cascade.traces.generate import TraceSpec, write_trace_folder
+
+    specs = [TraceSpec(kernel_id=k, name=f"_Z6kernel{k}Pf", grid=(blocks, 1, 1), iterations=2)
+             for k in range(1, n_kernels + 1)]
+    write_trace_folder(folder, specs, memcpys=1)
+    for path in sorted(folder.iterdir()):
+        await storage.put_bytes(raw_key(trace_id, path.name), path.read_bytes())
+    parsed = parse_trace_folder(folder)
+    if parsed.failures:
+        raise RuntimeError(f"generated trace did not parse: {parsed.failures}")
+    builder = BundleBuilder(trace_id=trace_id, source_gpu=source_gpu, workload="bench", kind="instructions")
+    for features in parsed.kernels:
+        builder.add_features(features)
+    bundle_hash, manifest, npz = builder.finalize()
+    prefix = f"bundles/{trace_id}/{bundle_hash}/"
+    await storage.put_bytes(prefix + KERNELS_NAME, npz)
+    await storage.put_bytes(prefix + MANIFEST_NAME, manifest, content_type="application/json")
+    now = time.time()
+    record = TraceRecord(
+        id=trace_id, name=trace_id, source_gpu=source_gpu, kind="instructions", state="ready",
+        created_at=now, updated_at=now, sealed=True, kernels_total=n_kernels,
+        kernels_prepared=n_kernels, bundle_key=prefix, bundle_hash=bundle_hash,
+        bundle_kernels=n_kernels,
     )
     kv = await bus.kv(subjects.KV_TRACES)
     await kv.put(trace_id, record)

@@ -1,13 +1,21 @@
-"""The ``accel-sim`` model: run a configured ``accel-sim.out`` on a trace directory and
-read per-kernel ``gpu_sim_cycle`` from its output, converted with the core clock of
-``-gpgpu_clock_domains``."""
+"""The ``accel-sim`` model: per-kernel cycles from Accel-Sim's own output.
+
+:class:`AccelSimOutputParser` reads ``accel-sim.out`` stdout one line at a time, as it is
+written, and yields a :class:`SimulatedKernel` when a kernel's statistics block is complete
+(``kernel_name`` .. ``gpu_sim_insn`` .. ``gpu_total_sim_rate``). Cycles become times at the
+core clock of ``-gpgpu_clock_domains``. :func:`predictions_from_simulation` maps simulated
+kernels onto a kernel table; rows Accel-Sim did not simulate use the ``analytical`` model and
+carry the :data:`cascade.engine.perf.NOT_SIMULATED` extrapolation bit.
+
+Running the simulator (subprocess, process group, cancel, timeout) is platform work, in
+:mod:`cascade.accelsimrun`; this module does no I/O.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import msgspec
 import numpy as np
@@ -15,12 +23,16 @@ import numpy as np
 from cascade.engine import perf
 from cascade.engine.models import ModelContext, ModelOutput, _names
 from cascade.engine.workload import Workload
-from cascade.errors import CascadeError, JobTimeoutError, TraceFormatError, ValidationError
+from cascade.errors import TraceFormatError, ValidationError
 from cascade.gpus.spec import GPUSpec
 from cascade.kerneltable import KernelTable
 
-_KV = re.compile(r"^\s*(kernel_name|kernel_launch_uid|gpu_sim_cycle|gpu_sim_insn)\s*=\s*(\S+)")
+_KV = re.compile(r"^\s*(kernel_name|kernel_launch_uid|gpu_sim_cycle|gpu_sim_insn|gpu_ipc)\s*=\s*(\S+)")
+_RATE = re.compile(r"^\s*gpu_total_sim_rate\s*=\s*(\d+)")
 _CLOCKS = re.compile(r"^\s*-gpgpu_clock_domains\s+([0-9.]+):([0-9.]+):([0-9.]+):([0-9.]+)")
+_PROCESSING = re.compile(r"^Processing kernel\s+(\S+)")
+_LAUNCH = re.compile(r"^launching kernel name:\s*(\S+)\s+uid:\s*(\d+)")
+_KERNEL_FILE = re.compile(r"kernel-(\d+)(?:-ctx_0x[0-9a-fA-F]+)?\.trace(?:g)?(?:\.xz)?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,10 +40,21 @@ class SimulatedKernel:
     """One kernel's statistics from an Accel-Sim run."""
 
     uid: int
+    """``kernel_launch_uid`` (1-based launch order in the simulation)."""
     name: str
     cycles: int
+    """``gpu_sim_cycle``: core cycles the kernel took."""
     instructions: int
+    """``gpu_sim_insn``: warp-lane instructions simulated."""
     core_clock_mhz: float
+    ipc: float = 0.0
+    """``gpu_ipc``."""
+    sim_rate_ips: float = 0.0
+    """``gpu_total_sim_rate``: simulated instructions per wall second so far."""
+    kernel_id: int | None = None
+    """N of the ``kernel-N.traceg`` file Accel-Sim was processing, when it said."""
+    line: int = 0
+    """Output line that completed the kernel's statistics."""
 
     @property
     def duration_ns(self) -> float:
@@ -39,83 +62,119 @@ class SimulatedKernel:
         return self.cycles / self.core_clock_mhz * 1e3
 
 
-def parse_accelsim_output(text: str, source: str = "<accel-sim output>") -> list[SimulatedKernel]:
-    """Per-kernel results from ``accel-sim.out`` stdout (errors name the source and line)."""
-    clock: float | None = None
-    kernels: list[SimulatedKernel] = []
-    current: dict[str, str] = {}
-    start_line = 0
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if clock is None:
+def kernel_id_of_file(path: str) -> int | None:
+    """N of a ``.../kernel-N[-ctx_0x..].traceg`` path (None for anything else)."""
+    m = _KERNEL_FILE.search(path.strip())
+    return int(m.group(1)) if m else None
+
+
+def core_clock_of_config(text: str) -> float | None:
+    """Core clock (MHz) from ``-gpgpu_clock_domains`` in gpgpusim.config text (None when absent)."""
+    for line in text.splitlines():
+        m = _CLOCKS.match(line)
+        if m:
+            return float(m.group(1))
+    return None
+
+
+class AccelSimOutputParser:
+    """Incremental parser of ``accel-sim.out`` stdout: :meth:`feed` one line at a time.
+
+    ``core_clock_mhz``: the clock to use when the output has not (yet) printed
+    ``-gpgpu_clock_domains`` (e.g. from the config's gpgpusim.config).
+    """
+
+    def __init__(self, source: str = "<accel-sim output>", *, core_clock_mhz: float | None = None) -> None:
+        self.source = source
+        self.clock: float | None = None
+        self.fallback_clock = core_clock_mhz
+        self.lineno = 0
+        self.kernels: list[SimulatedKernel] = []
+        self._current: dict[str, str] = {}
+        self._start_line = 0
+        self._file_id: int | None = None
+        self._launch_ids: dict[int, int | None] = {}
+
+    def feed(self, line: str) -> SimulatedKernel | None:
+        """Consume one output line; the kernel whose statistics it completes, if any."""
+        self.lineno += 1
+        if self.clock is None and line.startswith("-gpgpu_clock_domains"):
             mc = _CLOCKS.match(line)
             if mc:
-                clock = float(mc.group(1))
-                continue
+                self.clock = float(mc.group(1))
+                return None
+        if line.startswith("Processing kernel"):
+            mp = _PROCESSING.match(line)
+            if mp:
+                self._file_id = kernel_id_of_file(mp.group(1))
+            return None
+        if line.startswith("launching kernel name"):
+            ml = _LAUNCH.match(line)
+            if ml:
+                self._launch_ids[int(ml.group(2))] = self._file_id
+            return None
+        if self._current and "gpu_sim_insn" in self._current and line.startswith("gpu_total_sim_rate"):
+            mr = _RATE.match(line)
+            return self._complete(float(mr.group(1)) if mr else 0.0)
+        if not line.startswith(("kernel_name", "kernel_launch_uid", "gpu_sim_cycle", "gpu_sim_insn",
+                                "gpu_ipc")):
+            return None
         m = _KV.match(line)
         if not m:
-            continue
+            return None
         key, value = m.group(1), m.group(2)
         if key == "kernel_name":
-            current = {"kernel_name": value}
-            start_line = lineno
-            continue
-        if not current:
-            continue
-        current[key] = value
-        if key == "gpu_sim_insn":
-            if clock is None:
-                raise TraceFormatError(source, lineno, "-gpgpu_clock_domains before the kernel statistics")
-            try:
-                kernels.append(SimulatedKernel(
-                    uid=int(current.get("kernel_launch_uid", len(kernels) + 1)),
-                    name=current["kernel_name"],
-                    cycles=int(current["gpu_sim_cycle"]),
-                    instructions=int(value),
-                    core_clock_mhz=clock,
-                ))
-            except (KeyError, ValueError):
-                raise TraceFormatError(source, start_line,
-                                       "kernel_name, kernel_launch_uid, gpu_sim_cycle, gpu_sim_insn integers",
-                                       str(current)) from None
-            current = {}
-    if not kernels:
+            done = self._complete(0.0) if "gpu_sim_insn" in self._current else None
+            self._current = {"kernel_name": value}
+            self._start_line = self.lineno
+            return done
+        if self._current:
+            self._current[key] = value
+        return None
+
+    def finish(self) -> SimulatedKernel | None:
+        """End of output: the last kernel if its statistics stopped before the sim rate."""
+        if "gpu_sim_insn" in self._current:
+            return self._complete(0.0)
+        return None
+
+    def _complete(self, rate: float) -> SimulatedKernel:
+        cur, self._current = self._current, {}
+        clock = self.clock or self.fallback_clock
+        if clock is None or clock <= 0:
+            raise TraceFormatError(self.source, self._start_line,
+                                   "-gpgpu_clock_domains before the kernel statistics")
+        try:
+            uid = int(cur.get("kernel_launch_uid", len(self.kernels) + 1))
+            kernel = SimulatedKernel(
+                uid=uid, name=cur["kernel_name"], cycles=int(cur["gpu_sim_cycle"]),
+                instructions=int(cur["gpu_sim_insn"]), core_clock_mhz=clock,
+                ipc=float(cur.get("gpu_ipc", "0") or 0), sim_rate_ips=rate,
+                kernel_id=self._launch_ids.get(uid), line=self.lineno,
+            )
+        except (KeyError, ValueError):
+            raise TraceFormatError(self.source, self._start_line,
+                                   "kernel_name, kernel_launch_uid, gpu_sim_cycle, gpu_sim_insn integers",
+                                   str(cur)) from None
+        self.kernels.append(kernel)
+        return kernel
+
+
+def parse_accelsim_output(text: str | Iterable[str], source: str = "<accel-sim output>",
+                          *, core_clock_mhz: float | None = None) -> list[SimulatedKernel]:
+    """Per-kernel results from a whole ``accel-sim.out`` stdout (errors name the source and line)."""
+    parser = AccelSimOutputParser(source, core_clock_mhz=core_clock_mhz)
+    lines = text.splitlines() if isinstance(text, str) else text
+    for line in lines:
+        parser.feed(line)
+    parser.finish()
+    if not parser.kernels:
         raise TraceFormatError(source, None, "at least one kernel's gpu_sim_cycle statistics")
-    return kernels
-
-
-async def run_accelsim(
-    binary: str | Path,
-    trace_dir: str | Path,
-    config_files: list[str | Path],
-    *,
-    timeout_s: float = 3600.0,
-) -> list[SimulatedKernel]:
-    """Run ``accel-sim.out -trace DIR/kernelslist.g -config ...`` and parse its output."""
-    kernelslist = Path(trace_dir) / "kernelslist.g"
-    if not kernelslist.is_file():
-        raise ValidationError(f"{kernelslist} does not exist", field="trace_dir")
-    args = [str(binary), "-trace", str(kernelslist)]
-    for cfg in config_files:
-        args += ["-config", str(cfg)]
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-    except OSError as exc:
-        raise CascadeError(f"cannot start accel-sim {binary}: {exc}") from None
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise JobTimeoutError(f"accel-sim ran past {timeout_s} s on {trace_dir}") from None
-    text = out.decode(errors="replace")
-    if proc.returncode != 0:
-        raise CascadeError(f"accel-sim exited with {proc.returncode}: {text[-400:]}")
-    return parse_accelsim_output(text, str(binary))
+    return parser.kernels
 
 
 class AccelSimConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """Where accel-sim and its inputs are."""
+    """Where accel-sim and its inputs are (``predict`` runs the binary once, synchronously)."""
 
     binary: str = ""
     """Path of ``accel-sim.out``."""
@@ -124,48 +183,92 @@ class AccelSimConfig(msgspec.Struct, frozen=True, kw_only=True):
     config_files: list[str] = []
     """``gpgpusim.config`` and ``trace.config`` of the target GPU."""
     timeout_s: float = 3600.0
+    """Seconds the simulation may run before its process group is killed."""
+    simulated_cycles: dict[int, int] = {}
+    """Cycles per table ``kernel_id`` already simulated (given: ``predict`` runs nothing)."""
+    core_clock_mhz: float = 0.0
+    """Core clock for ``simulated_cycles``."""
 
 
 class AccelSimModel:
-    """Cycle-level simulation by Accel-Sim; kernels it did not report use ``analytical``."""
+    """Cycle-level simulation by Accel-Sim; kernels it did not report use ``analytical``.
+
+    The simulator service streams the binary's output itself
+    (:func:`cascade.accelsimrun.run_accelsim`) and calls :func:`predictions_from_simulation`;
+    this ``predict`` (for ``cascade predict`` and scripts) runs it to completion first.
+    """
 
     name = "accel-sim"
     config_type = AccelSimConfig
 
     def predict(self, table: KernelTable, w: Workload, target: GPUSpec, ctx: ModelContext) -> ModelOutput:
         cfg = ctx.config
+        if isinstance(cfg, AccelSimConfig) and cfg.simulated_cycles:
+            if cfg.core_clock_mhz <= 0:
+                raise ValidationError("expected the core clock (MHz > 0) of the simulated cycles",
+                                      field="config.core_clock_mhz")
+            done = [SimulatedKernel(uid=kid, name="", cycles=c, instructions=0,
+                                    core_clock_mhz=cfg.core_clock_mhz, kernel_id=kid)
+                    for kid, c in cfg.simulated_cycles.items()]
+            return predictions_from_simulation(table, w, target, ctx, done)
         if not isinstance(cfg, AccelSimConfig) or not cfg.binary or not cfg.trace_dir:
             raise ValidationError("the accel-sim model needs AccelSimConfig(binary=..., trace_dir=..., "
-                                  "config_files=[...])", field="config")
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
-            raise ValidationError("inside an event loop, await run_accelsim() and pass its results "
-                                  "to predictions_from_simulation()", field="model")
-        sims = asyncio.run(run_accelsim(cfg.binary, cfg.trace_dir, list(cfg.config_files),
-                                        timeout_s=cfg.timeout_s))
+                                  "config_files=[...]) (the simulator service sets them from "
+                                  "CASCADE_ACCELSIM_BIN and CASCADE_ACCELSIM_CONFIGS)", field="config")
+        from cascade.accelsimrun import run_accelsim_blocking
+
+        sims = run_accelsim_blocking(cfg.binary, cfg.trace_dir, list(cfg.config_files),
+                                     timeout_s=cfg.timeout_s)
         return predictions_from_simulation(table, w, target, ctx, sims)
 
 
+def rows_of_simulated(table: KernelTable, sims: Sequence[SimulatedKernel],
+                      listed_ids: Sequence[int] = ()) -> np.ndarray:
+    """Per table row, the index into ``sims`` of its simulated kernel (-1: not simulated).
+
+    A simulated kernel is matched by the ``kernel-N`` file Accel-Sim processed, else by the
+    N of the ``uid``-th kernel ``listed_ids`` (kernelslist.g order), else by ``uid`` itself,
+    against the table's ``kernel_id``; a table without kernel ids matches in launch order.
+    """
+    n = len(table)
+    ids = np.asarray(table["kernel_id"], dtype=np.int64)
+    if not np.any(ids > 0):
+        ids = np.arange(1, n + 1)
+    row_of: dict[int, int] = {}
+    for row, known in enumerate(ids.tolist()):
+        row_of.setdefault(int(known), row)
+    out = np.full(n, -1, dtype=np.int64)
+    for i, s in enumerate(sims):
+        by_list = listed_ids[s.uid - 1] if 0 < s.uid <= len(listed_ids) else s.uid
+        kid = s.kernel_id if s.kernel_id is not None else by_list
+        hit = row_of.get(int(kid))
+        if hit is not None:
+            out[hit] = i
+    return out
+
+
 def predictions_from_simulation(table: KernelTable, w: Workload, target: GPUSpec, ctx: ModelContext,
-                                sims: list[SimulatedKernel]) -> ModelOutput:
-    """Map simulated kernels to table rows by ``kernel_id`` (else launch order)."""
+                                sims: Sequence[SimulatedKernel],
+                                listed_ids: Sequence[int] = ()) -> ModelOutput:
+    """Simulated durations per table row; rows Accel-Sim did not simulate use ``analytical``
+    and carry :data:`cascade.engine.perf.NOT_SIMULATED` in their flags."""
     from cascade.engine.analytical import AnalyticalConfig, AnalyticalModel
 
-    by_uid = {s.uid: s.duration_ns for s in sims}
-    ids = table["kernel_id"]
-    if not np.any(ids > 0):
-        ids = np.arange(1, len(table) + 1)
-    pred = np.array([by_uid.get(int(i), np.nan) for i in ids], dtype=np.float64)
-    names = _names(len(table), AccelSimModel.name)
-    regime = np.full(len(table), perf.COMPUTE, dtype=np.int8)
-    missing = ~np.isfinite(pred)
+    n = len(table)
+    match = rows_of_simulated(table, sims, listed_ids)
+    durations = np.array([s.duration_ns for s in sims], dtype=np.float64)
+    pred = np.where(match >= 0, durations[np.maximum(match, 0)] if len(sims) else np.nan, np.nan)
+    names = _names(n, AccelSimModel.name)
+    regime = np.full(n, perf.COMPUTE, dtype=np.int8)
+    flags = np.zeros(n, dtype=np.int8)
+    missing = match < 0
     if missing.any():
         sub_ctx = ModelContext(ctx.source, ctx.calibration, AnalyticalConfig(), ctx.archs)
         out = AnalyticalModel().predict(table, w, target, sub_ctx)
         pred = np.where(missing, out.predicted_ns, pred)
         regime = np.where(missing, out.regime, regime).astype(np.int8)
         names[missing] = "analytical"
-    return ModelOutput(np.maximum(pred, perf.roofline_ns(w, target)), regime, names)
+        base = out.flags if out.flags is not None else np.zeros(n, dtype=np.int8)
+        flags = np.where(missing, base | perf.NOT_SIMULATED, 0).astype(np.int8)
+        pred = np.where(missing, np.maximum(pred, perf.roofline_ns(w, target)), pred)
+    return ModelOutput(pred, regime, names, flags=flags)

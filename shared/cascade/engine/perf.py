@@ -158,8 +158,10 @@ EXTRAPOLATION_REASONS: tuple[tuple[int, str], ...] = (
     (2, "source GPU not calibrated for this measurement kind"),
     (4, "GEMM shape outside the calibration data's shapes"),
     (8, "no measured time or work: launch overhead or roofline only"),
+    (16, "not simulated by Accel-Sim (not traced or skipped): built-in model used"),
 )
-TARGET_UNCALIBRATED, SOURCE_UNCALIBRATED, SHAPE_OUTSIDE, BOUND_ONLY = (b for b, _ in EXTRAPOLATION_REASONS)
+TARGET_UNCALIBRATED, SOURCE_UNCALIBRATED, SHAPE_OUTSIDE, BOUND_ONLY, NOT_SIMULATED = (
+    b for b, _ in EXTRAPOLATION_REASONS)
 
 
 def extrapolation_flags(w: Workload, target: GPUSpec, source: GPUSpec | None, cal: Calibration,

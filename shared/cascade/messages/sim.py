@@ -36,6 +36,27 @@ class SimStarted(_SimMessage, frozen=True, kw_only=True, tag="sim.started.v1"):
     kernels_total: NonNegative = 0
 
 
+class KernelSimulated(msgspec.Struct, frozen=True, kw_only=True):
+    """One kernel a cycle-level simulator (Accel-Sim) just finished, as it reported it."""
+
+    name: str
+    """Kernel (function) name."""
+    uid: int = 0
+    """Launch uid in the simulation (1-based)."""
+    kernel_id: int | None = None
+    """N of the trace's ``kernel-N`` file."""
+    cycles: int = 0
+    """Core cycles simulated (``gpu_sim_cycle``)."""
+    instructions: int = 0
+    """Instructions simulated (``gpu_sim_insn``)."""
+    ipc: float = 0.0
+    """Instructions per cycle (``gpu_ipc``)."""
+    sim_rate_ips: float = 0.0
+    """Simulation rate, instructions per wall second (``gpu_total_sim_rate``)."""
+    duration_ns: float = 0.0
+    """``cycles`` at the configuration's core clock."""
+
+
 class SimProgress(_SimMessage, frozen=True, kw_only=True, tag="sim.progress.v1"):
     """Periodic progress of a running sim."""
 
@@ -47,6 +68,8 @@ class SimProgress(_SimMessage, frozen=True, kw_only=True, tag="sim.progress.v1")
     eta_s: float | None = None
     """Estimated seconds to completion, when known."""
     attempt: Annotated[int, msgspec.Meta(ge=1)] = 1
+    kernel: KernelSimulated | None = None
+    """The kernel whose completion this event reports (cycle-level simulators only)."""
 
 
 class SimCompleted(_SimMessage, frozen=True, kw_only=True, tag="sim.completed.v1"):

@@ -55,7 +55,24 @@ async function loadTraces() {
 async function loadConfigs() {
   const { configs } = await api("/api/configs");
   $("#nr-configs").innerHTML = "<legend>GPU configurations</legend>" + configs.map((c) =>
-    `<label><input type="checkbox" name="cfg" value="${esc(c.id)}"> ${esc(c.id)} <small>${esc(c.name || "")}</small></label>`).join("");
+    `<label><input type="checkbox" name="cfg" value="${esc(c.id)}" data-models="${esc((c.models || []).join(" "))}"> ${esc(c.id)} <small>${esc(c.name || "")}${c.accelsim ? " (accel-sim)" : ""}</small></label>`).join("");
+  $("#nr-configs").addEventListener("change", offerModels);
+  offerModels();
+}
+
+// Only models every checked configuration can run (accel-sim where it is configured).
+function offerModels() {
+  const boxes = [...document.querySelectorAll("input[name=cfg]")];
+  const checked = boxes.filter((b) => b.checked);
+  const pool = checked.length ? checked : boxes;
+  const all = ["auto", "scaled", "analytical", "roofline", "accel-sim"];
+  const ok = all.filter((m) => pool.length && (checked.length
+    ? pool.every((b) => (b.dataset.models || "").split(" ").includes(m))
+    : pool.some((b) => (b.dataset.models || "").split(" ").includes(m))));
+  const sel = $("#nr-model");
+  const keep = sel.value;
+  sel.innerHTML = (ok.length ? ok : all.slice(0, 4)).map((m) => `<option>${esc(m)}</option>`).join("");
+  if ([...sel.options].some((o) => o.value === keep)) sel.value = keep;
 }
 
 async function loadRuns() {

@@ -1,0 +1,192 @@
+"""The simulator's ``accel-sim`` path: run the real Accel-Sim for one (config, replica).
+
+1. the config's Accel-Sim folder from ``CASCADE_ACCELSIM_CONFIGS`` and the binary from
+   ``CASCADE_ACCELSIM_BIN`` (refused, naming the setting, when either is missing here);
+2. the trace's instruction files on local disk (:func:`cascade.accelsimrun.fetch_instruction_trace`,
+   once per trace per node);
+3. ``accel-sim.out`` in its own process group and working directory, stdout parsed as it is
+   written: one ``SimProgress`` (with :class:`KernelSimulated`) per finished kernel, percent =
+   kernels done / kernels listed; the run's cancel flag is checked while it runs and cancels
+   (like the sim timeout) kill the process group;
+4. cycles -> times at the config's core clock, kernels it did not simulate through the
+   built-in model (flagged), the same timeline replay and results as the built-in models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from cascade.accelsimrun import (
+    AccelSimGPUConfig,
+    clean_workdir,
+    discover_from,
+    fetch_instruction_trace,
+    require,
+    run_accelsim,
+    trace_cache_dir,
+)
+from cascade.engine.accelsim import AccelSimConfig, SimulatedKernel
+from cascade.errors import CancelledRunError, JobTimeoutError
+from cascade.messages.jobs import SimJob
+from cascade.messages.sim import KernelSimulated, SimCompleted, SimProgress
+from cascade.results import (
+    SimulatorProvenance,
+    build_result,
+    kernels_with_predictions,
+    write_result,
+)
+from cascade.state import TraceRecord
+
+if TYPE_CHECKING:
+    from services.simulator.engine import SimulationInputs
+    from services.simulator.service import SimulatorService
+
+CANCEL_CHECK_INTERVAL_S = 0.25
+_BINARY_HASHES: dict[tuple[str, float, int], str] = {}
+
+
+def _binary_sha256(path: str) -> str:
+    import hashlib
+
+    st = Path(path).stat()
+    key = (path, st.st_mtime, st.st_size)
+    if key not in _BINARY_HASHES:
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        _BINARY_HASHES[key] = h.hexdigest()
+    return _BINARY_HASHES[key]
+
+
+def gpu_config_for(settings: Any, config_id: str) -> tuple[str, AccelSimGPUConfig]:
+    """The binary and this config's Accel-Sim folder (hashed), or ``ValidationError``."""
+    setup = discover_from(settings, hashes=True)
+    require(setup, [config_id])
+    return setup.binary, setup.configs[config_id]
+
+
+async def simulate_accelsim(
+    service: SimulatorService, job: SimJob, trace: TraceRecord, inputs: SimulationInputs,
+    attempt: int, t0: float, log: Any,
+) -> None:
+    """Run one sim through Accel-Sim (see the module docstring) and publish its result."""
+    from cascade.engine import predict
+
+    from services.simulator.engine import _REGIME_NAMES, replay_timeline
+
+    settings = service.settings
+    target = inputs.target
+    binary, gpu = await asyncio.to_thread(gpu_config_for, settings, target.id)
+    on_disk = await fetch_instruction_trace(service.storage, trace.id, trace.kind,
+                                            trace_cache_dir(settings.data_path))
+    log.info("instruction trace on disk", folder=on_disk.folder, kernels_listed=len(on_disk.kernel_ids),
+             downloaded=on_disk.downloaded)
+    listed = len(on_disk.kernel_ids)
+    clock = gpu.core_clock_mhz or target.boost_clock_mhz
+    work = settings.data_path / "work" / "accelsim" / f"{job.sim_id}-a{attempt}"
+    done: list[SimulatedKernel] = []
+    simulated_ns = 0.0
+    sim_start = time.perf_counter()
+
+    async def on_kernel(k: SimulatedKernel) -> None:
+        nonlocal simulated_ns
+        done.append(k)
+        simulated_ns += k.duration_ns
+        n_done = len(done)
+        elapsed = time.perf_counter() - sim_start
+        kid = k.kernel_id if k.kernel_id is not None else (
+            on_disk.kernel_ids[k.uid - 1] if 0 < k.uid <= listed else None)
+        await service._publish(job, "progress", SimProgress(
+            sim_id=job.sim_id, run_id=job.run_id, kernels_done=min(n_done, listed),
+            kernels_total=listed, percent=min(100.0, 100.0 * n_done / listed),
+            simulated_ns=simulated_ns, eta_s=elapsed / n_done * max(0, listed - n_done),
+            attempt=attempt, kernel=KernelSimulated(
+                name=k.name, uid=k.uid, kernel_id=kid, cycles=k.cycles, instructions=k.instructions,
+                ipc=k.ipc, sim_rate_ips=k.sim_rate_ips, duration_ns=k.duration_ns)))
+
+    timeout = max(0.1, t0 + settings.sim_timeout_s - time.perf_counter())
+    runner = asyncio.create_task(run_accelsim(
+        binary, on_disk.kernelslist, [gpu.gpgpusim_config, gpu.trace_config], work,
+        timeout_s=timeout, on_kernel=on_kernel, core_clock_mhz=clock,
+        on_start=lambda pid: log.info("accel-sim started", pid=pid, workdir=str(work))))
+    try:
+        while True:
+            finished, _ = await asyncio.wait({runner}, timeout=CANCEL_CHECK_INTERVAL_S)
+            if runner in finished:
+                try:
+                    outcome = runner.result()
+                except JobTimeoutError as exc:
+                    raise JobTimeoutError(
+                        f"timed out after {settings.sim_timeout_s:g} s (CASCADE_SIM_TIMEOUT_S): {exc}"
+                    ) from None
+                break
+            if await service._cancelled(job):
+                runner.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await runner
+                clean_workdir(work)
+                raise CancelledRunError(f"run {job.run_id} was cancelled; accel-sim was stopped")
+    finally:
+        if not runner.done():
+            runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await runner
+    clean_workdir(work)
+    by_id: dict[int, int] = {}
+    for k in outcome.kernels:
+        kid = k.kernel_id if k.kernel_id is not None else (
+            on_disk.kernel_ids[k.uid - 1] if 0 < k.uid <= listed else k.uid)
+        by_id[int(kid)] = k.cycles
+    clock_used = outcome.kernels[0].core_clock_mhz if outcome.kernels else clock
+    cfg = AccelSimConfig(simulated_cycles=by_id, core_clock_mhz=clock_used)
+    table = inputs.table
+    pred = await asyncio.to_thread(predict, table, target, source=inputs.source, model="accel-sim",
+                                   config=cfg)
+    predicted = pred.predicted_ns
+    regime = _REGIME_NAMES[pred.regime.astype(np.int64)]
+    flags = pred.flags if pred.flags is not None else np.zeros(len(table), dtype=np.int8)
+    used = Counter(str(m) for m in pred.models)
+    replay = await asyncio.to_thread(replay_timeline, table, predicted)
+    ids = np.asarray(table["kernel_id"], dtype=np.int64)
+    if not np.any(ids > 0):
+        ids = np.arange(1, len(table) + 1)
+    cycles = np.array([by_id.get(int(i), -1) for i in ids], dtype=np.int64)
+    await service._publish(job, "progress", SimProgress(
+        sim_id=job.sim_id, run_id=job.run_id, kernels_done=listed, kernels_total=listed,
+        percent=100.0, simulated_ns=float(predicted.sum()), eta_s=0.0, attempt=attempt))
+    wall = time.perf_counter() - t0
+    simulator = SimulatorProvenance(
+        name="Accel-Sim", binary=binary, binary_sha256=await asyncio.to_thread(_binary_sha256, binary),
+        config_id=gpu.config_id, config_dir=gpu.folder, config_files=dict(gpu.files),
+        core_clock_mhz=clock_used, kernels_listed=listed,
+        kernels_simulated=int(np.count_nonzero(cycles >= 0)), cycles_total=int(sum(by_id.values())),
+        wall_s=outcome.wall_s, first_output_s=outcome.first_line_s,
+    )
+    result = build_result(
+        run_id=job.run_id, sim_id=job.sim_id, trace_id=job.trace_id, config=target.id,
+        replica=job.replica, model="accel-sim", spec_id=target.id, spec_hash=target.spec_hash(),
+        source_spec_id=inputs.source_id, calibration=inputs.calibration_label(pred.provenance),
+        table=table, predicted_ns=predicted, regime=regime, start_ns=replay.start_ns,
+        end_ns=replay.end_ns, predicted_e2e_ns=replay.e2e_ns, steps=replay.steps,
+        baseline_e2e_ns=inputs.baseline_e2e_ns, source_e2e_ns=inputs.source_e2e_ns,
+        extrapolated=int(pred.extrapolated.sum()), extrapolation=pred.extrapolation_reasons,
+        accuracy=inputs.accuracy(pred.provenance, used, flags), wall_s=wall, attempt=attempt,
+        worker=service.worker, created_at=time.time(), simulator=simulator,
+    )
+    kernels = kernels_with_predictions(table, predicted, regime, replay.start_ns, replay.end_ns, flags)
+    kernels["sim_cycles"] = cycles
+    key = await write_result(service.storage, result, kernels)
+    await service._publish(job, "completed", SimCompleted(
+        sim_id=job.sim_id, run_id=job.run_id, result_key=key, simulated_ns=result.gpu_busy_ns,
+        wall_s=time.perf_counter() - t0, attempt=attempt, predicted_e2e_ns=result.predicted_e2e_ns,
+        model=result.model), msg_id=f"{job.sim_id}:completed")
+    log.info("simulation completed", model="accel-sim", kernels=len(table),
+             simulated=simulator.kernels_simulated, e2e_ms=round(result.predicted_e2e_ns / 1e6, 3),
+             accelsim_wall_s=round(outcome.wall_s, 3), wall_s=round(wall, 3), config=target.id)

@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import IO, Any
 
 import msgspec
-
 from cascade.errors import TraceFormatError, TruncatedStreamError
 from cascade.kerneltable import KernelTable
 from cascade.traces import opcodes as oc
 from cascade.traces.header import SPACE_WINDOW_BYTES, KernelHeader, parse_header
+
 from tests.reference_parser.lines import LINE_FORM, FieldError, parse_prefix, parse_tokens
 from tests.reference_parser.memory import (
     LINE_SHIFT,

@@ -23,8 +23,9 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterable
+from itertools import accumulate
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import msgspec
 
@@ -132,7 +133,7 @@ class KernelTraceParser:
         self._cache: dict[bytes, tuple[str, int, int]] = {}
         self._agg: dict[tuple[str, int, int], int] = {}
         self._regcache: dict[bytes, tuple[int, tuple[int, ...]]] = {}
-        self._heads: dict[bytes, tuple[str, int, int, int, int]] = {}
+        self._heads: dict[bytes, tuple[str, int, int, int, int, int]] = {}
         self._inst_lines = 0
         # warps
         self._w_n = 0
@@ -157,6 +158,11 @@ class KernelTraceParser:
         self._smem_extent = 0
         self._local_bytes = 0
         self._bank_cache: dict[tuple[int, int, int, int], int] = {}
+        self._patterns: dict[tuple[int, int, int, bytes], _Pattern] = {}
+        self._pattern_ids = 0
+        self._bank_fast: dict[int, int] = {}
+        self._gcache: dict[int, tuple[int, tuple[int, ...] | None]] = {}
+        self._shmem_base = -1
         self._sampler = LineSampler()
 
     # ---- input -----------------------------------------------------------------------------
@@ -300,6 +306,7 @@ class KernelTraceParser:
             self._header_lines, file=self.file, source_sm=self.source_sm, warnings=self.warnings
         )
         self._lineinfo = self._header.lineinfo
+        self._shmem_base = self._header.shmem_base
         blocks = self._header.blocks
         if blocks > 0:
             self._block_stride = max(1, blocks // DEP_SAMPLE_BLOCKS)
@@ -587,18 +594,28 @@ class KernelTraceParser:
             self._cache[rest] = rec
         else:
             p = rest.find(b" 0x")
+            head = (opcode, mask, info.mem, width, mode, mask.bit_count())
             if p > 0 and len(self._heads) < _CACHE_MAX:
-                self._heads[rest[:p]] = (opcode, mask, info.mem, width, mode)
-            cls = self._memory(info.mem, mask, width, mode, base, addr, c)
+                self._heads[rest[:p]] = head
+            cls = self._fast_memory(head, rest[p + 1 :], c, base) if p > 0 else None
+            if cls is None:
+                cls = self._memory(info.mem, mask, width, mode, base, addr, c)
             rec = (opcode, mask, cls)
         self._agg[rec] = self._agg.get(rec, 0) + c
         return rec
 
     def _known_head(
-        self, head: tuple[str, int, int, int, int], tail: bytes, c: int, full: bytes
+        self, head: tuple[str, int, int, int, int, int], tail: bytes, c: int, full: bytes
     ) -> tuple[str, int, int]:
         """A memory line whose fields up to the address mode were seen before: parse the tail."""
-        opcode, mask, mem, width, mode = head
+        opcode, mask, mem, width, mode, _n = head
+        if mode:
+            cls = self._fast_memory(head, tail, c)
+            if cls is None:
+                return self._reparse(full, c)
+            rec = (opcode, mask, cls)
+            self._agg[rec] = self._agg.get(rec, 0) + c
+            return rec
         t = tail.split()
         n = mask.bit_count()
         try:
@@ -633,6 +650,135 @@ class KernelTraceParser:
             p = _fourth_space(full)
             rest = full[p + 1 :]
         return self._new_line(rest, c, full)
+
+    def _pattern(self, mode: int, n: int, width: int, rest: bytes) -> _Pattern | None:
+        """Validate and decode what follows the base address of a mode 1/2 line (None if bad)."""
+        t = rest.split()
+        try:
+            stride = 0
+            if mode == 1:
+                stride = int(t[0])
+                used = 1
+                offs: tuple[int, ...] = tuple(range(0, n * stride, stride)) if stride else (0,) * n
+            else:
+                used = n - 1 if n > 0 else 0
+                deltas = [int(x) for x in t[:used]]
+                if len(deltas) != used:
+                    return None
+                offs = tuple(accumulate(deltas, initial=0))
+            if len(t) > used:
+                int(t[used])
+                if len(t) > used + 1 and t[used + 1] != b"STORE_DATA":
+                    return None
+        except (ValueError, IndexError):
+            return None
+        self._pattern_ids += 1
+        wide = mode == 1 and abs(stride) <= 1 << SECTOR_SHIFT
+        return _Pattern(self._pattern_ids, offs, max(offs) if offs else 0, stride, n, width, wide)
+
+    def _fast_memory(
+        self, head: tuple[str, int, int, int, int, int], tail: bytes, c: int, check: int = -1
+    ) -> int | None:
+        """Address features of a mode 1/2 memory line from its cached address pattern.
+
+        ``tail`` starts at the base address. The pattern (what follows the
+        base: stride or deltas, immediate) is decoded once per distinct text;
+        bank conflicts and the sectors / relative lines of a global access are
+        cached per pattern and base modulo 128 (they are invariant under
+        128-byte shifts). Returns the class override as :meth:`_memory` does,
+        or None when the line needs the general path (``check``: the base the
+        full parse found, to confirm this split of the line agrees).
+        """
+        _op, _mask, mem, width, mode, n = head
+        if not mode:
+            return None
+        q = tail.find(b" ")
+        if q < 0:
+            return None
+        try:
+            base = int(tail[:q], 16)
+        except ValueError:
+            return None
+        if check >= 0 and base != check:
+            return None
+        key = (mode, n, width, tail[q:])
+        pat = self._patterns.get(key)
+        if pat is None:
+            pat = self._pattern(mode, n, width, tail[q:])
+            if pat is None:
+                return None
+            if len(self._patterns) >= _CACHE_MAX:
+                self._patterns.clear()
+            self._patterns[key] = pat
+        cls = -1
+        space = _STATIC_SPACE[mem]
+        store = mem in _STORES
+        if space < 0:
+            if space == -1:  # generic
+                space = self._space(base)
+                if mem != oc.MEM_ATOM_GENERIC:
+                    if space == 1:
+                        cls = oc.ST_SHARED if store else oc.LD_SHARED
+                    elif space == 2:
+                        cls = oc.LOCAL
+            elif self._space(base) == 1 or base < SPACE_WINDOW_BYTES:  # LDGSTS into shared
+                space = 1
+                store = True
+                cls = oc.ST_SHARED
+            else:
+                space = 0
+        if space == 0:
+            self._gmem_requests += c
+            if pat.strided:
+                span = strided_span(base, pat.stride, n, width, SECTOR_SHIFT)
+                assert span is not None
+                sectors = span[1] - span[0] + 1
+                lspan = strided_span(base, pat.stride, n, width, LINE_SHIFT)
+                assert lspan is not None
+                lines: object = range(lspan[0], lspan[1] + 1)
+            else:
+                gkey = (pat.pid << 7) | (base & 127)
+                g = self._gcache.get(gkey)
+                if g is None:
+                    g = _global_units(base & 127, pat)
+                    if len(self._gcache) >= _CACHE_MAX:
+                        self._gcache.clear()
+                    self._gcache[gkey] = g
+                sectors, rel = g
+                if rel is None:
+                    lines = units_touched([base + o for o in pat.offs], width, LINE_SHIFT)
+                elif len(rel) == 1:
+                    lines = ((base >> LINE_SHIFT) + rel[0],)
+                else:
+                    l0 = base >> LINE_SHIFT
+                    lines = {l0 + r for r in rel}
+            if mem in _ATOMICS:
+                self._gmem_atom += sectors * c
+            elif store:
+                self._gmem_st += sectors * c
+            else:
+                self._gmem_ld += sectors * c
+            self._sampler.access(lines, c)
+        elif space == 1:
+            self._smem_acc += c
+            bkey = (pat.pid << 2) | (base & 3)
+            extra = self._bank_fast.get(bkey)
+            if extra is None:
+                r = base & 127
+                extra = bank_conflict_wavefronts([r + o for o in pat.offs], width)
+                if len(self._bank_fast) >= _CACHE_MAX:
+                    self._bank_fast.clear()
+                self._bank_fast[bkey] = extra
+            self._smem_conf += extra * c
+            hi = base + pat.maxoff + width
+            sb = self._shmem_base
+            if sb >= 0 and hi > sb:
+                hi -= sb
+            if hi < SPACE_WINDOW_BYTES and hi > self._smem_extent:
+                self._smem_extent = hi
+        else:
+            self._local_bytes += n * width * c
+        return cls
 
     def _space(self, addr: int) -> int:
         """0 global, 1 shared, 2 local for a generic address."""
@@ -838,6 +984,56 @@ class KernelTraceParser:
             instruction_lines=self._inst_lines,
             text_bytes=self._text_bytes,
         )
+
+
+class _Pattern(NamedTuple):
+    """A decoded address tail (what follows the base) of a mode 1/2 memory line."""
+
+    pid: int
+    """unique id (keys the per-base caches)"""
+    offs: tuple[int, ...]
+    """each active lane's offset from the base, in lane order"""
+    maxoff: int
+    """largest offset"""
+    stride: int
+    """mode 1 stride (0 for mode 2)"""
+    n: int
+    """active lanes"""
+    width: int
+    """bytes per lane"""
+    strided: bool
+    """mode 1 with |stride| <= one sector: sectors and lines are arithmetic"""
+
+
+def _global_units(r: int, pat: _Pattern) -> tuple[int, tuple[int, ...] | None]:
+    """(sectors, line offsets from ``base >> 7`` in first-insertion order) for a base = r mod 128.
+
+    The insertion order is the one :func:`units_touched` inserts in, so a
+    set built from it iterates in the same order as that function's result
+    (the sampler's reuse times depend on it). None for the lines when a lane
+    spans more than one line (the caller uses :func:`units_touched`).
+    """
+    addrs = [r + o for o in pat.offs]
+    w = pat.width
+    sectors = len(units_touched(addrs, w, SECTOR_SHIFT))
+    if w > 1 << LINE_SHIFT:
+        return sectors, None
+    w1 = w - 1
+    rel = dict.fromkeys([a >> LINE_SHIFT for a in addrs])
+    rel.update(dict.fromkeys([(a + w1) >> LINE_SHIFT for a in addrs]))
+    return sectors, tuple(rel)
+
+
+_STORES = frozenset({oc.MEM_ST_GLOBAL, oc.MEM_ST_GENERIC, oc.MEM_ST_SHARED, oc.MEM_ST_LOCAL})
+_ATOMICS = frozenset({oc.MEM_ATOM_GLOBAL, oc.MEM_ATOM_GENERIC, oc.MEM_ATOM_SHARED})
+#: memory kind -> 0 global, 1 shared, 2 local, -1 generic (by address), -2 LDGSTS
+_STATIC_SPACE = {
+    oc.MEM_LD_GLOBAL: 0, oc.MEM_ST_GLOBAL: 0, oc.MEM_ATOM_GLOBAL: 0,
+    oc.MEM_LD_SHARED: 1, oc.MEM_ST_SHARED: 1, oc.MEM_ATOM_SHARED: 1,
+    oc.MEM_LD_LOCAL: 2, oc.MEM_ST_LOCAL: 2,
+    oc.MEM_LD_GENERIC: -1, oc.MEM_ST_GENERIC: -1, oc.MEM_ATOM_GENERIC: -1,
+    oc.MEM_LDGSTS: -2,
+}
 
 
 class _BadLine(Exception):

@@ -145,6 +145,7 @@ def _addr_tail(rng: random.Random, n: int, mode: int, base: int, width: int) -> 
         addrs = [base + rng.choice([0, 4]) for _ in range(n)]
     else:
         addrs = [base + rng.randrange(-1 << 12, 1 << 20) for _ in range(n)]
+    addrs = [max(0, a) for a in addrs]
     if mode == 0:
         return "0 " + " ".join(f"0x{a:016x}" for a in addrs)
     return f"2 0x{addrs[0]:x}" + "".join(f" {addrs[i + 1] - addrs[i]}" for i in range(n - 1))

@@ -113,6 +113,29 @@ class LineSampler:
         last = self.last
         k = self.k
         t = self.t
+        if not k:  # exact: every line is kept (the same counts as the loop below)
+            reuses = le_l1 = le_l2 = 0
+            t0 = t
+            get = last.get
+            for line in lines:  # type: ignore[attr-defined]
+                t += 1
+                prev = get(line)
+                last[line] = t
+                if prev is not None:
+                    reuses += 1
+                    d = t - prev
+                    if d <= L1_REUSE_LINES:
+                        le_l1 += 1
+                    elif d <= L2_REUSE_LINES:
+                        le_l2 += 1
+            extra = (repeats - 1) * (t - t0) if repeats > 1 else 0
+            self.reuses += reuses + extra
+            self.le_l1 += le_l1 + extra
+            self.le_l2 += le_l1 + le_l2 + extra
+            self.t = t
+            if len(last) > self.cap:
+                self._halve()
+            return
         for line in lines:  # type: ignore[attr-defined]
             t += 1
             if k and ((line * _GOLDEN) & _M64) >> (64 - k):

@@ -52,6 +52,8 @@ MAX_LINE_BYTES = 1 << 20
 #: Blocks whose warps get the (order-dependent) dependency-chain analysis.
 DEP_SAMPLE_BLOCKS = 16
 _CACHE_MAX = 1 << 17
+#: Decoded address patterns kept (each holds up to 32 lane offsets: ~1 KB).
+_PATTERN_MAX = 1 << 14
 _PREFIX = re.compile(rb"^\d+ \d+ \d+ \d+(?= )", re.MULTILINE)
 _PREFIX_SP = re.compile(rb"^\d+ \d+ \d+ \d+ ", re.MULTILINE)
 _FULL = 0xFFFFFFFF
@@ -662,7 +664,7 @@ class KernelTraceParser:
                 offs: tuple[int, ...] = tuple(range(0, n * stride, stride)) if stride else (0,) * n
             else:
                 used = n - 1 if n > 0 else 0
-                deltas = [int(x) for x in t[:used]]
+                deltas = list(map(int, t[:used]))
                 if len(deltas) != used:
                     return None
                 offs = tuple(accumulate(deltas, initial=0))
@@ -674,7 +676,11 @@ class KernelTraceParser:
             return None
         self._pattern_ids += 1
         wide = mode == 1 and abs(stride) <= 1 << SECTOR_SHIFT
-        return _Pattern(self._pattern_ids, offs, max(offs) if offs else 0, stride, n, width, wide)
+        # lanes aligned to a power-of-two width <= a sector never straddle a sector or a line
+        aligned = 0 < width <= 1 << SECTOR_SHIFT and not width & (width - 1) and not any(
+            o % width for o in offs)
+        return _Pattern(self._pattern_ids, offs, max(offs) if offs else 0, stride, n, width, wide,
+                        aligned)
 
     def _fast_memory(
         self, head: tuple[str, int, int, int, int, int], tail: bytes, c: int, check: int = -1
@@ -707,7 +713,7 @@ class KernelTraceParser:
             pat = self._pattern(mode, n, width, tail[q:])
             if pat is None:
                 return None
-            if len(self._patterns) >= _CACHE_MAX:
+            if len(self._patterns) >= _PATTERN_MAX:
                 self._patterns.clear()
             self._patterns[key] = pat
         cls = -1
@@ -1003,6 +1009,8 @@ class _Pattern(NamedTuple):
     """bytes per lane"""
     strided: bool
     """mode 1 with |stride| <= one sector: sectors and lines are arithmetic"""
+    aligned: bool
+    """every offset a multiple of the width, a power of two <= one sector"""
 
 
 def _global_units(r: int, pat: _Pattern) -> tuple[int, tuple[int, ...] | None]:
@@ -1015,6 +1023,9 @@ def _global_units(r: int, pat: _Pattern) -> tuple[int, tuple[int, ...] | None]:
     """
     addrs = [r + o for o in pat.offs]
     w = pat.width
+    if pat.aligned and not r % w:  # each lane's last byte is in its first byte's sector / line
+        return len({a >> SECTOR_SHIFT for a in addrs}), tuple(
+            dict.fromkeys([a >> LINE_SHIFT for a in addrs]))
     sectors = len(units_touched(addrs, w, SECTOR_SHIFT))
     if w > 1 << LINE_SHIFT:
         return sectors, None

@@ -263,3 +263,13 @@ def test_malformed_memory_lines_same_error(tail: str, seen: bool) -> None:
         return
     err = _compare_error(data)
     assert err.file == "k.traceg" and err.line is not None and err.line > 0
+
+
+def test_huge_deltas_identical() -> None:
+    """Deltas beyond 64 bits are nonsense but parse; both parsers count them the same."""
+    huge = 1 << 70
+    lines = [f"0100 00000003 1 R4 LDG.E 1 R2 4 2 0x7f0000000000 {huge} 0 ",
+             f"0110 00000003 1 R4 LDS 1 R2 4 2 0x100 {-huge} 0 ",
+             f"0120 00000003 1 R4 LDG.E 1 R2 4 1 0x7f0000000000 {huge} 0 "]
+    f = _compare(_kernel_text(lines * 2, 5, warps=1))
+    assert f.row["gmem_requests"] == 8

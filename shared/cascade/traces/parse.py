@@ -21,9 +21,12 @@ from __future__ import annotations
 import lzma
 import math
 import re
+from array import array
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from functools import reduce
 from itertools import accumulate
+from operator import or_
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
@@ -52,8 +55,8 @@ MAX_LINE_BYTES = 1 << 20
 #: Blocks whose warps get the (order-dependent) dependency-chain analysis.
 DEP_SAMPLE_BLOCKS = 16
 _CACHE_MAX = 1 << 17
-#: Decoded address patterns kept (each holds up to 32 lane offsets: ~1 KB).
-_PATTERN_MAX = 1 << 14
+#: Decoded address patterns kept (each ~0.7 KB: key text, 32 offsets as an int64 array).
+_PATTERN_MAX = 1 << 16
 _PREFIX = re.compile(rb"^\d+ \d+ \d+ \d+(?= )", re.MULTILINE)
 _PREFIX_SP = re.compile(rb"^\d+ \d+ \d+ \d+ ", re.MULTILINE)
 _FULL = 0xFFFFFFFF
@@ -661,13 +664,16 @@ class KernelTraceParser:
             if mode == 1:
                 stride = int(t[0])
                 used = 1
-                offs: tuple[int, ...] = tuple(range(0, n * stride, stride)) if stride else (0,) * n
+                offs: Sequence[int] = range(0, n * stride, stride) if stride else (0,) * n
             else:
                 used = n - 1 if n > 0 else 0
                 deltas = list(map(int, t[:used]))
                 if len(deltas) != used:
                     return None
-                offs = tuple(accumulate(deltas, initial=0))
+                try:
+                    offs = array("q", accumulate(deltas, initial=0))
+                except OverflowError:  # beyond 64 bits: nonsense, but the general path takes it
+                    offs = tuple(accumulate(deltas, initial=0))
             if len(t) > used:
                 int(t[used])
                 if len(t) > used + 1 and t[used + 1] != b"STORE_DATA":
@@ -677,8 +683,8 @@ class KernelTraceParser:
         self._pattern_ids += 1
         wide = mode == 1 and abs(stride) <= 1 << SECTOR_SHIFT
         # lanes aligned to a power-of-two width <= a sector never straddle a sector or a line
-        aligned = 0 < width <= 1 << SECTOR_SHIFT and not width & (width - 1) and not any(
-            o % width for o in offs)
+        aligned = 0 < width <= 1 << SECTOR_SHIFT and not width & (width - 1) and not (
+            reduce(or_, offs, 0) & (width - 1))
         return _Pattern(self._pattern_ids, offs, max(offs) if offs else 0, stride, n, width, wide,
                         aligned)
 
@@ -997,7 +1003,7 @@ class _Pattern(NamedTuple):
 
     pid: int
     """unique id (keys the per-base caches)"""
-    offs: tuple[int, ...]
+    offs: Sequence[int]
     """each active lane's offset from the base, in lane order"""
     maxoff: int
     """largest offset"""

@@ -272,4 +272,4 @@ def test_huge_deltas_identical() -> None:
              f"0110 00000003 1 R4 LDS 1 R2 4 2 0x100 {-huge} 0 ",
              f"0120 00000003 1 R4 LDG.E 1 R2 4 1 0x7f0000000000 {huge} 0 "]
     f = _compare(_kernel_text(lines * 2, 5, warps=1))
-    assert f.row["gmem_requests"] == 8
+    assert f.row["gmem_requests"] == 4

@@ -685,8 +685,9 @@ class KernelTraceParser:
         # lanes aligned to a power-of-two width <= a sector never straddle a sector or a line
         aligned = 0 < width <= 1 << SECTOR_SHIFT and not width & (width - 1) and not (
             reduce(or_, offs, 0) & (width - 1))
+        span = (n - 1) * stride
         return _Pattern(self._pattern_ids, offs, max(offs) if offs else 0, stride, n, width, wide,
-                        aligned)
+                        aligned, min(0, span), max(0, span) + width - 1)
 
     def _fast_memory(
         self, head: tuple[str, int, int, int, int, int], tail: bytes, c: int, check: int = -1
@@ -741,13 +742,11 @@ class KernelTraceParser:
                 space = 0
         if space == 0:
             self._gmem_requests += c
-            if pat.strided:
-                span = strided_span(base, pat.stride, n, width, SECTOR_SHIFT)
-                assert span is not None
-                sectors = span[1] - span[0] + 1
-                lspan = strided_span(base, pat.stride, n, width, LINE_SHIFT)
-                assert lspan is not None
-                lines: object = range(lspan[0], lspan[1] + 1)
+            if pat.strided:  # strided_span's arithmetic: every unit between is touched
+                lo = base + pat.lo
+                hi = base + pat.hi
+                sectors = (hi >> SECTOR_SHIFT) - (lo >> SECTOR_SHIFT) + 1
+                lines: object = range(lo >> LINE_SHIFT, (hi >> LINE_SHIFT) + 1)
             else:
                 gkey = (pat.pid << 7) | (base & 127)
                 g = self._gcache.get(gkey)
@@ -1017,6 +1016,10 @@ class _Pattern(NamedTuple):
     """mode 1 with |stride| <= one sector: sectors and lines are arithmetic"""
     aligned: bool
     """every offset a multiple of the width, a power of two <= one sector"""
+    lo: int
+    """mode 1: first byte of the access relative to the base"""
+    hi: int
+    """mode 1: last byte of the access relative to the base"""
 
 
 def _global_units(r: int, pat: _Pattern) -> tuple[int, tuple[int, ...] | None]:

@@ -11,9 +11,26 @@ Speed comes from counting before parsing: the lines of a chunk are counted
 with :class:`collections.Counter` (C speed) and each *distinct* line is
 parsed once, its class looked up through a per-line cache. Non-memory lines
 repeat across warps, so the per-line Python work is mostly spent on memory
-lines. Order-dependent features (dependency chains) run on a sample of
-blocks; reuse times use first-occurrence order within a chunk (identical
-repeats of a line within a chunk count as immediate reuses).
+lines, and for those it is cut by three caches (memory stays bounded: each
+is capped and cleared when full):
+
+* per *head* (the text before the base address: PC, mask, registers,
+  opcode, width, mode) the decoded fields;
+* per *address pattern* (the text after the base: stride or delta list and
+  immediate, for modes 1 and 2) the lanes' offsets from the base, decoded
+  and validated once; only the base is converted per line;
+* per (pattern, base alignment) the shared-memory bank conflicts (invariant
+  under 4-byte shifts) and a global access's sector count and line offsets
+  (invariant under 128-byte shifts), so a distinct line costs a few dict
+  lookups plus the footprint sampler's per-line update.
+
+The line offsets keep the insertion order of :func:`units_touched`, so the
+sampler sees every request's lines in the same order as the plain
+computation; ``tests/test_traces_reference.py`` checks that the features are
+identical to the pre-cache parser's. Order-dependent features (dependency
+chains) run on a sample of blocks; reuse times use first-occurrence order
+within a chunk (identical repeats of a line within a chunk count as
+immediate reuses).
 """
 
 from __future__ import annotations
@@ -696,9 +713,9 @@ class KernelTraceParser:
 
         ``tail`` starts at the base address. The pattern (what follows the
         base: stride or deltas, immediate) is decoded once per distinct text;
-        bank conflicts and the sectors / relative lines of a global access are
-        cached per pattern and base modulo 128 (they are invariant under
-        128-byte shifts). Returns the class override as :meth:`_memory` does,
+        bank conflicts are cached per pattern and base modulo 4, the sectors
+        and relative lines of a global access per pattern and base modulo 128
+        (they are invariant under shifts by those). Returns the class override as :meth:`_memory` does,
         or None when the line needs the general path (``check``: the base the
         full parse found, to confirm this split of the line agrees).
         """

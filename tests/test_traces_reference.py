@@ -224,18 +224,32 @@ def test_line_order_within_a_request_decides_reuse_time() -> None:
     assert f.row["reuse_le_l1"] == 1.0
 
 
-def test_sampler_halving_identical() -> None:
-    """More than 65,536 distinct global lines: the footprint sampler halves mid-file."""
+def test_sampler_halving_and_unique_patterns_identical() -> None:
+    """Unique address lists (gathers), then repeating ones, then unique again.
+
+    More than 65,536 distinct global lines make the footprint sampler halve
+    mid-file; the unique phases drive the pattern cache into its low-hit mode
+    (patterns not kept, the plain path) and the repeating phase back out.
+    """
     rng = random.Random(7)
+    shared_lists = [" ".join(str(rng.randrange(-64, 64) * 4) for _ in range(31)) for _ in range(8)]
     lines = []
-    for i in range(6000):
+    for i in range(30000):
         base = GLOBAL_BASE + rng.randrange(0, 1 << 30) * 4
-        deltas = " ".join(str(rng.randrange(128, 1 << 16)) for _ in range(31))
-        lines.append(f"{(i % 50) * 16:04x} ffffffff 1 R4 LDG.E.128 1 R2 16 2 0x{base:x} {deltas} 0 ")
+        if 10000 <= i < 20000:
+            deltas = rng.choice(shared_lists)
+            op = rng.choice(["LDG.E 1 R2 4", "STS 2 R2 R3 4", "ST.E 2 R2 R3 4"])
+            if op.startswith("STS") or rng.random() < 0.5:
+                base = SHMEM_BASE + rng.randrange(0, 1 << 12) * 4 if op.startswith("ST.") else \
+                    rng.randrange(0, 1 << 12) * 4 + rng.choice([0, 1, 2])
+        else:
+            deltas = " ".join(str(rng.randrange(128, 1 << 16)) for _ in range(31))
+            op = "LDG.E.128 1 R2 16"
+        lines.append(f"{(i % 50) * 16:04x} ffffffff 1 R4 {op} 2 0x{base:x} {deltas} 0 ")
         if i % 3 == 0:
             lines.append(f"{(i % 50) * 16:04x} ffffffff 1 R4 LDG.E 1 R2 4 1 0x{base:x} 4 0 ")
-    f = _compare(_kernel_text(lines, 5), chunk_bytes=64 << 10)
-    assert f.row["footprint_lines"] > 65536 and f.row["reuse_le_l2"] == f.row["reuse_le_l2"]
+    f = _compare(_kernel_text(lines, 5), chunk_bytes=256 << 10)
+    assert f.row["footprint_lines"] > 65536 and f.row["smem_bank_conflicts"] > 0
 
 
 # ---- malformed input ----------------------------------------------------------------------

@@ -136,9 +136,10 @@ class LineSampler:
             if len(last) > self.cap:
                 self._halve()
             return
+        shift = 64 - k
         for line in lines:  # type: ignore[attr-defined]
             t += 1
-            if k and ((line * _GOLDEN) & _M64) >> (64 - k):
+            if ((line * _GOLDEN) & _M64) >> shift:
                 continue
             prev = last.get(line)
             if prev is not None:

@@ -74,6 +74,10 @@ DEP_SAMPLE_BLOCKS = 16
 _CACHE_MAX = 1 << 17
 #: Decoded address patterns kept (each ~0.7 KB: key text, 32 offsets as an int64 array).
 _PATTERN_MAX = 1 << 16
+#: Pattern lookups per hit-rate window (see KernelTraceParser._fast_memory).
+_PATTERN_WINDOW = 8192
+#: _fast_memory's answer for a pattern it does not keep (the caller takes the plain path).
+_NOT_KEPT = -99
 _PREFIX = re.compile(rb"^\d+ \d+ \d+ \d+(?= )", re.MULTILINE)
 _PREFIX_SP = re.compile(rb"^\d+ \d+ \d+ \d+ ", re.MULTILINE)
 _FULL = 0xFFFFFFFF
@@ -182,6 +186,9 @@ class KernelTraceParser:
         self._bank_cache: dict[tuple[int, int, int, int], int] = {}
         self._patterns: dict[tuple[int, int, int, bytes], _Pattern] = {}
         self._pattern_ids = 0
+        self._pat_lookups = 0
+        self._pat_hits = 0
+        self._pat_admit = True
         self._bank_fast: dict[int, int] = {}
         self._gcache: dict[int, tuple[int, tuple[int, ...] | None]] = {}
         self._shmem_base = -1
@@ -620,7 +627,7 @@ class KernelTraceParser:
             if p > 0 and len(self._heads) < _CACHE_MAX:
                 self._heads[rest[:p]] = head
             cls = self._fast_memory(head, rest[p + 1 :], c, base) if p > 0 else None
-            if cls is None:
+            if cls is None or cls == _NOT_KEPT:
                 cls = self._memory(info.mem, mask, width, mode, base, addr, c)
             rec = (opcode, mask, cls)
         self._agg[rec] = self._agg.get(rec, 0) + c
@@ -635,9 +642,10 @@ class KernelTraceParser:
             cls = self._fast_memory(head, tail, c)
             if cls is None:
                 return self._reparse(full, c)
-            rec = (opcode, mask, cls)
-            self._agg[rec] = self._agg.get(rec, 0) + c
-            return rec
+            if cls != _NOT_KEPT:
+                rec = (opcode, mask, cls)
+                self._agg[rec] = self._agg.get(rec, 0) + c
+                return rec
         t = tail.split()
         n = mask.bit_count()
         try:
@@ -678,6 +686,7 @@ class KernelTraceParser:
         t = rest.split()
         try:
             stride = 0
+            deltas: list[int] = []
             if mode == 1:
                 stride = int(t[0])
                 used = 1
@@ -701,7 +710,7 @@ class KernelTraceParser:
         wide = mode == 1 and abs(stride) <= 1 << SECTOR_SHIFT
         # lanes aligned to a power-of-two width <= a sector never straddle a sector or a line
         aligned = 0 < width <= 1 << SECTOR_SHIFT and not width & (width - 1) and not (
-            reduce(or_, offs, 0) & (width - 1))
+            (stride if mode == 1 else reduce(or_, deltas, 0)) & (width - 1))
         span = (n - 1) * stride
         return _Pattern(self._pattern_ids, offs, max(offs) if offs else 0, stride, n, width, wide,
                         aligned, min(0, span), max(0, span) + width - 1)
@@ -715,9 +724,14 @@ class KernelTraceParser:
         base: stride or deltas, immediate) is decoded once per distinct text;
         bank conflicts are cached per pattern and base modulo 4, the sectors
         and relative lines of a global access per pattern and base modulo 128
-        (they are invariant under shifts by those). Returns the class override as :meth:`_memory` does,
-        or None when the line needs the general path (``check``: the base the
-        full parse found, to confirm this split of the line agrees).
+        (they are invariant under shifts by those). Patterns are only kept
+        while they are reused: when fewer than 1 in 4 lookups of a window hit,
+        only 1 in 16 new patterns is decoded and stored, the others return
+        ``_NOT_KEPT`` and take the plain path, so unique address lists
+        (gathers) cost no memory and no extra time. Returns the class override
+        as :meth:`_memory` does, or None when the line needs the general path
+        (``check``: the base the full parse found, to confirm this split of
+        the line agrees).
         """
         _op, _mask, mem, width, mode, n = head
         if not mode:
@@ -733,13 +747,21 @@ class KernelTraceParser:
             return None
         key = (mode, n, width, tail[q:])
         pat = self._patterns.get(key)
+        self._pat_lookups += 1
         if pat is None:
+            if not self._pat_admit and self._pat_lookups & 15:
+                return _NOT_KEPT
             pat = self._pattern(mode, n, width, tail[q:])
             if pat is None:
                 return None
             if len(self._patterns) >= _PATTERN_MAX:
                 self._patterns.clear()
             self._patterns[key] = pat
+        else:
+            self._pat_hits += 1
+        if self._pat_lookups >= _PATTERN_WINDOW:
+            self._pat_admit = self._pat_hits * 4 >= self._pat_lookups
+            self._pat_lookups = self._pat_hits = 0
         cls = -1
         space = _STATIC_SPACE[mem]
         store = mem in _STORES
@@ -792,7 +814,7 @@ class KernelTraceParser:
             bkey = (pat.pid << 2) | (base & 3)
             extra = self._bank_fast.get(bkey)
             if extra is None:
-                r = base & 127
+                r = base & 3
                 extra = bank_conflict_wavefronts([r + o for o in pat.offs], width)
                 if len(self._bank_fast) >= _CACHE_MAX:
                     self._bank_fast.clear()

@@ -27,10 +27,12 @@ from cascade.traces.generate import (
     write_large_trace,
     write_trace_folder,
 )
+from cascade.traces.memory import LineSampler
 from cascade.traces.parse import KernelFeatures, KernelTraceParser
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.reference_parser.memory import LineSampler as ReferenceSampler
 from tests.reference_parser.parse import KernelTraceParser as ReferenceParser
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -287,3 +289,22 @@ def test_huge_deltas_identical() -> None:
              f"0120 00000003 1 R4 LDG.E 1 R2 4 1 0x7f0000000000 {huge} 0 "]
     f = _compare(_kernel_text(lines * 2, 5, warps=1))
     assert f.row["gmem_requests"] == 4
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), cap=st.sampled_from([4, 16, 64, 1 << 16]),
+       span=st.sampled_from([8, 200, 1 << 20, 1 << 62, 1 << 70]))
+def test_line_sampler_identical(data: st.DataObject, cap: int, span: int) -> None:
+    """LineSampler against the reference one: halving, duplicates, repeats, lines beyond 64 bits."""
+    new, ref = LineSampler(cap), ReferenceSampler(cap)
+    requests = data.draw(st.lists(st.tuples(
+        st.lists(st.integers(-span, span), max_size=40), st.integers(1, 3),
+    ), max_size=120))
+    for lines, reps in requests:
+        new.access(lines, reps)
+        ref.access(lines, reps)
+    for s in (new, ref):
+        assert s.footprint == s.footprint
+    assert new.state() == ref.state()
+    assert _same(new.fractions()[0], ref.fractions()[0])
+    assert _same(new.fractions()[1], ref.fractions()[1])

@@ -27,12 +27,13 @@ from cascade.traces.generate import (
     write_large_trace,
     write_trace_folder,
 )
-from cascade.traces.memory import LineSampler
+from cascade.traces.memory import LineSampler, units_touched
 from cascade.traces.parse import KernelFeatures, KernelTraceParser
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.reference_parser.memory import LineSampler as ReferenceSampler
+from tests.reference_parser.memory import units_touched as reference_units_touched
 from tests.reference_parser.parse import KernelTraceParser as ReferenceParser
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -308,3 +309,14 @@ def test_line_sampler_identical(data: st.DataObject, cap: int, span: int) -> Non
     assert new.state() == ref.state()
     assert _same(new.fractions()[0], ref.fractions()[0])
     assert _same(new.fractions()[1], ref.fractions()[1])
+
+
+@settings(max_examples=300, deadline=None)
+@given(addrs=st.lists(st.integers(-(1 << 40), 1 << 40), max_size=32),
+       align=st.sampled_from([1, 4, 16, 128]), width=st.sampled_from([1, 2, 4, 8, 12, 16, 32, 200]),
+       shift=st.sampled_from([5, 7]))
+def test_units_touched_identical(addrs: list[int], align: int, width: int, shift: int) -> None:
+    """Same units in the same iteration order (the sampler's reuse times depend on it)."""
+    addrs = [a * align for a in addrs]
+    assert list(units_touched(addrs, width, shift)) == list(
+        reference_units_touched(addrs, width, shift))

@@ -7,7 +7,9 @@ stride makes the answer arithmetic.
 
 from __future__ import annotations
 
+from functools import reduce
 from itertools import accumulate
+from operator import or_
 
 SECTOR_SHIFT = 5  # 32-byte sectors
 LINE_SHIFT = 7  # 128-byte lines
@@ -48,7 +50,8 @@ def units_touched(addrs: list[int], width: int, shift: int) -> set[int]:
     w1 = width - 1
     if width <= (1 << shift):
         out = {a >> shift for a in addrs}
-        out.update((a + w1) >> shift for a in addrs)
+        if w1 & width or reduce(or_, addrs, 0) & w1:  # some lane may end in the next unit
+            out.update([(a + w1) >> shift for a in addrs])
         return out
     out = set()
     for a in addrs:

@@ -12,6 +12,42 @@ kernelslist.g with MemcpyHtoD lines; stats.csv.
 The ground truth is computed here from the generated program with its own
 simple arithmetic (each instruction declares its class), independently of the
 parser's classification tables.
+
+Instruction mixes (``TraceSpec.mix``, ``write_large_trace(mix=...)``):
+
+* ``simple`` (:func:`simple_program`): every feature the parser computes once
+  or a few times per loop iteration (tensor, FP16/64, SFU, local, atomics,
+  generic shared, an unknown opcode); tracer version 4 in large traces.
+* ``real`` (:func:`real_program`): the NVBit tracer's output on a tiled SGEMM
+  (version 5: an immediate on every line), proportioned after the real trace
+  ``shared/data/traces/matrixmul-32x32-sm61`` (sm61, 4,416 lines) and the
+  tracer's address compression. Lines, real trace vs generated:
+
+  ============================  ==========================  ==========================
+  share of lines                matrixmul-32x32-sm61        ``real`` mix
+  ============================  ==========================  ==========================
+  memory (mem_width > 0)        32.6%                       32.6%
+  shared loads / stores         29.0% / 1.4%                25.4% / 3.2%
+  global loads / stores         1.4% / 0.7%                 3.2% / 0.9%
+  FP32 (FFMA) / integer         23.2% / 31.9%               25.4% / 35.6%
+  barrier / branch / other      2.9% / 2.2% / 7.2%          3.2% / 1.9% / 1.3%
+  address mode 1 / 2 (memory)   100% / 0%                   65% / 35%
+  3 source registers            28%                         58%
+  mean bytes per line           40                          57
+  distinct memory lines         31% (one 32-warp block)     15% per 4 MB chunk
+  ============================  ==========================  ==========================
+
+  Mode 2 (base + delta list, the tracer's choice when lanes have no common
+  stride) comes from 2-D tile loads (``LDG.E.128``: 16 B per lane, rows of
+  128/256 B, then the row pitch), XOR-swizzled ``STS.128`` and broadcast-group
+  ``LDS.U.128``; mode 1 from ``LDS.U.32`` (stride 4 / 8), stride-0
+  broadcasts and contiguous stores. Shared offsets are block-relative, so
+  shared lines repeat across blocks and (double-buffered) iterations as in a
+  real trace; global addresses never repeat within a chunk.
+* ``unique``: the ``real`` mix with the shared offsets moved by 32 KiB per
+  (block, iteration), so memory lines only repeat among the warps of one
+  block (47% of memory lines distinct per 4 MB chunk): the worst case for
+  the parser's per-distinct-line work (gather- or elementwise-heavy kernels).
 """
 
 from __future__ import annotations
@@ -66,6 +102,11 @@ class TraceSpec(msgspec.Struct, frozen=True, kw_only=True):
     """seed of the raw-trace interleaving and the gather permutation"""
     header_overrides: dict[str, str] = {}
     """header keys to replace verbatim (e.g. {'nregs': '21955'}) for bad-input tests"""
+    mix: str = "simple"
+    """instruction mix: 'simple' (:func:`simple_program`, every feature once per iteration),
+    'real' (:func:`real_program`, the proportions of tracer output on a tiled GEMM) or
+    'unique' (the real mix with shared offsets moved per block and iteration, so no memory
+    line repeats beyond the warps of one block: the worst case for the parser's line cache)"""
 
 
 class GroundTruth(msgspec.Struct, kw_only=True):
@@ -115,6 +156,15 @@ def _lanes_mask(lanes: int) -> int:
 
 def warp_program(spec: TraceSpec, block_lin: int, warp: int, lanes: int) -> list[Inst]:
     """The dynamic instruction stream of one warp (deterministic in its arguments)."""
+    if spec.mix in ("real", "unique"):
+        return real_program(spec, block_lin, warp, lanes)
+    if spec.mix != "simple":
+        raise ValueError(f"unknown instruction mix {spec.mix!r} (simple, real or unique)")
+    return simple_program(spec, block_lin, warp, lanes)
+
+
+def simple_program(spec: TraceSpec, block_lin: int, warp: int, lanes: int) -> list[Inst]:
+    """Every feature the parser computes, once or a few times per main-loop iteration."""
     m = _lanes_mask(lanes)
     act = [i for i in range(32) if m >> i & 1]
     n_warps_block = -(-(spec.block[0] * spec.block[1] * spec.block[2]) // 32)
@@ -183,6 +233,98 @@ def warp_program(spec: TraceSpec, block_lin: int, warp: int, lanes: int) -> list
          tuple(GLOBAL_BASE + (4 << 32) + 4 * i for i in act), "global_atom")
     emit(m, 50, "FOO.BAR", (), "insts_other")
     emit(0, -1, "BRA", (), "insts_branch")
+    emit(m, -1, "EXIT", (), "insts_branch")
+    return out
+
+
+#: The real mix's shared-memory layout (offsets in the shared window, as the tracer writes them).
+_SMEM_A, _SMEM_B, _SMEM_BUF = 0x0, 0x1000, 0x2000
+#: Row pitches (bytes) of the real mix's A and B matrices in global memory.
+_PITCH_A, _PITCH_B = 4096, 8192
+
+
+def real_program(spec: TraceSpec, block_lin: int, warp: int, lanes: int) -> list[Inst]:
+    """A tiled SGEMM warp as the NVBit tracer writes it (the 'real' mix; see the module docs).
+
+    Per main-loop iteration: two ``LDG.E.128`` of 2-D tile rows (base + delta
+    lists), two ``STS.128`` (one XOR-swizzled: deltas; one contiguous:
+    base + stride), a barrier, then 8 k-steps of one broadcast ``LDS.U.128``
+    (deltas, every other step one address: stride 0), one ``LDS.U.32``
+    (stride 4, every fourth step stride 8: a 2-way bank conflict), two
+    3-source ``FFMA``, an ``IADD3`` and an ``IMAD`` with immediates; then integer
+    bookkeeping with immediates, a barrier and the back branch. Shared
+    offsets repeat across blocks and iterations (double-buffered), global
+    addresses do not, as in real traces.
+    """
+    m = _lanes_mask(lanes)
+    act = [i for i in range(32) if m >> i & 1]
+    n_warps_block = -(-(spec.block[0] * spec.block[1] * spec.block[2]) // 32)
+    out: list[Inst] = []
+    pc = 0
+
+    def emit(mask: int, dest: int, op: str, srcs: tuple[int, ...], column: str, width: int = 0,
+             addrs: tuple[int, ...] | None = None, space: str = "", imm: int = 0) -> None:
+        nonlocal pc
+        out.append(Inst(pc, mask, dest, op, srcs, width, addrs, imm, column, space, 0.0))
+        pc += 16
+
+    ga = GLOBAL_BASE + block_lin * 128 * _PITCH_A
+    gb = GLOBAL_BASE + (1 << 32) + (block_lin % 64) * 512
+    gc = GLOBAL_BASE + (3 << 32) + (block_lin * n_warps_block + warp) * 4 * 512
+    emit(m, 0, "S2R", (), "insts_other")
+    emit(m, 1, "S2R", (), "insts_other")
+    emit(m, -1, "ULDC.64", (), "insts_const")
+    emit(m, 2, "IMAD.WIDE.U32", (0, 1, 255), "insts_int", imm=4)
+    emit(m, 3, "LEA", (0, 2, 255), "insts_int", imm=2)
+    emit(m, 4, "LOP3.LUT", (0, 3, 255), "insts_int", imm=255)
+    emit(m, -1, "ISETP.GE.AND", (0, 255), "insts_int", imm=512)
+    emit(0, -1, "BRA", (), "insts_branch", imm=4096)
+    for j in range(4):
+        emit(m, 56 + 2 * j, "CS2R", (), "insts_other")
+    iters = spec.iterations + warp % 3
+    for it in range(iters):
+        buf = (it % 2) * _SMEM_BUF
+        if spec.mix == "unique":  # a 32 KiB step per (block, iteration): no line repeats nearby
+            buf = ((block_lin * 64 + it) % 1024) * 0x8000
+        ra = [(warp * 4 + i // 8, i % 8) for i in act]
+        emit(m, 40, "LDG.E.128", (2,), "insts_ld_global", 16,
+             tuple(ga + r * _PITCH_A + it * 128 + c * 16 for r, c in ra), "global_ld")
+        rb = [(warp * 2 + i // 16, i % 16) for i in act]
+        emit(m, 44, "LDG.E.128", (4,), "insts_ld_global", 16,
+             tuple(gb + (it * 16 + r) * _PITCH_B + c * 16 for r, c in rb), "global_ld")
+        emit(m, 2, "IADD3", (2, 255, 255), "insts_int", imm=128)
+        emit(m, 4, "IADD3", (4, 255, 255), "insts_int", imm=16 * _PITCH_B)
+        emit(m, -1, "STS.128", (5, 40), "insts_st_shared", 16,
+             tuple(buf + _SMEM_A + r * 128 + ((c ^ (r & 7)) * 16) for r, c in ra), "shared")
+        emit(m, -1, "STS.128", (6, 44), "insts_st_shared", 16,
+             tuple(buf + _SMEM_B + r * 256 + c * 16 for r, c in rb), "shared", imm=_SMEM_B)
+        emit(m, -1, "BAR.SYNC.DEFER_BLOCKING", (), "insts_barrier")
+        for k in range(8):
+            if k % 2:
+                a_off = [k * 128] * len(act)  # one address for the warp: stride 0
+            else:
+                a_off = [k * 128 + ((warp // 2 + i // 8) % 8) * 16 for i in act]  # 4 groups
+            emit(m, 48, "LDS.U.128", (7,), "insts_ld_shared", 16,
+                 tuple(buf + _SMEM_A + a for a in a_off), "shared", imm=k * 128)
+            step = 8 if k % 4 == 3 else 4  # stride 8: a 2-way bank conflict
+            emit(m, 52, "LDS.U.32", (8,), "insts_ld_shared", 4,
+                 tuple(buf + _SMEM_B + k * 256 + (warp % 2) * 128 + step * i for i in act),
+                 "shared", imm=_SMEM_B + k * 256)
+            emit(m, 56, "FFMA", (48 + k % 4, 52, 56), "insts_fp32")
+            emit(m, 57, "FFMA", (48 + k % 4, 52, 57), "insts_fp32")
+            emit(m, 7, "IADD3", (7, 255, 255), "insts_int", imm=128)
+            emit(m, 8, "IMAD", (8, 12, 255), "insts_int", imm=256)
+        emit(m, 5, "LOP3.LUT", (5, 9, 255), "insts_int", imm=_SMEM_BUF)
+        emit(m, 9, "SHF.R.U32.HI", (255, 9), "insts_int", imm=2)
+        emit(m, 10, "IADD3", (10, 255, 255), "insts_int", imm=1)
+        emit(m, -1, "ISETP.GE.AND", (10, 11), "insts_int")
+        emit(m, -1, "BAR.SYNC.DEFER_BLOCKING", (), "insts_barrier")
+        emit(m if it < iters - 1 else 0, -1, "BRA", (), "insts_branch", imm=-(pc + 16))
+    for r in range(4):
+        emit(m, -1, "STG.E.128", (2, 56 + 2 * r), "insts_st_global", 16,
+             tuple(gc + r * 512 + 16 * i for i in act), "global_st", imm=r * 512)
+    emit(m & 0x0000FFFF, -1, "STG.E", (2, 60), "insts_st_global", 4,
+         tuple(gc + 2048 + 4 * (i ^ 1) for i in act if i < 16), "global_st")
     emit(m, -1, "EXIT", (), "insts_branch")
     return out
 
@@ -416,21 +558,29 @@ def write_trace_folder(
     return out
 
 
+#: write_large_trace settings of each mix: (tracer version, main-loop iterations of warp 0).
+LARGE_MIXES: dict[str, tuple[int, int]] = {"simple": (4, 24), "real": (5, 8), "unique": (5, 8)}
+
+
 def write_large_trace(
     path: str | Path, size_mb: float, *, xz: bool = False, raw: bool = False,
-    variants: int = 96, block: tuple[int, int, int] = (256, 1, 1),
+    variants: int = 96, block: tuple[int, int, int] = (256, 1, 1), mix: str = "simple",
 ) -> GroundTruth:
     """Stream a .traceg (or raw .trace) kernel of at least ``size_mb`` MB of text to ``path``.
 
     ``variants`` distinct blocks are generated (distinct addresses) and then
     repeated under new block coordinates, so the file is produced at disk
     speed; memory lines only repeat every ``variants`` blocks (far apart
-    compared with a parse chunk). Ground truth counts scale exactly; the
-    footprint is not tracked.
+    compared with a parse chunk). ``mix`` is 'simple' (tracer version 4),
+    'real' or 'unique' (version 5, see the module docs). Ground truth counts scale
+    exactly; the footprint is not tracked.
     """
+    if mix not in LARGE_MIXES:
+        raise ValueError(f"unknown instruction mix {mix!r} (simple, real or unique)")
+    version, iterations = LARGE_MIXES[mix]
     target = int(size_mb * 1e6)
-    probe = TraceSpec(grid=(variants, 1, 1), block=block, iterations=24, raw=raw, compress=True,
-                      tracer_version=4)
+    probe = TraceSpec(grid=(variants, 1, 1), block=block, iterations=iterations, raw=raw,
+                      compress=True, tracer_version=version, mix=mix)
     bodies: list[tuple[str, GroundTruth]] = []
     lanes_per_warp = _warps(probe)
     rng = random.Random(1)
@@ -451,7 +601,8 @@ def write_large_trace(
         bodies.append((body, t))
     per_block = sum(len(b) for b, _ in bodies) / variants
     nblocks = max(1, int(target / per_block) + 1)
-    spec = TraceSpec(grid=(nblocks, 1, 1), block=block, iterations=24, raw=raw, tracer_version=4)
+    spec = TraceSpec(grid=(nblocks, 1, 1), block=block, iterations=iterations, raw=raw,
+                     tracer_version=version, mix=mix)
     truth = GroundTruth()
     warps_per_block = len(lanes_per_warp)
     fh: IO[bytes]

@@ -7,7 +7,9 @@ stride makes the answer arithmetic.
 
 from __future__ import annotations
 
+from functools import reduce
 from itertools import accumulate
+from operator import or_
 
 SECTOR_SHIFT = 5  # 32-byte sectors
 LINE_SHIFT = 7  # 128-byte lines
@@ -48,7 +50,8 @@ def units_touched(addrs: list[int], width: int, shift: int) -> set[int]:
     w1 = width - 1
     if width <= (1 << shift):
         out = {a >> shift for a in addrs}
-        out.update((a + w1) >> shift for a in addrs)
+        if w1 & width or reduce(or_, addrs, 0) & w1:  # some lane may end in the next unit
+            out.update([(a + w1) >> shift for a in addrs])
         return out
     out = set()
     for a in addrs:
@@ -113,9 +116,33 @@ class LineSampler:
         last = self.last
         k = self.k
         t = self.t
+        if not k:  # exact: every line is kept (the same counts as the loop below)
+            reuses = le_l1 = le_l2 = 0
+            t0 = t
+            get = last.get
+            for line in lines:  # type: ignore[attr-defined]
+                t += 1
+                prev = get(line)
+                last[line] = t
+                if prev is not None:
+                    reuses += 1
+                    d = t - prev
+                    if d <= L1_REUSE_LINES:
+                        le_l1 += 1
+                    elif d <= L2_REUSE_LINES:
+                        le_l2 += 1
+            extra = (repeats - 1) * (t - t0) if repeats > 1 else 0
+            self.reuses += reuses + extra
+            self.le_l1 += le_l1 + extra
+            self.le_l2 += le_l1 + le_l2 + extra
+            self.t = t
+            if len(last) > self.cap:
+                self._halve()
+            return
+        shift = 64 - k
         for line in lines:  # type: ignore[attr-defined]
             t += 1
-            if k and ((line * _GOLDEN) & _M64) >> (64 - k):
+            if ((line * _GOLDEN) & _M64) >> shift:
                 continue
             prev = last.get(line)
             if prev is not None:

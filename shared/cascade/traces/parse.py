@@ -11,9 +11,26 @@ Speed comes from counting before parsing: the lines of a chunk are counted
 with :class:`collections.Counter` (C speed) and each *distinct* line is
 parsed once, its class looked up through a per-line cache. Non-memory lines
 repeat across warps, so the per-line Python work is mostly spent on memory
-lines. Order-dependent features (dependency chains) run on a sample of
-blocks; reuse times use first-occurrence order within a chunk (identical
-repeats of a line within a chunk count as immediate reuses).
+lines, and for those it is cut by three caches (memory stays bounded: each
+is capped and cleared when full):
+
+* per *head* (the text before the base address: PC, mask, registers,
+  opcode, width, mode) the decoded fields;
+* per *address pattern* (the text after the base: stride or delta list and
+  immediate, for modes 1 and 2) the lanes' offsets from the base, decoded
+  and validated once; only the base is converted per line;
+* per (pattern, base alignment) the shared-memory bank conflicts (invariant
+  under 4-byte shifts) and a global access's sector count and line offsets
+  (invariant under 128-byte shifts), so a distinct line costs a few dict
+  lookups plus the footprint sampler's per-line update.
+
+The line offsets keep the insertion order of :func:`units_touched`, so the
+sampler sees every request's lines in the same order as the plain
+computation; ``tests/test_traces_reference.py`` checks that the features are
+identical to the pre-cache parser's. Order-dependent features (dependency
+chains) run on a sample of blocks; reuse times use first-occurrence order
+within a chunk (identical repeats of a line within a chunk count as
+immediate reuses).
 """
 
 from __future__ import annotations
@@ -21,10 +38,14 @@ from __future__ import annotations
 import lzma
 import math
 import re
+from array import array
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from functools import reduce
+from itertools import accumulate
+from operator import or_
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import msgspec
 
@@ -51,6 +72,12 @@ MAX_LINE_BYTES = 1 << 20
 #: Blocks whose warps get the (order-dependent) dependency-chain analysis.
 DEP_SAMPLE_BLOCKS = 16
 _CACHE_MAX = 1 << 17
+#: Decoded address patterns kept (each ~0.7 KB: key text, 32 offsets as an int64 array).
+_PATTERN_MAX = 1 << 16
+#: Pattern lookups per hit-rate window (see KernelTraceParser._fast_memory).
+_PATTERN_WINDOW = 8192
+#: _fast_memory's answer for a pattern it does not keep (the caller takes the plain path).
+_NOT_KEPT = -99
 _PREFIX = re.compile(rb"^\d+ \d+ \d+ \d+(?= )", re.MULTILINE)
 _PREFIX_SP = re.compile(rb"^\d+ \d+ \d+ \d+ ", re.MULTILINE)
 _FULL = 0xFFFFFFFF
@@ -132,7 +159,7 @@ class KernelTraceParser:
         self._cache: dict[bytes, tuple[str, int, int]] = {}
         self._agg: dict[tuple[str, int, int], int] = {}
         self._regcache: dict[bytes, tuple[int, tuple[int, ...]]] = {}
-        self._heads: dict[bytes, tuple[str, int, int, int, int]] = {}
+        self._heads: dict[bytes, tuple[str, int, int, int, int, int]] = {}
         self._inst_lines = 0
         # warps
         self._w_n = 0
@@ -157,6 +184,14 @@ class KernelTraceParser:
         self._smem_extent = 0
         self._local_bytes = 0
         self._bank_cache: dict[tuple[int, int, int, int], int] = {}
+        self._patterns: dict[tuple[int, int, int, bytes], _Pattern] = {}
+        self._pattern_ids = 0
+        self._pat_lookups = 0
+        self._pat_hits = 0
+        self._pat_admit = True
+        self._bank_fast: dict[int, int] = {}
+        self._gcache: dict[int, tuple[int, tuple[int, ...] | None]] = {}
+        self._shmem_base = -1
         self._sampler = LineSampler()
 
     # ---- input -----------------------------------------------------------------------------
@@ -300,6 +335,7 @@ class KernelTraceParser:
             self._header_lines, file=self.file, source_sm=self.source_sm, warnings=self.warnings
         )
         self._lineinfo = self._header.lineinfo
+        self._shmem_base = self._header.shmem_base
         blocks = self._header.blocks
         if blocks > 0:
             self._block_stride = max(1, blocks // DEP_SAMPLE_BLOCKS)
@@ -587,18 +623,29 @@ class KernelTraceParser:
             self._cache[rest] = rec
         else:
             p = rest.find(b" 0x")
+            head = (opcode, mask, info.mem, width, mode, mask.bit_count())
             if p > 0 and len(self._heads) < _CACHE_MAX:
-                self._heads[rest[:p]] = (opcode, mask, info.mem, width, mode)
-            cls = self._memory(info.mem, mask, width, mode, base, addr, c)
+                self._heads[rest[:p]] = head
+            cls = self._fast_memory(head, rest[p + 1 :], c, base) if p > 0 else None
+            if cls is None or cls == _NOT_KEPT:
+                cls = self._memory(info.mem, mask, width, mode, base, addr, c)
             rec = (opcode, mask, cls)
         self._agg[rec] = self._agg.get(rec, 0) + c
         return rec
 
     def _known_head(
-        self, head: tuple[str, int, int, int, int], tail: bytes, c: int, full: bytes
+        self, head: tuple[str, int, int, int, int, int], tail: bytes, c: int, full: bytes
     ) -> tuple[str, int, int]:
         """A memory line whose fields up to the address mode were seen before: parse the tail."""
-        opcode, mask, mem, width, mode = head
+        opcode, mask, mem, width, mode, _n = head
+        if mode:
+            cls = self._fast_memory(head, tail, c)
+            if cls is None:
+                return self._reparse(full, c)
+            if cls != _NOT_KEPT:
+                rec = (opcode, mask, cls)
+                self._agg[rec] = self._agg.get(rec, 0) + c
+                return rec
         t = tail.split()
         n = mask.bit_count()
         try:
@@ -633,6 +680,155 @@ class KernelTraceParser:
             p = _fourth_space(full)
             rest = full[p + 1 :]
         return self._new_line(rest, c, full)
+
+    def _pattern(self, mode: int, n: int, width: int, rest: bytes) -> _Pattern | None:
+        """Validate and decode what follows the base address of a mode 1/2 line (None if bad)."""
+        t = rest.split()
+        try:
+            stride = 0
+            deltas: list[int] = []
+            if mode == 1:
+                stride = int(t[0])
+                used = 1
+                offs: Sequence[int] = range(0, n * stride, stride) if stride else (0,) * n
+            else:
+                used = n - 1 if n > 0 else 0
+                deltas = list(map(int, t[:used]))
+                if len(deltas) != used:
+                    return None
+                try:
+                    offs = array("q", accumulate(deltas, initial=0))
+                except OverflowError:  # beyond 64 bits: nonsense, but the general path takes it
+                    offs = tuple(accumulate(deltas, initial=0))
+            if len(t) > used:
+                int(t[used])
+                if len(t) > used + 1 and t[used + 1] != b"STORE_DATA":
+                    return None
+        except (ValueError, IndexError):
+            return None
+        self._pattern_ids += 1
+        wide = mode == 1 and abs(stride) <= 1 << SECTOR_SHIFT
+        # lanes aligned to a power-of-two width <= a sector never straddle a sector or a line
+        aligned = 0 < width <= 1 << SECTOR_SHIFT and not width & (width - 1) and not (
+            (stride if mode == 1 else reduce(or_, deltas, 0)) & (width - 1))
+        span = (n - 1) * stride
+        return _Pattern(self._pattern_ids, offs, max(offs) if offs else 0, stride, n, width, wide,
+                        aligned, min(0, span), max(0, span) + width - 1)
+
+    def _fast_memory(
+        self, head: tuple[str, int, int, int, int, int], tail: bytes, c: int, check: int = -1
+    ) -> int | None:
+        """Address features of a mode 1/2 memory line from its cached address pattern.
+
+        ``tail`` starts at the base address. The pattern (what follows the
+        base: stride or deltas, immediate) is decoded once per distinct text;
+        bank conflicts are cached per pattern and base modulo 4, the sectors
+        and relative lines of a global access per pattern and base modulo 128
+        (they are invariant under shifts by those). Patterns are only kept
+        while they are reused: when fewer than 1 in 4 lookups of a window hit,
+        only 1 in 16 new patterns is decoded and stored, the others return
+        ``_NOT_KEPT`` and take the plain path, so unique address lists
+        (gathers) cost no memory and no extra time. Returns the class override
+        as :meth:`_memory` does, or None when the line needs the general path
+        (``check``: the base the full parse found, to confirm this split of
+        the line agrees).
+        """
+        _op, _mask, mem, width, mode, n = head
+        if not mode:
+            return None
+        q = tail.find(b" ")
+        if q < 0:
+            return None
+        try:
+            base = int(tail[:q], 16)
+        except ValueError:
+            return None
+        if check >= 0 and base != check:
+            return None
+        key = (mode, n, width, tail[q:])
+        pat = self._patterns.get(key)
+        self._pat_lookups += 1
+        if pat is None:
+            if not self._pat_admit and self._pat_lookups & 15:
+                return _NOT_KEPT
+            pat = self._pattern(mode, n, width, tail[q:])
+            if pat is None:
+                return None
+            if len(self._patterns) >= _PATTERN_MAX:
+                self._patterns.clear()
+            self._patterns[key] = pat
+        else:
+            self._pat_hits += 1
+        if self._pat_lookups >= _PATTERN_WINDOW:
+            self._pat_admit = self._pat_hits * 4 >= self._pat_lookups
+            self._pat_lookups = self._pat_hits = 0
+        cls = -1
+        space = _STATIC_SPACE[mem]
+        store = mem in _STORES
+        if space < 0:
+            if space == -1:  # generic
+                space = self._space(base)
+                if mem != oc.MEM_ATOM_GENERIC:
+                    if space == 1:
+                        cls = oc.ST_SHARED if store else oc.LD_SHARED
+                    elif space == 2:
+                        cls = oc.LOCAL
+            elif self._space(base) == 1 or base < SPACE_WINDOW_BYTES:  # LDGSTS into shared
+                space = 1
+                store = True
+                cls = oc.ST_SHARED
+            else:
+                space = 0
+        if space == 0:
+            self._gmem_requests += c
+            if pat.strided:  # strided_span's arithmetic: every unit between is touched
+                lo = base + pat.lo
+                hi = base + pat.hi
+                sectors = (hi >> SECTOR_SHIFT) - (lo >> SECTOR_SHIFT) + 1
+                lines: object = range(lo >> LINE_SHIFT, (hi >> LINE_SHIFT) + 1)
+            else:
+                gkey = (pat.pid << 7) | (base & 127)
+                g = self._gcache.get(gkey)
+                if g is None:
+                    g = _global_units(base & 127, pat)
+                    if len(self._gcache) >= _CACHE_MAX:
+                        self._gcache.clear()
+                    self._gcache[gkey] = g
+                sectors, rel = g
+                if rel is None:
+                    lines = units_touched([base + o for o in pat.offs], width, LINE_SHIFT)
+                elif len(rel) == 1:
+                    lines = ((base >> LINE_SHIFT) + rel[0],)
+                else:
+                    l0 = base >> LINE_SHIFT
+                    lines = {l0 + r for r in rel}
+            if mem in _ATOMICS:
+                self._gmem_atom += sectors * c
+            elif store:
+                self._gmem_st += sectors * c
+            else:
+                self._gmem_ld += sectors * c
+            self._sampler.access(lines, c)
+        elif space == 1:
+            self._smem_acc += c
+            bkey = (pat.pid << 2) | (base & 3)
+            extra = self._bank_fast.get(bkey)
+            if extra is None:
+                r = base & 3
+                extra = bank_conflict_wavefronts([r + o for o in pat.offs], width)
+                if len(self._bank_fast) >= _CACHE_MAX:
+                    self._bank_fast.clear()
+                self._bank_fast[bkey] = extra
+            self._smem_conf += extra * c
+            hi = base + pat.maxoff + width
+            sb = self._shmem_base
+            if sb >= 0 and hi > sb:
+                hi -= sb
+            if hi < SPACE_WINDOW_BYTES and hi > self._smem_extent:
+                self._smem_extent = hi
+        else:
+            self._local_bytes += n * width * c
+        return cls
 
     def _space(self, addr: int) -> int:
         """0 global, 1 shared, 2 local for a generic address."""
@@ -838,6 +1034,65 @@ class KernelTraceParser:
             instruction_lines=self._inst_lines,
             text_bytes=self._text_bytes,
         )
+
+
+class _Pattern(NamedTuple):
+    """A decoded address tail (what follows the base) of a mode 1/2 memory line."""
+
+    pid: int
+    """unique id (keys the per-base caches)"""
+    offs: Sequence[int]
+    """each active lane's offset from the base, in lane order"""
+    maxoff: int
+    """largest offset"""
+    stride: int
+    """mode 1 stride (0 for mode 2)"""
+    n: int
+    """active lanes"""
+    width: int
+    """bytes per lane"""
+    strided: bool
+    """mode 1 with |stride| <= one sector: sectors and lines are arithmetic"""
+    aligned: bool
+    """every offset a multiple of the width, a power of two <= one sector"""
+    lo: int
+    """mode 1: first byte of the access relative to the base"""
+    hi: int
+    """mode 1: last byte of the access relative to the base"""
+
+
+def _global_units(r: int, pat: _Pattern) -> tuple[int, tuple[int, ...] | None]:
+    """(sectors, line offsets from ``base >> 7`` in first-insertion order) for a base = r mod 128.
+
+    The insertion order is the one :func:`units_touched` inserts in, so a
+    set built from it iterates in the same order as that function's result
+    (the sampler's reuse times depend on it). None for the lines when a lane
+    spans more than one line (the caller uses :func:`units_touched`).
+    """
+    addrs = [r + o for o in pat.offs]
+    w = pat.width
+    if pat.aligned and not r % w:  # each lane's last byte is in its first byte's sector / line
+        return len({a >> SECTOR_SHIFT for a in addrs}), tuple(
+            dict.fromkeys([a >> LINE_SHIFT for a in addrs]))
+    sectors = len(units_touched(addrs, w, SECTOR_SHIFT))
+    if w > 1 << LINE_SHIFT:
+        return sectors, None
+    w1 = w - 1
+    rel = dict.fromkeys([a >> LINE_SHIFT for a in addrs])
+    rel.update(dict.fromkeys([(a + w1) >> LINE_SHIFT for a in addrs]))
+    return sectors, tuple(rel)
+
+
+_STORES = frozenset({oc.MEM_ST_GLOBAL, oc.MEM_ST_GENERIC, oc.MEM_ST_SHARED, oc.MEM_ST_LOCAL})
+_ATOMICS = frozenset({oc.MEM_ATOM_GLOBAL, oc.MEM_ATOM_GENERIC, oc.MEM_ATOM_SHARED})
+#: memory kind -> 0 global, 1 shared, 2 local, -1 generic (by address), -2 LDGSTS
+_STATIC_SPACE = {
+    oc.MEM_LD_GLOBAL: 0, oc.MEM_ST_GLOBAL: 0, oc.MEM_ATOM_GLOBAL: 0,
+    oc.MEM_LD_SHARED: 1, oc.MEM_ST_SHARED: 1, oc.MEM_ATOM_SHARED: 1,
+    oc.MEM_LD_LOCAL: 2, oc.MEM_ST_LOCAL: 2,
+    oc.MEM_LD_GENERIC: -1, oc.MEM_ST_GENERIC: -1, oc.MEM_ATOM_GENERIC: -1,
+    oc.MEM_LDGSTS: -2,
+}
 
 
 class _BadLine(Exception):

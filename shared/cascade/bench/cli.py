@@ -55,26 +55,27 @@ wall = time.perf_counter() - t0
 code = os.waitstatus_to_exitcode(status)
 if code:
     sys.stderr.write(err.decode(errors="replace")[-2000:])
-print(code, wall, usage.ru_maxrss / 1024)
+print(code, wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime)
 """
 
 
-def _run(cmd: list[str]) -> tuple[float, float]:
-    """(wall seconds, peak RSS MiB) of one process; its output is discarded."""
+def _run(cmd: list[str]) -> tuple[float, float, float]:
+    """(wall seconds, peak RSS MiB, CPU seconds) of one process; its output is discarded."""
     done = subprocess.run([sys.executable, "-c", _PROBE, *cmd], capture_output=True, text=True,
                           check=False)
     try:
-        code, wall, rss = done.stdout.split()
+        code, wall, rss, cpu = done.stdout.split()
     except ValueError:
         raise SystemExit(f"could not time {' '.join(cmd)}:\n{done.stderr[-2000:]}") from None
     if int(code) != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({code}):\n{done.stderr[-2000:]}")
-    return float(wall), float(rss)
+    return float(wall), float(rss), float(cpu)
 
 
-def _best(cmd: list[str], repeat: int) -> tuple[float, float]:
+def _best(cmd: list[str], repeat: int) -> tuple[float, float, float]:
+    """Best wall time, highest peak RSS and least CPU time over ``repeat`` runs."""
     runs = [_run(cmd) for _ in range(max(1, repeat))]
-    return min(r[0] for r in runs), max(r[1] for r in runs)
+    return min(r[0] for r in runs), max(r[1] for r in runs), min(r[2] for r in runs)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -83,10 +84,13 @@ def run(args: argparse.Namespace) -> int:
     from cascade.tableio import write_table
 
     exe = _cascade(args.cascade)
-    print(f"cascade executable: {' '.join(exe)}; {os.cpu_count()} CPUs")
+    load = os.getloadavg()[0]
+    print(f"cascade executable: {' '.join(exe)}; {os.cpu_count()} CPUs, load average {load:.1f} "
+          "(wall times stretch on a loaded machine; CPU times much less)")
     for argv in (["--help"], ["predict", "--help"]):
-        wall, rss = _best([*exe, *argv], max(args.repeat, 5))
-        print(f"  cascade {' '.join(argv):16s} {wall * 1e3:7.0f} ms  peak RSS {rss:6.0f} MiB")
+        wall, rss, cpu = _best([*exe, *argv], max(args.repeat, 5))
+        print(f"  cascade {' '.join(argv):16s} {wall * 1e3:7.0f} ms wall, {cpu * 1e3:5.0f} ms CPU, "
+              f"peak RSS {rss:6.0f} MiB")
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
     suffix = {"csv": ".csv", "parquet": ".parquet"}
     with tempfile.TemporaryDirectory(prefix="cascade-bench-cli-") as tmp:
@@ -100,10 +104,10 @@ def run(args: argparse.Namespace) -> int:
                 out = folder / f"pred-{rows}{suffix[fmt]}"
                 cmd = [*exe, "predict", "--trace", str(src), "--source", args.source,
                        "--target", args.target, "--model", args.model, "--out", str(out)]
-                wall, rss = _best(cmd, args.repeat if rows <= 1_000_000 else 1)
+                wall, rss, cpu = _best(cmd, args.repeat if rows <= 1_000_000 else 1)
                 size = src.stat().st_size / 2**20
                 print(f"  predict {rows:>9,} rows {fmt:7s} ({size:6.1f} MiB in, "
-                      f"{out.stat().st_size / 2**20:6.1f} MiB out): {wall:6.2f} s wall, "
+                      f"{out.stat().st_size / 2**20:6.1f} MiB out): {wall:6.2f} s wall, {cpu:6.2f} s CPU, "
                       f"{rows / wall / 1e3:7.0f} k rows/s, peak RSS {rss:6.0f} MiB")
             del table
     return 0

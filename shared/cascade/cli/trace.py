@@ -7,10 +7,12 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cascade.errors import CascadeError
-from cascade.kerneltable import KernelTable
+
+if TYPE_CHECKING:
+    from cascade.kerneltable import KernelTable
 
 _MIX = (
     ("int", "insts_int"), ("fp32", "insts_fp32"), ("fp16", "insts_fp16"),

@@ -13,20 +13,22 @@ that contains its host launch time (its device start when there is none).
 from __future__ import annotations
 
 import bisect
-import gzip
-import json
 import math
 import re
 import sqlite3
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import numpy as np
 
+from cascade.engine import ops
 from cascade.errors import TraceFormatError
 from cascade.kerneltable import COLUMNS, DTYPES, KernelTable
+from cascade.traces.jsonstream import iter_chrome_json
+from cascade.traces.opshapes import is_helper_kernel, op_work, pass_of_kernel
 
 _STEP_RE = re.compile(r"^step:(?P<kind>[A-Za-z_]+)(?P<rest>(?::[a-z_]+=\d+)*)$")
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
@@ -110,120 +112,327 @@ def _mark_syncs(rows: list[dict[str, Any]], sync_times: list[float]) -> None:
 
 
 # ---- PyTorch profiler Chrome trace -----------------------------------------------------------
-def _gemm_shape(op: str, dims: Any) -> dict[str, int]:
-    """batch/m/n/k from the input dims of a GEMM-like aten op (empty if not one)."""
-    try:
-        if op in ("mm", "matmul") and len(dims[0]) == 2:
-            (m, k), (_, n) = dims[0], dims[1]
-            return {"batch": 1, "m": m, "n": n, "k": k}
-        if op == "addmm":
-            (m, k), (_, n) = dims[1], dims[2]
-            return {"batch": 1, "m": m, "n": n, "k": k}
-        if op == "linear":
-            x, w = dims[0], dims[1]
-            return {"batch": 1, "m": int(np.prod(x[:-1])), "n": w[0], "k": x[-1]}
-        if op in ("bmm", "baddbmm"):
-            a, b = (dims[0], dims[1]) if op == "bmm" else (dims[1], dims[2])
-            return {"batch": a[0], "m": a[1], "n": b[2], "k": a[2]}
-    except (IndexError, TypeError, ValueError):
-        return {}
-    return {}
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """An imported timeline: its kernel table and what the file says besides."""
+
+    table: KernelTable
+    device: str = ""
+    """Name of the GPU the trace was recorded on (``deviceProperties`` in PyTorch traces,
+    ``TARGET_INFO_GPU`` / ``TARGET_INFO_CUDA_DEVICE`` in Nsight exports); '' if not named."""
+    device_sm: int = -1
+    """Its compute capability as ``major * 10 + minor`` (-1: unknown)."""
+    warnings: tuple[str, ...] = ()
+    """Things the importer skipped or could not link, one sentence each."""
 
 
-def _op_fields(ev: Mapping[str, Any]) -> dict[str, Any]:
-    args = ev.get("args", {}) or {}
-    name = str(ev.get("name", ""))
-    op = name.split("::", 1)[1] if name.startswith("aten::") else name
-    out: dict[str, Any] = {"op": op}
-    types = args.get("Input type") or []
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+def _int(v: Any, default: int = -1) -> int:
+    f = _num(v)
+    if f is None or abs(f) > 2**62:
+        return default
+    return int(f)
+
+
+def _dim3(v: Any) -> list[int]:
+    if not isinstance(v, list):
+        return [-1, -1, -1]
+    return [_int(x) for x in v[:3]] + [-1] * (3 - min(len(v), 3))
+
+
+class _CpuOp(msgspec.Struct, array_like=True, gc=False):
+    start: float
+    end: float
+    tid: Any
+    name: str
+    dims: Any
+    types: Any
+    concrete: Any
+    flops: float | None
+
+
+_KERNEL_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+_MAIN_FAMILIES = (ops.GEMM, ops.ATTENTION)
+
+
+class _ChromeReader:
+    """Collects what the importer needs from a stream of Chrome-trace events (bounded: only
+    kernels, launches, cpu ops with their shape arguments and step ranges are kept)."""
+
+    def __init__(self, fname: str) -> None:
+        self.fname = fname
+        self.kernels: list[tuple[float, float, str, Any, Any, dict[str, Any], str]] = []
+        self.runtime: dict[int, tuple[float, Any, int]] = {}
+        self.flow_start: dict[int, tuple[float, Any]] = {}
+        self.flow_end: dict[tuple[Any, Any, float], int] = {}
+        self.cpu_ops: list[_CpuOp] = []
+        self.by_ext: dict[int, int] = {}
+        self.steps: list[StepRange] = []
+        self.syncs: list[float] = []
+        self.t0 = math.inf
+        self.device_props: Any = None
+        self.skipped = 0
+        self.names: dict[str, str] = {}
+
+    def _ts(self, ev: Mapping[str, Any], line: int, cat: str) -> tuple[float, float]:
+        ts = _num(ev.get("ts"))
+        if ts is None:
+            raise TraceFormatError(self.fname, line, f"a numeric 'ts' (us) on the {cat!r} event",
+                                   repr(ev.get("ts")))
+        raw = ev.get("dur", 0.0)
+        dur = _num(raw)
+        if dur is None or dur < 0:
+            raise TraceFormatError(self.fname, line,
+                                   f"a non-negative numeric 'dur' (us) on the {cat!r} event", repr(raw))
+        return ts * 1000.0, dur * 1000.0
+
+    def add(self, key: str, ev: Any, line: int) -> None:
+        if key != "event":
+            if key == "deviceProperties":
+                self.device_props = ev
+            return
+        if not isinstance(ev, dict):
+            self.skipped += 1
+            return
+        ph = ev.get("ph")
+        cat = ev.get("cat")
+        cat = cat.lower() if isinstance(cat, str) else ""
+        if ph in ("s", "f") and cat == "ac2g":
+            fid = _int(ev.get("id"))
+            ts = _num(ev.get("ts"))
+            if fid >= 0 and ts is not None:
+                if ph == "s":
+                    self.flow_start[fid] = (ts * 1000.0, ev.get("tid"))
+                else:
+                    self.flow_end[(ev.get("pid"), ev.get("tid"), ts * 1000.0)] = fid
+            return
+        if ph != "X":
+            return
+        args = ev.get("args")
+        if not isinstance(args, dict):
+            args = {}
+        raw_name = ev.get("name", "")
+        name = raw_name if isinstance(raw_name, str) else str(raw_name)
+        name = self.names.setdefault(name, name)
+        if cat in _KERNEL_CATS:
+            ts, dur = self._ts(ev, line, cat)
+            self.t0 = min(self.t0, ts)
+            self.kernels.append((ts, dur, name, ev.get("pid"), ev.get("tid"), args, cat))
+        elif cat in ("cuda_runtime", "cuda_driver"):
+            ts, dur = self._ts(ev, line, cat)
+            self.t0 = min(self.t0, ts)
+            corr = _int(args.get("correlation"))
+            if corr >= 0:
+                self.runtime[corr] = (ts, ev.get("tid"), _int(args.get("External id")))
+            if name.startswith(_SYNC_CALLS):
+                self.syncs.append(ts)
+        elif cat == "cpu_op":
+            ts, dur = self._ts(ev, line, cat)
+            self.t0 = min(self.t0, ts)
+            ext = _int(args.get("External id"))
+            if ext >= 0:
+                self.by_ext.setdefault(ext, len(self.cpu_ops))
+            self.cpu_ops.append(_CpuOp(ts, ts + dur, ev.get("tid"), name, args.get("Input Dims"),
+                                       args.get("Input type"), args.get("Concrete Inputs"),
+                                       _num(args.get("flops"))))
+        elif cat == "user_annotation":
+            ts, dur = self._ts(ev, line, cat)
+            self.t0 = min(self.t0, ts)
+            if parse_step_name(name) is not None:
+                self.steps.append(StepRange(ts, ts + dur, name))
+        else:
+            ts_ = _num(ev.get("ts"))
+            if ts_ is not None and cat not in ("python_function", "trace", "gpu_user_annotation"):
+                self.t0 = min(self.t0, ts_ * 1000.0)
+
+    def device(self, kernel_devices: list[int]) -> tuple[str, int]:
+        props = self.device_props
+        if not isinstance(props, list) or not props:
+            return "", -1
+        want = max(set(kernel_devices), key=kernel_devices.count) if kernel_devices else None
+        chosen = None
+        for p in props:
+            if isinstance(p, dict) and (want is None or _int(p.get("id")) == want):
+                chosen = p
+                break
+        if chosen is None:
+            chosen = next((p for p in props if isinstance(p, dict)), None)
+        if chosen is None or not isinstance(chosen.get("name"), str):
+            return "", -1
+        major, minor = _int(chosen.get("computeMajor")), _int(chosen.get("computeMinor"))
+        return chosen["name"].strip(), (major * 10 + minor) if major >= 0 and minor >= 0 else -1
+
+    def _enclosing_op(self, tid: Any, t: float, starts: list[float], order: list[int]) -> int | None:
+        j = bisect.bisect_right(starts, t) - 1
+        best: int | None = None
+        steps = 0
+        while j >= 0 and steps < 4096:
+            op = self.cpu_ops[order[j]]
+            if op.tid == tid and op.start <= t <= op.end:
+                best = order[j]
+                break
+            j -= 1
+            steps += 1
+        return best
+
+    def finish(self) -> Timeline:
+        warnings: list[str] = []
+        if self.skipped:
+            warnings.append(f"{self.fname}: {self.skipped} trace events were not JSON objects "
+                            "and were skipped")
+        order = sorted(range(len(self.cpu_ops)), key=lambda i: (self.cpu_ops[i].start,
+                                                                 -self.cpu_ops[i].end))
+        starts = [self.cpu_ops[i].start for i in order]
+        rows: list[dict[str, Any]] = []
+        op_of_row: list[int | None] = []
+        unlinked = 0
+        devices: list[int] = []
+        for ts, dur, name, pid, tid, args, cat in self.kernels:
+            grid, block = _dim3(args.get("grid")), _dim3(args.get("block"))
+            row: dict[str, Any] = {
+                "name": name, "grid_x": grid[0], "grid_y": grid[1], "grid_z": grid[2],
+                "block_x": block[0], "block_y": block[1], "block_z": block[2],
+                "regs": _int(args.get("registers per thread")),
+                "smem_bytes": _int(args.get("shared memory")),
+                "stream": _int(args.get("stream")), "start_ns": ts, "duration_ns": dur,
+                "host_launch_ns": math.nan,
+            }
+            dev = _int(args.get("device"))
+            if dev >= 0 and cat == "kernel":
+                devices.append(dev)
+            corr = _int(args.get("correlation"))
+            if corr < 0:
+                corr = self.flow_end.get((pid, tid, ts), -1)
+            rt = self.runtime.get(corr)
+            launch_tid: Any = None
+            if rt is not None:
+                row["host_launch_ns"] = rt[0]
+                launch_tid = rt[1]
+            elif corr in self.flow_start:
+                row["host_launch_ns"], launch_tid = self.flow_start[corr]
+            ext = _int(args.get("External id"))
+            if ext < 0 and rt is not None:
+                ext = rt[2]
+            op_idx = self.by_ext.get(ext) if ext >= 0 else None
+            if op_idx is None and not math.isnan(row["host_launch_ns"]):
+                op_idx = self._enclosing_op(launch_tid, row["host_launch_ns"], starts, order)
+            if cat != "kernel":
+                row["op"] = "memcpy" if cat == "gpu_memcpy" else "memset"
+                nbytes = _num(args.get("bytes"))
+                if nbytes is not None:
+                    row["bytes"] = nbytes
+                op_idx = None
+            elif op_idx is None:
+                unlinked += 1
+            rows.append(row)
+            op_of_row.append(op_idx)
+        if unlinked:
+            warnings.append(f"{self.fname}: {unlinked} of {len(self.kernels)} kernels could not be "
+                            "linked to the op that launched them (no External id, correlation "
+                            "or enclosing cpu_op)")
+        _attribute_ops(rows, op_of_row, self.cpu_ops)
+        _assign_steps(rows, self.steps)
+        _mark_syncs(rows, self.syncs)
+        table = _finish(rows, self.t0 if math.isfinite(self.t0) else 0.0)
+        device, sm = self.device(devices)
+        return Timeline(table=table, device=device, device_sm=sm, warnings=tuple(warnings))
+
+
+def _attribute_ops(rows: list[dict[str, Any]], op_of_row: list[int | None],
+                   cpu_ops: list[_CpuOp]) -> None:
+    """Give each kernel its launching op's name, dtype and its share of the op's work."""
+    groups: dict[int, list[int]] = {}
+    for i, idx in enumerate(op_of_row):
+        if idx is not None:
+            groups.setdefault(idx, []).append(i)
+    for idx, members in groups.items():
+        cop = cpu_ops[idx]
+        work = op_work(cop.name, cop.dims, cop.types, cop.concrete)
+        label = cop.name.split("::", 1)[1] if cop.name.startswith("aten::") else cop.name
+        dtype = work.dtype if work is not None else _first_dtype(cop.types)
+        for i in members:
+            rows[i]["op"] = label
+            if dtype:
+                rows[i]["dtype"] = dtype
+        if work is None:
+            if cop.flops is not None:
+                for i in members:
+                    rows[i]["flops"] = cop.flops / len(members)
+            continue
+        if work.kind not in ("gemm", "conv", "attention"):
+            for i in members:
+                if not math.isnan(work.flops):
+                    rows[i]["flops"] = work.flops / len(members)
+                if not math.isnan(work.bytes):
+                    rows[i]["bytes"] = work.bytes / len(members)
+            continue
+        main = [i for i in members if not is_helper_kernel(rows[i]["name"])
+                and ops.family_of("", rows[i]["name"]) in _MAIN_FAMILIES]
+        if not main:
+            main = [max(members, key=lambda i: rows[i]["duration_ns"])]
+        by_pass: dict[str, list[int]] = {p.name: [] for p in work.passes}
+        loose: list[int] = []
+        for i in main:
+            p = pass_of_kernel(rows[i]["name"]) if len(work.passes) > 1 else ""
+            by_pass.get(p, loose).append(i)
+        empty = [p for p in by_pass if not by_pass[p]] or list(by_pass)
+        for j, i in enumerate(loose):
+            by_pass[empty[j % len(empty)]].append(i)
+        for p in work.passes:
+            ks = by_pass[p.name]
+            for i in ks:
+                rows[i].update(batch=p.batch, m=p.m, n=p.n, k=p.k, flops=p.flops / len(ks),
+                               bytes=p.bytes / len(ks))
+
+
+def _first_dtype(types: Any) -> str:
     for t in types if isinstance(types, list) else [types]:
-        if t in _TORCH_DTYPES:
-            out["dtype"] = _TORCH_DTYPES[t]
-            break
-    if "flops" in args:
-        out["flops"] = float(args["flops"])
-    dims = args.get("Input Dims")
-    if dims:
-        out.update(_gemm_shape(op, dims))
-    return out
+        if isinstance(t, str) and t in _TORCH_DTYPES:
+            return _TORCH_DTYPES[t]
+    return ""
+
+
+def read_chrome_trace(source: str | Path | Mapping[str, Any] | list[Any]) -> Timeline:
+    """A PyTorch profiler (Kineto) Chrome trace, streamed with bounded memory (``.json`` or
+    ``.json.gz``, object or array form), as a :class:`Timeline`.
+
+    Kernels link to the op that launched them through the kernel's ``External id`` (else the
+    launch's, found by ``correlation`` or the ``ac2g`` flow events, else the innermost
+    ``cpu_op`` around the launch on its thread); that op's ``Input Dims``, ``Input type`` and
+    ``Concrete Inputs`` give shapes, FLOPs, bytes and dtype (:mod:`cascade.traces.opshapes`).
+    ``gpu_memcpy`` / ``gpu_memset`` events are rows too (``op`` memcpy / memset, ``bytes``).
+    """
+    if isinstance(source, Mapping | list):
+        reader = _ChromeReader("<chrome trace>")
+        if isinstance(source, Mapping):
+            events = source.get("traceEvents")
+            if not isinstance(events, list):
+                raise TraceFormatError("<chrome trace>", None, "a 'traceEvents' list",
+                                       type(events).__name__)
+            for key, value in source.items():
+                if key != "traceEvents":
+                    reader.add(str(key), value, 0)
+        else:
+            events = source
+        for i, ev in enumerate(events, start=1):
+            reader.add("event", ev, i)
+        return reader.finish()
+    path = Path(source)
+    reader = _ChromeReader(str(path))
+    for key, value, line in iter_chrome_json(path):
+        reader.add(key, value, line)
+    return reader.finish()
 
 
 def import_chrome_trace(source: str | Path | Mapping[str, Any]) -> KernelTable:
-    """Kernels of a PyTorch profiler ``export_chrome_trace`` file (``.json`` or ``.json.gz``)."""
-    if isinstance(source, Mapping):
-        doc: Any = source
-        fname = "<chrome trace>"
-    else:
-        path = Path(source)
-        fname = str(path)
-        opener = gzip.open if path.name.endswith(".gz") else open
-        try:
-            with opener(path, "rb") as fh:
-                doc = json.load(fh)
-        except (OSError, ValueError) as exc:
-            raise TraceFormatError(fname, None, "a JSON Chrome trace", str(exc)) from None
-    events = doc.get("traceEvents") if isinstance(doc, Mapping) else doc
-    if not isinstance(events, list):
-        raise TraceFormatError(fname, None, "a 'traceEvents' list", type(events).__name__)
-    kernels, runtime, cpu_ops, steps, syncs = [], {}, [], [], []
-    t0 = math.inf
-    for ev in events:
-        if not isinstance(ev, Mapping) or ev.get("ph") != "X":
-            continue
-        cat = str(ev.get("cat", "")).lower()
-        try:
-            ts = float(ev["ts"]) * 1000.0
-            dur = float(ev.get("dur", 0.0)) * 1000.0
-        except (KeyError, TypeError, ValueError):
-            raise TraceFormatError(fname, None, "numeric 'ts' and 'dur' on complete events",
-                                   str(ev)[:120]) from None
-        t0 = min(t0, ts)
-        args = ev.get("args", {}) or {}
-        name = str(ev.get("name", ""))
-        if cat == "kernel":
-            kernels.append((ts, dur, name, args))
-        elif cat == "cuda_runtime" or cat == "cuda_driver":
-            if "correlation" in args:
-                runtime[args["correlation"]] = (ts, dur, ev.get("tid"), name)
-            if name.startswith(_SYNC_CALLS):
-                syncs.append(ts)
-        elif cat == "cpu_op":
-            cpu_ops.append((ts, ts + dur, ev.get("tid"), ev))
-        elif cat == "user_annotation" and parse_step_name(name) is not None:
-            steps.append(StepRange(ts, ts + dur, name))
-    cpu_ops.sort(key=lambda e: (e[0], -e[1]))
-    starts = [c[0] for c in cpu_ops]
-    rows: list[dict[str, Any]] = []
-    for ts, dur, name, args in kernels:
-        grid = list(args.get("grid", [-1, -1, -1])) + [-1, -1, -1]
-        block = list(args.get("block", [-1, -1, -1])) + [-1, -1, -1]
-        row: dict[str, Any] = {
-            "name": name, "grid_x": grid[0], "grid_y": grid[1], "grid_z": grid[2],
-            "block_x": block[0], "block_y": block[1], "block_z": block[2],
-            "regs": int(args.get("registers per thread", -1)),
-            "smem_bytes": int(args.get("shared memory", -1)),
-            "stream": int(args.get("stream", -1)),
-            "start_ns": ts, "duration_ns": dur, "host_launch_ns": math.nan,
-        }
-        rt = runtime.get(args.get("correlation"))
-        if rt is not None:
-            row["host_launch_ns"] = rt[0]
-            # innermost cpu_op on the launching thread that contains the launch
-            j = bisect.bisect_right(starts, rt[0]) - 1
-            best = None
-            while j >= 0:
-                s, e, tid, ev = cpu_ops[j]
-                if s <= rt[0] <= e and tid == rt[2] and (best is None or s >= best[0]):
-                    best = cpu_ops[j]
-                    break
-                j -= 1
-            if best is not None:
-                row.update(_op_fields(best[3]))
-        rows.append(row)
-    _assign_steps(rows, steps)
-    _mark_syncs(rows, syncs)
-    return _finish(rows, t0 if math.isfinite(t0) else 0.0)
-
+    """Kernels of a PyTorch profiler ``export_chrome_trace`` file (see :func:`read_chrome_trace`)."""
+    return read_chrome_trace(source).table
 
 # ---- Nsight Systems SQLite export ------------------------------------------------------------
 def import_nsys_sqlite(path: str | Path) -> KernelTable:

@@ -395,6 +395,7 @@ _ATTN: dict[str, tuple[str, int, int, int, int, int, bool]] = {
     "_scaled_dot_product_efficient_attention_backward": ("bhld", 1, 2, 3, 11, -1, True),
     "_scaled_dot_product_cudnn_attention_backward": ("bhld", 1, 2, 3, 12, -1, True),
     "_flash_attention_backward": ("blhd", 1, 2, 3, 11, -1, True),
+    "_scaled_dot_product_flash_attention_for_cpu_backward": ("bhld", 1, 2, 3, 7, -1, True),
     "_efficient_attention_backward": ("blhd", 1, 2, 3, -1, 14, True),
     "_cudnn_attention_backward": ("bhld", 1, 2, 3, 14, -1, True),
 }

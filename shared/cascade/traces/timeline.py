@@ -41,6 +41,11 @@ _TORCH_DTYPES = {
 }
 
 
+def _is_sync(call: str) -> bool:
+    """A runtime/driver call that waits for the device (``cudaMemcpyAsync`` does not)."""
+    return call.startswith(_SYNC_CALLS) and "Async" not in call
+
+
 class StepRange(msgspec.Struct, frozen=True):
     """A step marker range: [start, end) in ns, with its parsed name."""
 
@@ -140,6 +145,11 @@ def _int(v: Any, default: int = -1) -> int:
     return int(f)
 
 
+def _ident(v: Any) -> Any:
+    """A pid/tid as a hashable value (the format allows numbers or strings)."""
+    return v if v is None or isinstance(v, int | float | str) else repr(v)
+
+
 def _dim3(v: Any) -> list[int]:
     if not isinstance(v, list):
         return [-1, -1, -1]
@@ -208,9 +218,9 @@ class _ChromeReader:
             ts = _num(ev.get("ts"))
             if fid >= 0 and ts is not None:
                 if ph == "s":
-                    self.flow_start[fid] = (ts * 1000.0, ev.get("tid"))
+                    self.flow_start[fid] = (ts * 1000.0, _ident(ev.get("tid")))
                 else:
-                    self.flow_end[(ev.get("pid"), ev.get("tid"), ts * 1000.0)] = fid
+                    self.flow_end[(_ident(ev.get("pid")), _ident(ev.get("tid")), ts * 1000.0)] = fid
             return
         if ph != "X":
             return
@@ -223,14 +233,15 @@ class _ChromeReader:
         if cat in _KERNEL_CATS:
             ts, dur = self._ts(ev, line, cat)
             self.t0 = min(self.t0, ts)
-            self.kernels.append((ts, dur, name, ev.get("pid"), ev.get("tid"), args, cat))
+            self.kernels.append((ts, dur, name, _ident(ev.get("pid")), _ident(ev.get("tid")), args,
+                                 cat))
         elif cat in ("cuda_runtime", "cuda_driver"):
             ts, dur = self._ts(ev, line, cat)
             self.t0 = min(self.t0, ts)
             corr = _int(args.get("correlation"))
             if corr >= 0:
-                self.runtime[corr] = (ts, ev.get("tid"), _int(args.get("External id")))
-            if name.startswith(_SYNC_CALLS):
+                self.runtime[corr] = (ts, _ident(ev.get("tid")), _int(args.get("External id")))
+            if _is_sync(name):
                 self.syncs.append(ts)
         elif cat == "cpu_op":
             ts, dur = self._ts(ev, line, cat)
@@ -238,7 +249,7 @@ class _ChromeReader:
             ext = _int(args.get("External id"))
             if ext >= 0:
                 self.by_ext.setdefault(ext, len(self.cpu_ops))
-            self.cpu_ops.append(_CpuOp(ts, ts + dur, ev.get("tid"), name, args.get("Input Dims"),
+            self.cpu_ops.append(_CpuOp(ts, ts + dur, _ident(ev.get("tid")), name, args.get("Input Dims"),
                                        args.get("Input type"), args.get("Concrete Inputs"),
                                        _num(args.get("flops"))))
         elif cat == "user_annotation":
@@ -468,7 +479,7 @@ def import_nsys_sqlite(path: str | Path) -> KernelTable:
                 "SELECT start, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME"
             ):
                 rname = str(strings.get(name_id, ""))
-                if rname.startswith(_SYNC_CALLS):
+                if _is_sync(rname):
                     syncs.append(float(start))
                 launch.setdefault(corr, float(start))
         ranges: list[tuple[float, float, str]] = []

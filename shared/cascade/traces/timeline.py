@@ -13,10 +13,13 @@ that contains its host launch time (its device start when there is none).
 from __future__ import annotations
 
 import bisect
+import contextlib
+import functools
+import gc
 import math
 import re
 import sqlite3
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +31,7 @@ from cascade.engine import ops
 from cascade.errors import TraceFormatError
 from cascade.kerneltable import COLUMNS, DTYPES, KernelTable
 from cascade.traces.jsonstream import iter_chrome_json
-from cascade.traces.opshapes import is_helper_kernel, op_work, pass_of_kernel
+from cascade.traces.opshapes import OpWork, is_helper_kernel, op_work, pass_of_kernel
 
 _STEP_RE = re.compile(r"^step:(?P<kind>[A-Za-z_]+)(?P<rest>(?::[a-z_]+=\d+)*)$")
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
@@ -71,18 +74,28 @@ def parse_step_name(name: str) -> tuple[str, int, int] | None:
 
 def _assign_steps(rows: list[dict[str, Any]], steps: list[StepRange]) -> None:
     steps = sorted(steps, key=lambda s: (s.start, -s.end))
+    starts = [s.start for s in steps]
+    reach: list[float] = []  # reach[j]: the latest end among steps[0..j]
+    for s in steps:
+        reach.append(max(s.end, reach[-1]) if reach else s.end)
+    parsed_names = [parse_step_name(s.name) for s in steps]
     for row in rows:
         t = row.get("host_launch_ns")
         if t is None or (isinstance(t, float) and math.isnan(t)):
             t = row.get("start_ns")
         if t is None or (isinstance(t, float) and math.isnan(t)):
             continue
+        # innermost = the latest-starting range that contains t; ranges before j whose
+        # reach ends at or before t cannot contain it, which bounds the backward scan
+        j = bisect.bisect_right(starts, t) - 1
         best = -1
-        for i, s in enumerate(steps):
-            if s.start <= t < s.end and (best < 0 or s.start >= steps[best].start):
-                best = i
+        while j >= 0 and reach[j] > t:
+            if steps[j].start <= t < steps[j].end:
+                best = j
+                break
+            j -= 1
         if best >= 0:
-            parsed = parse_step_name(steps[best].name)
+            parsed = parsed_names[best]
             assert parsed is not None
             row["step"] = best
             row["step_kind"], row["step_tokens"], row["step_context"] = parsed
@@ -150,10 +163,11 @@ def _ident(v: Any) -> Any:
     return v if v is None or isinstance(v, int | float | str) else repr(v)
 
 
-def _dim3(v: Any) -> list[int]:
+def _dim3(v: Any) -> tuple[int, int, int]:
     if not isinstance(v, list):
-        return [-1, -1, -1]
-    return [_int(x) for x in v[:3]] + [-1] * (3 - min(len(v), 3))
+        return (-1, -1, -1)
+    d = [_int(x) for x in v[:3]] + [-1] * (3 - min(len(v), 3))
+    return (d[0], d[1], d[2])
 
 
 class _CpuOp(msgspec.Struct, array_like=True, gc=False):
@@ -161,10 +175,27 @@ class _CpuOp(msgspec.Struct, array_like=True, gc=False):
     end: float
     tid: Any
     name: str
-    dims: Any
-    types: Any
-    concrete: Any
+    work: OpWork | None
+    dtype: str
     flops: float | None
+
+
+class _Kernel(msgspec.Struct, array_like=True, gc=False):
+    start: float
+    dur: float
+    name: str
+    pid: Any
+    tid: Any
+    cat: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    regs: int
+    smem: int
+    stream: int
+    device: int
+    corr: int
+    ext: int
+    nbytes: float | None
 
 
 _KERNEL_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -177,7 +208,8 @@ class _ChromeReader:
 
     def __init__(self, fname: str) -> None:
         self.fname = fname
-        self.kernels: list[tuple[float, float, str, Any, Any, dict[str, Any], str]] = []
+        self.kernels: list[_Kernel] = []
+        self._work: dict[tuple[str, str], OpWork | None] = {}
         self.runtime: dict[int, tuple[float, Any, int]] = {}
         self.flow_start: dict[int, tuple[float, Any]] = {}
         self.flow_end: dict[tuple[Any, Any, float], int] = {}
@@ -210,8 +242,10 @@ class _ChromeReader:
         if not isinstance(ev, dict):
             self.skipped += 1
             return
-        ph = ev.get("ph")
         cat = ev.get("cat")
+        if cat == "python_function":
+            return
+        ph = ev.get("ph")
         cat = cat.lower() if isinstance(cat, str) else ""
         if ph in ("s", "f") and cat == "ac2g":
             fid = _int(ev.get("id"))
@@ -233,8 +267,12 @@ class _ChromeReader:
         if cat in _KERNEL_CATS:
             ts, dur = self._ts(ev, line, cat)
             self.t0 = min(self.t0, ts)
-            self.kernels.append((ts, dur, name, _ident(ev.get("pid")), _ident(ev.get("tid")), args,
-                                 cat))
+            self.kernels.append(_Kernel(
+                ts, dur, name, _ident(ev.get("pid")), _ident(ev.get("tid")), cat,
+                _dim3(args.get("grid")), _dim3(args.get("block")),
+                _int(args.get("registers per thread")), _int(args.get("shared memory")),
+                _int(args.get("stream")), _int(args.get("device")), _int(args.get("correlation")),
+                _int(args.get("External id")), _num(args.get("bytes"))))
         elif cat in ("cuda_runtime", "cuda_driver"):
             ts, dur = self._ts(ev, line, cat)
             self.t0 = min(self.t0, ts)
@@ -249,8 +287,17 @@ class _ChromeReader:
             ext = _int(args.get("External id"))
             if ext >= 0:
                 self.by_ext.setdefault(ext, len(self.cpu_ops))
-            self.cpu_ops.append(_CpuOp(ts, ts + dur, _ident(ev.get("tid")), name, args.get("Input Dims"),
-                                       args.get("Input type"), args.get("Concrete Inputs"),
+            dims, types, concrete = (args.get("Input Dims"), args.get("Input type"),
+                                     args.get("Concrete Inputs"))
+            work = None
+            if dims is not None:  # shapes repeat (layers, steps): one op_work per distinct record
+                key = (name, repr((dims, types, concrete)))
+                if key in self._work:
+                    work = self._work[key]
+                else:
+                    work = self._work[key] = op_work(name, dims, types, concrete)
+            self.cpu_ops.append(_CpuOp(ts, ts + dur, _ident(ev.get("tid")), name, work,
+                                       work.dtype if work is not None else _first_dtype(types),
                                        _num(args.get("flops"))))
         elif cat == "user_annotation":
             ts, dur = self._ts(ev, line, cat)
@@ -304,22 +351,19 @@ class _ChromeReader:
         op_of_row: list[int | None] = []
         unlinked = 0
         devices: list[int] = []
-        for ts, dur, name, pid, tid, args, cat in self.kernels:
-            grid, block = _dim3(args.get("grid")), _dim3(args.get("block"))
+        for kr in self.kernels:
+            ts, grid, block = kr.start, kr.grid, kr.block
             row: dict[str, Any] = {
-                "name": name, "grid_x": grid[0], "grid_y": grid[1], "grid_z": grid[2],
+                "name": kr.name, "grid_x": grid[0], "grid_y": grid[1], "grid_z": grid[2],
                 "block_x": block[0], "block_y": block[1], "block_z": block[2],
-                "regs": _int(args.get("registers per thread")),
-                "smem_bytes": _int(args.get("shared memory")),
-                "stream": _int(args.get("stream")), "start_ns": ts, "duration_ns": dur,
-                "host_launch_ns": math.nan,
+                "regs": kr.regs, "smem_bytes": kr.smem, "stream": kr.stream, "start_ns": ts,
+                "duration_ns": kr.dur, "host_launch_ns": math.nan,
             }
-            dev = _int(args.get("device"))
-            if dev >= 0 and cat == "kernel":
-                devices.append(dev)
-            corr = _int(args.get("correlation"))
+            if kr.device >= 0 and kr.cat == "kernel":
+                devices.append(kr.device)
+            corr = kr.corr
             if corr < 0:
-                corr = self.flow_end.get((pid, tid, ts), -1)
+                corr = self.flow_end.get((kr.pid, kr.tid, ts), -1)
             rt = self.runtime.get(corr)
             launch_tid: Any = None
             if rt is not None:
@@ -327,17 +371,16 @@ class _ChromeReader:
                 launch_tid = rt[1]
             elif corr in self.flow_start:
                 row["host_launch_ns"], launch_tid = self.flow_start[corr]
-            ext = _int(args.get("External id"))
+            ext = kr.ext
             if ext < 0 and rt is not None:
                 ext = rt[2]
             op_idx = self.by_ext.get(ext) if ext >= 0 else None
             if op_idx is None and not math.isnan(row["host_launch_ns"]):
                 op_idx = self._enclosing_op(launch_tid, row["host_launch_ns"], starts, order)
-            if cat != "kernel":
-                row["op"] = "memcpy" if cat == "gpu_memcpy" else "memset"
-                nbytes = _num(args.get("bytes"))
-                if nbytes is not None:
-                    row["bytes"] = nbytes
+            if kr.cat != "kernel":
+                row["op"] = "memcpy" if kr.cat == "gpu_memcpy" else "memset"
+                if kr.nbytes is not None:
+                    row["bytes"] = kr.nbytes
                 op_idx = None
             elif op_idx is None:
                 unlinked += 1
@@ -364,9 +407,9 @@ def _attribute_ops(rows: list[dict[str, Any]], op_of_row: list[int | None],
             groups.setdefault(idx, []).append(i)
     for idx, members in groups.items():
         cop = cpu_ops[idx]
-        work = op_work(cop.name, cop.dims, cop.types, cop.concrete)
+        work = cop.work
         label = cop.name.split("::", 1)[1] if cop.name.startswith("aten::") else cop.name
-        dtype = work.dtype if work is not None else _first_dtype(cop.types)
+        dtype = cop.dtype
         for i in members:
             rows[i]["op"] = label
             if dtype:
@@ -383,8 +426,7 @@ def _attribute_ops(rows: list[dict[str, Any]], op_of_row: list[int | None],
                 if not math.isnan(work.bytes):
                     rows[i]["bytes"] = work.bytes / len(members)
             continue
-        main = [i for i in members if not is_helper_kernel(rows[i]["name"])
-                and ops.family_of("", rows[i]["name"]) in _MAIN_FAMILIES]
+        main = [i for i in members if _is_main_kernel(rows[i]["name"])]
         if not main:
             main = [max(members, key=lambda i: rows[i]["duration_ns"])]
         by_pass: dict[str, list[int]] = {p.name: [] for p in work.passes}
@@ -400,6 +442,12 @@ def _attribute_ops(rows: list[dict[str, Any]], op_of_row: list[int | None],
             for i in ks:
                 rows[i].update(batch=p.batch, m=p.m, n=p.n, k=p.k, flops=p.flops / len(ks),
                                bytes=p.bytes / len(ks))
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_main_kernel(name: str) -> bool:
+    """A GEMM / convolution / attention kernel that is not a split-K or layout helper."""
+    return not is_helper_kernel(name) and ops.family_of("", name) in _MAIN_FAMILIES
 
 
 def _first_dtype(types: Any) -> str:
@@ -436,9 +484,23 @@ def read_chrome_trace(source: str | Path | Mapping[str, Any] | list[Any]) -> Tim
         return reader.finish()
     path = Path(source)
     reader = _ChromeReader(str(path))
-    for key, value, line in iter_chrome_json(path):
-        reader.add(key, value, line)
-    return reader.finish()
+    with _no_gc():
+        for key, value, line in iter_chrome_json(path):
+            reader.add(key, value, line)
+        return reader.finish()
+
+
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector: the events kept are acyclic, and with hundreds of
+    thousands of them alive every collection would rescan them all (4x the import time)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def import_chrome_trace(source: str | Path | Mapping[str, Any]) -> KernelTable:

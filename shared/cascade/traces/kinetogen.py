@@ -27,30 +27,30 @@ _LAYER: tuple[tuple[str, str, str, str, str, float, bool], ...] = (
     ("aten::addmm", "[[3072], [4096, 1024], [1024, 3072], [], []]",
      '["c10::BFloat16", "c10::BFloat16", "c10::BFloat16", "Scalar", "Scalar"]',
      '["", "", "", "1", "1"]',
-     "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_"
-     "segment_k_off_kernel__5x_cublas", 48.0, True),
-    ("aten::_flash_attention_forward", "[[8, 512, 16, 64], [8, 512, 16, 64], [8, 512, 16, 64], "
-     "[], [], [], [], [], [], [], []]",
-     '["c10::BFloat16", "c10::BFloat16", "c10::BFloat16", "", "", "Scalar", "Scalar", "Scalar", '
-     '"Scalar", "Scalar", "Scalar"]',
+     ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_"
+      "segment_k_off_kernel__5x_cublas"), 48.0, True),
+    ("aten::_flash_attention_forward", ("[[8, 512, 16, 64], [8, 512, 16, 64], [8, 512, 16, 64], "
+                                         "[], [], [], [], [], [], [], []]"),
+     ('["c10::BFloat16", "c10::BFloat16", "c10::BFloat16", "", "", "Scalar", "Scalar", "Scalar", '
+      '"Scalar", "Scalar", "Scalar"]'),
      '["", "", "", "", "", "512", "512", "0.", "True", "False", "0.125"]',
-     "void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<64, 128, 128, "
-     "4, false, false, cutlass::bfloat16_t>, true, false, false, false, true, true, false>"
-     "(pytorch_flash::Flash_fwd_params)", 61.0, True),
+     ("void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<64, 128, 128, "
+      "4, false, false, cutlass::bfloat16_t>, true, false, false, false, true, true, false>"
+      "(pytorch_flash::Flash_fwd_params)"), 61.0, True),
     ("aten::addmm", "[[1024], [4096, 1024], [1024, 1024], [], []]",
      '["c10::BFloat16", "c10::BFloat16", "c10::BFloat16", "Scalar", "Scalar"]',
      '["", "", "", "1", "1"]',
-     "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_128x128_64x3_tn_align8>"
-     "(cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_128x128_64x3_tn_align8::Params)", 17.0, True),
+     ("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_128x128_64x3_tn_align8>"
+      "(cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_128x128_64x3_tn_align8::Params)"), 17.0, True),
     ("aten::add", "[[8, 512, 1024], [8, 512, 1024], []]",
      '["c10::BFloat16", "c10::BFloat16", "Scalar"]', '["", "", "1"]',
-     "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, "
-     "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, "
-     "at::detail::Array<char*, 3>)", 12.0, False),
+     ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, "
+      "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, "
+      "at::detail::Array<char*, 3>)"), 12.0, False),
     ("aten::gelu", "[[8, 512, 4096], []]", '["c10::BFloat16", ""]', '["", ""]',
-     "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl(at::"
-     "TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::operator()() const::"
-     "{lambda()#4}::operator()() const::{lambda(c10::BFloat16)#1}, at::detail::Array<char*, 2> >",
+     ("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl(at::"
+      "TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::operator()() const::"
+      "{lambda()#4}::operator()() const::{lambda(c10::BFloat16)#1}, at::detail::Array<char*, 2> >"),
      30.0, False),
 )
 

@@ -119,3 +119,25 @@ async def test_cli_uses_token_from_environment(traces_stack: TracesStack, tmp_pa
     )
     out, _ = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 1 and "401" in out.decode()
+
+
+async def test_import_takes_the_source_gpu_from_the_trace(traces_stack: TracesStack,
+                                                          tmp_path: Path) -> None:
+    import shutil
+
+    real = REPO.parent / "shared" / "data" / "timelines" / "h100-bert-small.pt.trace.json.gz"
+    if not real.exists():
+        pytest.skip(f"{real} not present")
+    folder = tmp_path / "bert"
+    folder.mkdir()
+    shutil.copy(real, folder / real.name)
+    with pytest.raises(ValidationError, match=r"SM90_H100.*SM80_A100.*--force-source-gpu"):
+        await run_import(_args(traces_stack, folder, tmp_path / "s0.json", source_gpu="SM80_A100"))
+    summary = await run_import(_args(traces_stack, folder, tmp_path / "s1.json", source_gpu=None,
+                                     wait=60.0))
+    assert summary["state"] == "ready"
+    record = await traces_stack.store.require(summary["trace_id"])
+    assert record.source_gpu == "SM90_H100" and record.bundle_kernels == 61
+    forced = await run_import(_args(traces_stack, folder, tmp_path / "s2.json",
+                                    source_gpu="SM80_A100", force_source_gpu=True))
+    assert (await traces_stack.store.require(forced["trace_id"])).source_gpu == "SM80_A100"

@@ -18,8 +18,9 @@ import msgspec
 from aiohttp import web
 from cascade import subjects
 from cascade.errors import ConflictError, NotFoundError, TooLargeError, ValidationError
-from cascade.gpus import get_gpu
+from cascade.gpus import default_registry
 from cascade.messages.trace import TraceCreated, TraceDeleted, TraceSealed, UploadReported
+from cascade.runplan import load_custom_specs, resolve_config
 from cascade.state import TraceRecord
 from cascade.storage import MAX_PARTS, MIN_PART_SIZE, Storage, UploadedPart
 from cascade.tracefiles import (
@@ -192,7 +193,10 @@ def _part_size(size: int, threshold: int) -> int:
 async def create_trace(request: web.Request) -> web.Response:
     """Register a new trace (an upload session); returns its record with the new id."""
     body = await read_json(request, CreateTrace)
-    spec = get_gpu(body.source_gpu)
+    spec = default_registry().resolve(body.source_gpu)
+    if spec is None:  # custom specs (POST /api/configs) are valid sources too
+        custom = await load_custom_specs(request.app[BUS])
+        spec = resolve_config(body.source_gpu, custom=custom, where="source_gpu").spec
     now = time.time()
     record = TraceRecord(
         id=f"tr-{uuid.uuid4().hex[:16]}", name=body.name.strip() or body.name, source_gpu=spec.id,

@@ -39,7 +39,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--name", default=None, help="trace name (default: the folder or file name)")
     p.add_argument("--source-gpu", default=None,
                    help="GPU the trace was captured on: spec id or driver device name "
-                        "(required for a new trace)")
+                        "(default: the GPU its timeline files name; required otherwise)")
+    p.add_argument("--force-source-gpu", action="store_true",
+                   help="use --source-gpu even where the trace's files name another GPU")
     p.add_argument("--kind", choices=("instructions", "timeline", "both"), default=None,
                    help="what the trace holds (default: from the files found)")
     p.add_argument("--workload", default="", help="free-form workload description")
@@ -73,6 +75,44 @@ def collect_files(path: Path) -> list[Path]:
         raise ValidationError(f"{path} holds no trace files (kernel-N.trace[g][.xz], kernelslist, "
                               "stats.csv or timeline files)", field="path")
     return files
+
+
+def named_device(files: list[Path]) -> tuple[str, Path | None]:
+    """The GPU name the first timeline file that records one names ('' if none does)."""
+    from cascade.traces.timeline import timeline_device
+
+    for f in files:
+        if check_name(f.name).kind == "timeline":
+            device, _sm = timeline_device(f)
+            if device:
+                return device, f
+    return "", None
+
+
+def source_gpu_for(files: list[Path], given: str | None, *, force: bool = False) -> str:
+    """The ``source_gpu`` of a new trace: ``given``, else the GPU its timeline files name.
+
+    A ``given`` GPU that contradicts the files' one (both known) is an error naming both,
+    unless ``force``."""
+    from cascade.gpus import default_registry
+
+    device, where = named_device(files)
+    if not given:
+        if not device:
+            raise ValidationError("a new trace needs --source-gpu (spec id or device name): "
+                                  "none of its files names the GPU it was recorded on",
+                                  field="--source-gpu")
+        return device
+    if device and not force:
+        reg = default_registry()
+        named, chosen = reg.resolve(device), reg.resolve(given)
+        if named is not None and chosen is not None and named.id != chosen.id:
+            raise ValidationError(
+                f"{where} was recorded on {named.id} ({device!r}) but --source-gpu {given!r} "
+                f"is {chosen.id}; drop --source-gpu to use the trace's GPU, or pass "
+                "--force-source-gpu to import it as captured on " + chosen.id,
+                field="--source-gpu")
+    return given
 
 
 def infer_kind(files: list[Path]) -> str:
@@ -142,11 +182,10 @@ async def run_import(args: argparse.Namespace) -> dict[str, Any]:
                     raise
                 trace = None
         if trace is None:
-            if not args.source_gpu:
-                raise ValidationError("a new trace needs --source-gpu (spec id or device name)",
-                                      field="--source-gpu")
+            source_gpu = source_gpu_for(files, args.source_gpu,
+                                        force=bool(getattr(args, "force_source_gpu", False)))
             created = await api.create_trace(
-                name=args.name or path.name, source_gpu=args.source_gpu,
+                name=args.name or path.name, source_gpu=source_gpu,
                 kind=args.kind or infer_kind(files), workload=args.workload,
             )
             trace = await api.get_trace(created["id"])

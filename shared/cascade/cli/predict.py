@@ -1,4 +1,8 @@
-"""`cascade predict --trace FILE --source SPEC --target SPEC[,SPEC...]`: per-kernel predictions."""
+"""`cascade predict --trace FILE [--source SPEC] --target SPEC[,SPEC...]`: per-kernel predictions.
+
+The source GPU defaults to the one the trace names (PyTorch ``deviceProperties``, Nsight
+``TARGET_INFO_GPU``, a bundle's manifest); a ``--source`` that contradicts it is an error
+unless ``--force-source`` is given."""
 
 from __future__ import annotations
 
@@ -15,7 +19,11 @@ if TYPE_CHECKING:
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = subparsers.add_parser("predict", help="predict a traced kernel table on other GPUs")
     p.add_argument("--trace", required=True, metavar="FILE", help="kernel-table CSV (or a loader-supported input)")
-    p.add_argument("--source", metavar="SPEC", help="GPU the trace was captured on (id or device name)")
+    p.add_argument("--source", metavar="SPEC",
+                   help="GPU the trace was captured on (id or device name; default: the GPU the "
+                        "trace names)")
+    p.add_argument("--force-source", action="store_true",
+                   help="use --source even where the trace names another GPU")
     p.add_argument("--target", required=True, metavar="SPEC[,SPEC...]", help="target GPU(s)")
     p.add_argument("--model", default="auto", help="kernel model (auto, scaled, analytical, roofline, accel-sim)")
     p.add_argument("--measurement", default="kernel",
@@ -32,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     """Predict and write input columns + target,predicted_ns,regime,model."""
     from cascade.calibration import load_calibration
     from cascade.engine.analytical import AnalyticalConfig
-    from cascade.engine.io import load_kernel_table
+    from cascade.engine.io import load_trace, source_of_trace
     from cascade.engine.models import AutoConfig, ScaledConfig
     from cascade.engine.predict import predict_many
     from cascade.errors import ValidationError
@@ -42,8 +50,11 @@ def run(args: argparse.Namespace) -> int:
     reg = GPURegistry(builtin_specs())
     if args.specs:
         reg.load_dir(args.specs)
-    table, traced_on = load_kernel_table(args.trace)
-    source = reg.get(args.source) if args.source else traced_on
+    loaded = load_trace(args.trace)
+    table = loaded.table
+    source = source_of_trace(reg, args.source, loaded, override=args.force_source)
+    for warning in loaded.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     targets = [reg.get(t.strip()) for t in args.target.split(",") if t.strip()]
     if not targets:
         raise ValidationError("give at least one target GPU", field="target")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cascade.engine.io import register_loader
+from cascade.engine.io import LoadedTrace, register_loader
 from cascade.errors import TraceFormatError
 from cascade.gpus import get_gpu
 from cascade.gpus.spec import GPUSpec
@@ -16,7 +16,7 @@ from cascade.kerneltable import KernelTable
 from cascade.traces.bundle import load_bundle
 from cascade.traces.folder import parse_trace_folder
 from cascade.traces.parse import kernel_id_from_name, parse_kernel_file
-from cascade.traces.timeline import import_timeline
+from cascade.traces.timeline import read_timeline
 
 _KERNEL_SUFFIXES = (".trace", ".traceg", ".trace.xz", ".traceg.xz")
 _TIMELINE_SUFFIXES = (".json", ".json.gz", ".jsonl", ".sqlite", ".sqlite3", ".db")
@@ -61,9 +61,11 @@ def load_kernel_file(path: Path) -> tuple[KernelTable, GPUSpec | None]:
     return parse_kernel_file(path).table(), None
 
 
-def load_timeline_file(path: Path) -> tuple[KernelTable, GPUSpec | None]:
-    """A PyTorch profiler Chrome trace, Nsight Systems SQLite export or Cascade JSONL timeline."""
-    return import_timeline(path), None
+def load_timeline_file(path: Path) -> LoadedTrace:
+    """A PyTorch profiler Chrome trace, Nsight Systems SQLite export or Cascade JSONL timeline,
+    with the device name it records."""
+    tl = read_timeline(path)
+    return LoadedTrace(tl.table, None, device=tl.device, warnings=tl.warnings)
 
 
 def register() -> None:

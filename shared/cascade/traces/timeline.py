@@ -508,32 +508,86 @@ def import_chrome_trace(source: str | Path | Mapping[str, Any]) -> KernelTable:
     return read_chrome_trace(source).table
 
 # ---- Nsight Systems SQLite export ------------------------------------------------------------
-def import_nsys_sqlite(path: str | Path) -> KernelTable:
-    """Kernels of an ``nsys export --type sqlite`` database.
+def _nsys_device(con: sqlite3.Connection, tables: set[str],
+                 device_ids: list[int]) -> tuple[str, int]:
+    """(name, sm) of the GPU the kernels ran on, from TARGET_INFO_GPU / TARGET_INFO_CUDA_DEVICE."""
+    want = max(set(device_ids), key=device_ids.count) if device_ids else None
+    for table, id_cols, major_cols, minor_cols in (
+        ("TARGET_INFO_GPU", ("id", "cuDevice"), ("computeMajor", "computeCapabilityMajor"),
+         ("computeMinor", "computeCapabilityMinor")),
+        ("TARGET_INFO_CUDA_DEVICE", ("cudaId", "gpuId", "id"),
+         ("computeCapabilityMajor", "computeMajor"), ("computeCapabilityMinor", "computeMinor")),
+    ):
+        if table not in tables:
+            continue
+        cols = {r[1] for r in con.execute(f"PRAGMA table_info({table})")}
+        if "name" not in cols:
+            continue
+        id_col = next((c for c in id_cols if c in cols), None)
+        major = next((c for c in major_cols if c in cols), None)
+        minor = next((c for c in minor_cols if c in cols), None)
+        select = ", ".join(c or "NULL" for c in (id_col, major, minor))
+        rows = con.execute(f"SELECT name, {select} FROM {table}").fetchall()
+        rows = [r for r in rows if isinstance(r[0], str) and r[0].strip()]
+        if not rows:
+            continue
+        chosen = next((r for r in rows if want is not None and r[1] == want), rows[0])
+        sm = (chosen[2] * 10 + chosen[3]) if isinstance(chosen[2], int) and \
+            isinstance(chosen[3], int) else -1
+        return chosen[0].strip(), sm
+    return "", -1
 
-    Reads ``CUPTI_ACTIVITY_KIND_KERNEL`` (names through ``StringIds``),
-    ``CUPTI_ACTIVITY_KIND_RUNTIME`` (host launch time by ``correlationId``,
-    synchronisation calls) and ``NVTX_EVENTS`` (step ranges; the innermost
-    other range around a launch becomes the op name).
+
+def read_nsys_sqlite(path: str | Path) -> Timeline:
+    """An ``nsys export --type sqlite`` database as a :class:`Timeline`.
+
+    Reads ``CUPTI_ACTIVITY_KIND_KERNEL`` (names through ``StringIds``; launch
+    configuration, registers, static + dynamic shared memory, stream),
+    ``CUPTI_ACTIVITY_KIND_MEMCPY`` / ``_MEMSET`` (rows with ``op`` memcpy / memset and
+    their ``bytes``), ``CUPTI_ACTIVITY_KIND_RUNTIME`` (host launch time by
+    ``correlationId``, synchronisation calls), ``NVTX_EVENTS`` (step ranges; the
+    innermost other range around a launch becomes the op name) and the GPU's name from
+    ``TARGET_INFO_GPU`` / ``TARGET_INFO_CUDA_DEVICE``.
     """
     path = Path(path)
+    fname = str(path)
     try:
         con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     except sqlite3.Error as exc:
-        raise TraceFormatError(str(path), None, "an Nsight Systems SQLite export", str(exc)) from None
+        raise TraceFormatError(fname, None, "an Nsight Systems SQLite export", str(exc)) from None
     try:
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
-            raise TraceFormatError(str(path), None, "a CUPTI_ACTIVITY_KIND_KERNEL table",
+            raise TraceFormatError(fname, None, "a CUPTI_ACTIVITY_KIND_KERNEL table",
                                    ", ".join(sorted(tables)) or "no tables")
         strings = dict(con.execute("SELECT id, value FROM StringIds")) if "StringIds" in tables \
             else {}
         kcols = {r[1] for r in con.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")}
         name_col = "demangledName" if "demangledName" in kcols else "shortName"
-        q = (f"SELECT start, end, {name_col}, gridX, gridY, gridZ, blockX, blockY, blockZ, "
-             "registersPerThread, staticSharedMemory, dynamicSharedMemory, streamId, "
-             "correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start")
+        missing = [c for c in ("start", "end", name_col) if c not in kcols]
+        if missing:
+            raise TraceFormatError(fname, None, "CUPTI_ACTIVITY_KIND_KERNEL columns start, end "
+                                   "and demangledName or shortName", ", ".join(sorted(kcols)))
+
+        def col(c: str, default: str = "-1") -> str:
+            return c if c in kcols else default
+
+        q = (f"SELECT start, end, {name_col}, {col('gridX')}, {col('gridY')}, {col('gridZ')}, "
+             f"{col('blockX')}, {col('blockY')}, {col('blockZ')}, {col('registersPerThread')}, "
+             f"{col('staticSharedMemory', '0')}, {col('dynamicSharedMemory', '0')}, "
+             f"{col('streamId')}, {col('correlationId')}, {col('deviceId')} "
+             "FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start")
         krows = con.execute(q).fetchall()
+        copies: list[tuple[Any, ...]] = []
+        for table, label in (("CUPTI_ACTIVITY_KIND_MEMCPY", "memcpy"),
+                             ("CUPTI_ACTIVITY_KIND_MEMSET", "memset")):
+            if table in tables:
+                ccols = {r[1] for r in con.execute(f"PRAGMA table_info({table})")}
+                if {"start", "end"} <= ccols:
+                    sel = ", ".join(c if c in ccols else "-1"
+                                    for c in ("bytes", "streamId", "correlationId"))
+                    copies += [(label, *r) for r in con.execute(
+                        f"SELECT start, end, {sel} FROM {table}")]
         launch: dict[int, float] = {}
         syncs: list[float] = []
         if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
@@ -552,35 +606,73 @@ def import_nsys_sqlite(path: str | Path) -> KernelTable:
                 label = text if text is not None else strings.get(text_id, "")
                 if label:
                     ranges.append((float(start), float(end), str(label)))
+        device, sm = _nsys_device(con, tables, [r[14] for r in krows if isinstance(r[14], int)])
     except sqlite3.Error as exc:
-        raise TraceFormatError(str(path), None, "the Nsight Systems export schema", str(exc)) \
+        raise TraceFormatError(fname, None, "the Nsight Systems export schema", str(exc)) \
             from None
     finally:
         con.close()
     steps = [StepRange(s, e, n) for s, e, n in ranges if parse_step_name(n) is not None]
-    ops = [(s, e, n) for s, e, n in ranges if parse_step_name(n) is None]
+    op_ranges = sorted(((s, e, n) for s, e, n in ranges if parse_step_name(n) is None),
+                       key=lambda r: (r[0], -r[1]))
+    op_starts = [r[0] for r in op_ranges]
+    op_reach: list[float] = []
+    for r in op_ranges:
+        op_reach.append(max(r[1], op_reach[-1]) if op_reach else r[1])
     rows: list[dict[str, Any]] = []
     t0 = math.inf
-    for (start, end, name_id, gx, gy, gz, bx, by, bz, regs, ssm, dsm, stream, corr) in krows:
+
+    def enclosing(t: float) -> str | None:
+        j = bisect.bisect_right(op_starts, t) - 1
+        while j >= 0 and op_reach[j] > t:
+            if op_ranges[j][0] <= t < op_ranges[j][1]:
+                return op_ranges[j][2]
+            j -= 1
+        return None
+
+    bad = 0
+    for (start, end, name_id, gx, gy, gz, bx, by, bz, regs, ssm, dsm, stream, corr,
+         _dev) in krows:
+        if not isinstance(start, int | float) or not isinstance(end, int | float):
+            bad += 1
+            continue
         host = launch.get(corr, math.nan)
         row: dict[str, Any] = {
-            "name": str(strings.get(name_id, name_id)), "grid_x": gx, "grid_y": gy, "grid_z": gz,
-            "block_x": bx, "block_y": by, "block_z": bz, "regs": regs,
-            "smem_bytes": int(ssm) + int(dsm), "stream": stream, "start_ns": float(start),
-            "duration_ns": float(end - start), "host_launch_ns": host,
+            "name": str(strings.get(name_id, name_id)), "grid_x": _int(gx), "grid_y": _int(gy),
+            "grid_z": _int(gz), "block_x": _int(bx), "block_y": _int(by), "block_z": _int(bz),
+            "regs": _int(regs), "smem_bytes": max(_int(ssm, 0), 0) + max(_int(dsm, 0), 0),
+            "stream": _int(stream), "start_ns": float(start), "duration_ns": float(end - start),
+            "host_launch_ns": host,
         }
         t0 = min(t0, float(start), host if not math.isnan(host) else math.inf)
-        t = host if not math.isnan(host) else float(start)
-        inner = [r for r in ops if r[0] <= t < r[1]]
-        if inner:
-            label = max(inner, key=lambda r: r[0])[2].split(",", 1)[0]
+        label = enclosing(host if not math.isnan(host) else float(start))
+        if label:
+            label = label.split(",", 1)[0]
             row["op"] = label.split("::", 1)[1] if label.startswith("aten::") else label
         rows.append(row)
-    for s in steps:
-        t0 = min(t0, s.start)
+    for label, start, end, nbytes, stream, corr in copies:
+        if not isinstance(start, int | float) or not isinstance(end, int | float):
+            bad += 1
+            continue
+        host = launch.get(corr, math.nan)
+        rows.append({"name": "Memcpy" if label == "memcpy" else "Memset", "op": label,
+                     "bytes": float(nbytes) if _num(nbytes) is not None and nbytes >= 0 else
+                     math.nan, "stream": _int(stream), "start_ns": float(start),
+                     "duration_ns": float(end - start), "host_launch_ns": host})
+        t0 = min(t0, float(start), host if not math.isnan(host) else math.inf)
+    for s_ in steps:
+        t0 = min(t0, s_.start)
     _assign_steps(rows, steps)
     _mark_syncs(rows, syncs)
-    return _finish(rows, t0 if math.isfinite(t0) else 0.0)
+    warnings = (f"{fname}: {bad} activity rows without numeric start/end were skipped",) \
+        if bad else ()
+    return Timeline(table=_finish(rows, t0 if math.isfinite(t0) else 0.0), device=device,
+                    device_sm=sm, warnings=warnings)
+
+
+def import_nsys_sqlite(path: str | Path) -> KernelTable:
+    """Kernels of an ``nsys export --type sqlite`` database (see :func:`read_nsys_sqlite`)."""
+    return read_nsys_sqlite(path).table
 
 
 # ---- Cascade CSV / JSONL ----------------------------------------------------------------------
@@ -643,17 +735,55 @@ def _rebase(table: KernelTable) -> KernelTable:
     return table
 
 
+def read_timeline(path: str | Path) -> Timeline:
+    """Read any supported timeline file, chosen by its name, as a :class:`Timeline`."""
+    p = Path(path)
+    name = p.name.lower()
+    if name.endswith((".json", ".json.gz")):
+        return read_chrome_trace(p)
+    if name.endswith((".sqlite", ".db", ".sqlite3")):
+        return read_nsys_sqlite(p)
+    if name.endswith(".jsonl"):
+        return Timeline(table=import_cascade_jsonl(p))
+    if name.endswith(".csv"):
+        return Timeline(table=import_cascade_csv(p))
+    raise TraceFormatError(str(p), None, "a .json[.gz] Chrome trace, .sqlite Nsight export, "
+                           ".csv or .jsonl Cascade timeline", p.name)
+
+
+def timeline_device(path: str | Path) -> tuple[str, int]:
+    """(device name, sm) a timeline file records ('' and -1 when it names none), without
+    building its kernel table (Chrome traces are streamed; ``deviceProperties`` may follow
+    the events)."""
+    p = Path(path)
+    name = p.name.lower()
+    if name.endswith((".json", ".json.gz")):
+        reader = _ChromeReader(str(p))
+        for key, value, _line in iter_chrome_json(p):
+            if key == "deviceProperties":
+                reader.device_props = value
+                return reader.device([])
+        return "", -1
+    if name.endswith((".sqlite", ".db", ".sqlite3")):
+        try:
+            con = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+            try:
+                tables = {r[0] for r in con.execute(
+                    "SELECT name FROM sqlite_master WHERE type='table'")}
+                return _nsys_device(con, tables, [])
+            finally:
+                con.close()
+        except sqlite3.Error as exc:
+            raise TraceFormatError(str(p), None, "an Nsight Systems SQLite export",
+                                   str(exc)) from None
+    return "", -1
+
+
 def import_timeline(path: str | Path) -> KernelTable:
     """Import any supported timeline file, chosen by its name."""
     p = Path(path)
     name = p.name.lower()
-    if name.endswith((".json", ".json.gz")):
-        return import_chrome_trace(p)
-    if name.endswith((".sqlite", ".db", ".sqlite3")):
-        return import_nsys_sqlite(p)
-    if name.endswith(".jsonl"):
-        return import_cascade_jsonl(p)
-    if name.endswith(".csv"):
-        return import_cascade_csv(p)
+    if name.endswith((".json", ".json.gz", ".sqlite", ".db", ".sqlite3", ".jsonl", ".csv")):
+        return read_timeline(p).table
     raise TraceFormatError(str(p), None, "a .json[.gz] Chrome trace, .sqlite Nsight export, "
                            ".csv or .jsonl Cascade timeline", p.name)

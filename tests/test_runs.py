@@ -385,6 +385,13 @@ async def test_configs_list_and_custom_spec_run(s3_server: Any, nats_url: str, t
         res = {c["config"]: c for c in (await get(stack.base, f"/api/runs/{body['id']}/results"))["configs"]}
         assert res["MY_H100_FAST"]["predicted_e2e_ms"] < res["SM90_H100"]["predicted_e2e_ms"]
         assert res["MY_H100_FAST"]["spec_hash"] != res["SM90_H100"]["spec_hash"]
+        # a custom spec is a valid source too (by id or alias), an unknown one gets suggestions
+        status, body = await post(stack.base, "/api/traces", {
+            "name": "lab", "source_gpu": "my_h100_fast", "kind": "timeline"})
+        assert status == 201 and body["source_gpu"] == "MY_H100_FAST", body
+        status, body = await post(stack.base, "/api/traces", {
+            "name": "lab", "source_gpu": "MY_H100_FAS", "kind": "timeline"})
+        assert status == 400 and "MY_H100_FAST" in body["suggestions"], body
 
 
 async def test_run_state_in_kv_matches_api(s3_server: Any, nats_url: str, tmp_path: Any) -> None:

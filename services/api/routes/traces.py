@@ -29,7 +29,7 @@ from cascade.tracefiles import (
     raw_key,
     trace_prefix,
 )
-from cascade.tracestore import ExpectedSet, TraceStore, replace
+from cascade.tracestore import ExpectedSet, TraceStore, capped, replace
 
 from services.api.http import doc, json_response, read_json
 from services.api.keys import BUS, SETTINGS, STORAGE
@@ -150,6 +150,10 @@ class SealRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """Every file of the trace (else kernelslist[.g] says which kernels to expect)."""
     expected_kernels: Annotated[int, msgspec.Meta(ge=0)] | None = None
     """Number of kernels traced."""
+    skipped_files: dict[Annotated[str, msgspec.Meta(max_length=255)],
+                        Annotated[str, msgspec.Meta(max_length=300)]] | None = None
+    """Files of the uploaded folder that are not part of the trace, with the reason each was
+    left out (kept in the trace's warnings)."""
 
 
 class TraceList(msgspec.Struct, frozen=True, kw_only=True):
@@ -348,6 +352,11 @@ async def seal_trace(request: web.Request) -> web.Response:
             changes["state"] = "preparing"
         if body.expected_kernels is not None and current.expected_kernels != body.expected_kernels:
             changes["expected_kernels"] = body.expected_kernels
+        if body.skipped_files:
+            notes = [f"{name}: skipped ({why})" for name, why in sorted(body.skipped_files.items())]
+            merged = capped(list(dict.fromkeys([*current.warnings, *notes])), 200)
+            if merged != current.warnings:
+                changes["warnings"] = merged
         return replace(current, **changes) if changes else None
 
     record = await store.mutate(tid, seal) or record

@@ -43,17 +43,29 @@ def load_bundle_dir(path: Path) -> tuple[KernelTable, GPUSpec | None]:
     return bundle.kernels, (get_gpu(source) if source else None)
 
 
-def load_trace_folder(path: Path) -> tuple[KernelTable, GPUSpec | None]:
-    """Parse every kernel of an Accel-Sim trace folder into per-kernel features."""
+_ACCELSIM_FILES = ("kernelslist", "kernelslist.g", "stats.csv")
+
+
+def load_trace_folder(path: Path) -> LoadedTrace:
+    """Parse every kernel of an Accel-Sim trace folder into per-kernel features.
+
+    A kernel file that fails to parse fails only itself (named in the warnings, with the
+    reason); every file that is not part of an Accel-Sim trace is listed as skipped."""
     result = parse_trace_folder(path)
-    if result.failures:
-        first = next(iter(result.failures.values()))
-        raise TraceFormatError(str(path), None,
-                               f"every listed kernel to parse ({len(result.failures)} failed; first: "
-                               f"{first})")
     if not result.kernels:
-        raise TraceFormatError(str(path), None, "at least one kernel trace file")
-    return result.table(), None
+        detail = (f" ({len(result.failures)} failed; first: {next(iter(result.failures.values()))})"
+                  if result.failures else "")
+        raise TraceFormatError(str(path), None, f"at least one parsable kernel trace file{detail}")
+    warnings = []
+    total = len(result.kernels) + len(result.failures)
+    if result.failures:
+        warnings.append(f"{path}: {len(result.kernels)} of {total} kernels; failed: "
+                        + "; ".join(result.failures.values()))
+    for p in sorted(path.iterdir()):
+        if p.name.startswith(".") or p.name in _ACCELSIM_FILES or kernel_id_from_name(p.name) is not None:
+            continue
+        warnings.append(f"{p.name}: skipped (not part of an Accel-Sim trace folder)")
+    return LoadedTrace(result.table(), None, warnings=tuple(warnings))
 
 
 def load_kernel_file(path: Path) -> tuple[KernelTable, GPUSpec | None]:

@@ -159,8 +159,9 @@ def _nsys(path: Path) -> Path:
       correlationId, bytes, copyKind) VALUES (60000, 61000, 0, 1, 7, 22, 1048576, 2);
     INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET (start, end, deviceId, contextId, streamId,
       correlationId, value, bytes) VALUES (62000, 62500, 0, 1, 7, -1, 0, 4096);
-    INSERT INTO NVTX_EVENTS (start, end, eventType, text, textId) VALUES
-      (500, 9500, 59, NULL, 6), (900, 1150, 59, 'aten::addmm', NULL);
+    INSERT INTO NVTX_EVENTS (start, end, eventType, text, textId, globalTid) VALUES
+      (500, 9500, 59, NULL, 6, 1), (900, 1150, 59, 'aten::addmm', NULL, 1),
+      (950, 1120, 59, 'aten::other_thread_op', NULL, 2), (8000, NULL, 34, 'a mark', NULL, 1);
     """)
     con.commit()
     con.close()

@@ -589,44 +589,60 @@ def read_nsys_sqlite(path: str | Path) -> Timeline:
                     copies += [(label, *r) for r in con.execute(
                         f"SELECT start, end, {sel} FROM {table}")]
         launch: dict[int, float] = {}
+        launch_tid: dict[int, Any] = {}
         syncs: list[float] = []
         if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
-            for start, corr, name_id in con.execute(
-                "SELECT start, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME"
+            rcols = {r[1] for r in con.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_RUNTIME)")}
+            tid_col = "globalTid" if "globalTid" in rcols else "NULL"
+            for start, corr, name_id, gtid in con.execute(
+                f"SELECT start, correlationId, nameId, {tid_col} FROM CUPTI_ACTIVITY_KIND_RUNTIME"
             ):
                 rname = str(strings.get(name_id, ""))
                 if _is_sync(rname):
                     syncs.append(float(start))
                 launch.setdefault(corr, float(start))
-        ranges: list[tuple[float, float, str]] = []
+                launch_tid.setdefault(corr, gtid)
+        ranges: list[tuple[float, float, str, Any]] = []
         if "NVTX_EVENTS" in tables:
-            for start, end, text, text_id in con.execute(
-                "SELECT start, end, text, textId FROM NVTX_EVENTS WHERE end IS NOT NULL"
+            ncols = {r[1] for r in con.execute("PRAGMA table_info(NVTX_EVENTS)")}
+            tid_col = "globalTid" if "globalTid" in ncols else "NULL"
+            for start, end, text, text_id, gtid in con.execute(
+                f"SELECT start, end, text, textId, {tid_col} FROM NVTX_EVENTS WHERE end IS NOT NULL"
             ):
                 label = text if text is not None else strings.get(text_id, "")
-                if label:
-                    ranges.append((float(start), float(end), str(label)))
+                if label and _num(start) is not None and _num(end) is not None:
+                    ranges.append((float(start), float(end), str(label), gtid))
         device, sm = _nsys_device(con, tables, [r[14] for r in krows if isinstance(r[14], int)])
     except sqlite3.Error as exc:
         raise TraceFormatError(fname, None, "the Nsight Systems export schema", str(exc)) \
             from None
     finally:
         con.close()
-    steps = [StepRange(s, e, n) for s, e, n in ranges if parse_step_name(n) is not None]
-    op_ranges = sorted(((s, e, n) for s, e, n in ranges if parse_step_name(n) is None),
-                       key=lambda r: (r[0], -r[1]))
-    op_starts = [r[0] for r in op_ranges]
-    op_reach: list[float] = []
-    for r in op_ranges:
-        op_reach.append(max(r[1], op_reach[-1]) if op_reach else r[1])
+    steps = [StepRange(s, e, n) for s, e, n, _t in ranges if parse_step_name(n) is not None]
+    # op ranges per thread (NVTX ranges are per thread: an op on another thread never
+    # encloses a launch), plus all threads together for kernels without a launch record
+    by_thread: dict[Any, list[tuple[float, float, str]]] = {None: []}
+    for s_, e_, n_, t_ in ranges:
+        if parse_step_name(n_) is None:
+            by_thread[None].append((s_, e_, n_))
+            if t_ is not None:
+                by_thread.setdefault(t_, []).append((s_, e_, n_))
+    index: dict[Any, tuple[list[tuple[float, float, str]], list[float], list[float]]] = {}
+    for key, items in by_thread.items():
+        items.sort(key=lambda r: (r[0], -r[1]))
+        reach: list[float] = []
+        for r in items:
+            reach.append(max(r[1], reach[-1]) if reach else r[1])
+        index[key] = (items, [r[0] for r in items], reach)
     rows: list[dict[str, Any]] = []
     t0 = math.inf
 
-    def enclosing(t: float) -> str | None:
-        j = bisect.bisect_right(op_starts, t) - 1
-        while j >= 0 and op_reach[j] > t:
-            if op_ranges[j][0] <= t < op_ranges[j][1]:
-                return op_ranges[j][2]
+    def enclosing(t: float, thread: Any) -> str | None:
+        items, starts, reach = index.get(thread) if thread in index else index[None]
+        j = bisect.bisect_right(starts, t) - 1
+        while j >= 0 and reach[j] > t:
+            if items[j][0] <= t < items[j][1]:
+                return items[j][2]
             j -= 1
         return None
 
@@ -645,7 +661,8 @@ def read_nsys_sqlite(path: str | Path) -> Timeline:
             "host_launch_ns": host,
         }
         t0 = min(t0, float(start), host if not math.isnan(host) else math.inf)
-        label = enclosing(host if not math.isnan(host) else float(start))
+        label = enclosing(host if not math.isnan(host) else float(start),
+                          launch_tid.get(corr) if not math.isnan(host) else None)
         if label:
             label = label.split(",", 1)[0]
             row["op"] = label.split("::", 1)[1] if label.startswith("aten::") else label

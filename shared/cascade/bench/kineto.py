@@ -39,12 +39,12 @@ def run(args: argparse.Namespace) -> int:
         truth = msgspec.json.decode(truth_file.read_bytes(), type=KinetoTruth)
         print(f"reusing {path} ({path.stat().st_size / 1e6:,.0f} MB on disk)")
     else:
-        t = time.perf_counter()
+        began = time.perf_counter()
         with ProcessPoolExecutor(1) as pool:  # generate in a child: the RSS below is the import's
             truth = pool.submit(write_kineto_trace, path, args.size_mb, gz=args.gz).result()
         truth_file.write_bytes(msgspec.json.encode(truth))
         print(f"generated {path}: {truth.file_bytes / 1e6:,.0f} MB JSON, "
-              f"{path.stat().st_size / 1e6:,.0f} MB on disk in {time.perf_counter() - t:.1f} s")
+              f"{path.stat().st_size / 1e6:,.0f} MB on disk in {time.perf_counter() - began:.1f} s")
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     cpu0 = os.times()
     t0 = time.perf_counter()

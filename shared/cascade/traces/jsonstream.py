@@ -22,7 +22,7 @@ import re
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from cascade.errors import TraceFormatError
 
@@ -173,7 +173,7 @@ def iter_chrome_json(source: str | Path | IO[bytes], *, name: str | None = None,
         with raw:
             head = raw.read(2)
             raw.seek(0)
-            fh: IO[bytes] = gzip.GzipFile(fileobj=raw) if head == b"\x1f\x8b" else raw
+            fh = cast(IO[bytes], gzip.GzipFile(fileobj=raw)) if head == b"\x1f\x8b" else raw
             yield from _document(_Buffer(fh, fname, read_bytes))
         return
     fname = name or str(getattr(source, "name", "<chrome trace>"))
@@ -226,5 +226,5 @@ def _document(buf: _Buffer) -> Iterator[tuple[str, Any, int]]:
 def iter_chrome_bytes(data: bytes, name: str = "<chrome trace>") -> Iterator[tuple[str, Any, int]]:
     """:func:`iter_chrome_json` over bytes in memory (tests, small uploads)."""
     if data[:2] == b"\x1f\x8b":
-        return iter_chrome_json(gzip.GzipFile(fileobj=io.BytesIO(data)), name=name)
+        return iter_chrome_json(cast(IO[bytes], gzip.GzipFile(fileobj=io.BytesIO(data))), name=name)
     return iter_chrome_json(io.BytesIO(data), name=name)

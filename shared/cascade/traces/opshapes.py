@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import msgspec
 
@@ -100,7 +100,7 @@ def _numel(dims: Any) -> int | None:
     return n
 
 
-def _is_shape(dims: Any) -> bool:
+def _is_shape(dims: Any) -> TypeGuard[list[int]]:
     return isinstance(dims, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
                                           for d in dims)
 

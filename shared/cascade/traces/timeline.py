@@ -291,11 +291,11 @@ class _ChromeReader:
                                      args.get("Concrete Inputs"))
             work = None
             if dims is not None:  # shapes repeat (layers, steps): one op_work per distinct record
-                key = (name, repr((dims, types, concrete)))
-                if key in self._work:
-                    work = self._work[key]
+                wkey = (name, repr((dims, types, concrete)))
+                if wkey in self._work:
+                    work = self._work[wkey]
                 else:
-                    work = self._work[key] = op_work(name, dims, types, concrete)
+                    work = self._work[wkey] = op_work(name, dims, types, concrete)
             self.cpu_ops.append(_CpuOp(ts, ts + dur, _ident(ev.get("tid")), name, work,
                                        work.dtype if work is not None else _first_dtype(types),
                                        _num(args.get("flops"))))
@@ -432,8 +432,8 @@ def _attribute_ops(rows: list[dict[str, Any]], op_of_row: list[int | None],
         by_pass: dict[str, list[int]] = {p.name: [] for p in work.passes}
         loose: list[int] = []
         for i in main:
-            p = pass_of_kernel(rows[i]["name"]) if len(work.passes) > 1 else ""
-            by_pass.get(p, loose).append(i)
+            named = pass_of_kernel(rows[i]["name"]) if len(work.passes) > 1 else ""
+            by_pass.get(named, loose).append(i)
         empty = [p for p in by_pass if not by_pass[p]] or list(by_pass)
         for j, i in enumerate(loose):
             by_pass[empty[j % len(empty)]].append(i)
@@ -638,7 +638,7 @@ def read_nsys_sqlite(path: str | Path) -> Timeline:
     t0 = math.inf
 
     def enclosing(t: float, thread: Any) -> str | None:
-        items, starts, reach = index.get(thread) if thread in index else index[None]
+        items, starts, reach = index[thread] if thread in index else index[None]
         j = bisect.bisect_right(starts, t) - 1
         while j >= 0 and reach[j] > t:
             if items[j][0] <= t < items[j][1]:
@@ -661,10 +661,10 @@ def read_nsys_sqlite(path: str | Path) -> Timeline:
             "host_launch_ns": host,
         }
         t0 = min(t0, float(start), host if not math.isnan(host) else math.inf)
-        label = enclosing(host if not math.isnan(host) else float(start),
-                          launch_tid.get(corr) if not math.isnan(host) else None)
-        if label:
-            label = label.split(",", 1)[0]
+        around = enclosing(host if not math.isnan(host) else float(start),
+                           launch_tid.get(corr) if not math.isnan(host) else None)
+        if around:
+            label = around.split(",", 1)[0]
             row["op"] = label.split("::", 1)[1] if label.startswith("aten::") else label
         rows.append(row)
     for label, start, end, nbytes, stream, corr in copies:
@@ -677,8 +677,8 @@ def read_nsys_sqlite(path: str | Path) -> Timeline:
                      math.nan, "stream": _int(stream), "start_ns": float(start),
                      "duration_ns": float(end - start), "host_launch_ns": host})
         t0 = min(t0, float(start), host if not math.isnan(host) else math.inf)
-    for s_ in steps:
-        t0 = min(t0, s_.start)
+    for step in steps:
+        t0 = min(t0, step.start)
     _assign_steps(rows, steps)
     _mark_syncs(rows, syncs)
     warnings = (f"{fname}: {bad} activity rows without numeric start/end were skipped",) \

@@ -158,10 +158,10 @@ EXTRAPOLATION_REASONS: tuple[tuple[int, str], ...] = (
     (2, "source GPU not calibrated for this measurement kind"),
     (4, "GEMM shape outside the calibration data's shapes"),
     (8, "no measured time or work: launch overhead or roofline only"),
-    (16, "no shapes: work inferred from the measured time and the kernel name's family "
-         "(compute- or memory-class)"),
-    (32, "no shapes and no known family: work inferred from the measured time as a "
-         "compute/memory blend"),
+    (16, ("no shapes: work inferred from the measured time and the kernel name's family "
+          "(compute- or memory-class)")),
+    (32, ("no shapes and no known family: work inferred from the measured time as a "
+          "compute/memory blend")),
     (64, "fp32 convolution moved to TF32 tensor cores on the target (PyTorch's cuDNN default)"),
 )
 (TARGET_UNCALIBRATED, SOURCE_UNCALIBRATED, SHAPE_OUTSIDE, BOUND_ONLY, INFERRED_FROM_NAME,

@@ -25,6 +25,7 @@ import pytest
 from cascade.bench._runbed import generate_timeline, publish_trace
 from cascade.cli.importer import run_import
 from cascade.embedded.ports import free_port
+from cascade.engine.perf import NOT_SIMULATED
 from cascade.results import read_kernels, read_result
 
 from tests.accelsim_helpers import make_binary, make_config, pids_alive
@@ -146,8 +147,8 @@ async def test_progress_per_kernel_reaches_sse_and_results_carry_cycles(accel: d
             row = by_id[kid]
             assert kernels["sim_cycles"][row] == cycles_of(kid)
             assert kernels["predicted_ns"][row] == pytest.approx(cycles_of(kid) / A100_CLOCK * 1e3)
-            assert kernels["extrapolation"][row] & 16 == 0
-        assert kernels["sim_cycles"][by_id[4]] == -1 and kernels["extrapolation"][by_id[4]] & 16
+            assert kernels["extrapolation"][row] & NOT_SIMULATED == 0
+        assert kernels["sim_cycles"][by_id[4]] == -1 and kernels["extrapolation"][by_id[4]] & NOT_SIMULATED
         assert result.gpu_busy_ns == pytest.approx(float(kernels["predicted_ns"].sum()))
     results = await _get(stack, f"/api/runs/{run_id}/results")
     entry = results["configs"][0]

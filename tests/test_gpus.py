@@ -118,3 +118,40 @@ def test_cli_gpus_json_lists_every_spec() -> None:
                          check=True)
     ids = {s["id"] for s in json.loads(out.stdout)}
     assert set(REQUIRED) <= ids
+
+
+#: GPUs people own: driver name (as nvidia-smi / torch.cuda.get_device_name report it) -> spec
+OWNED = {
+    "NVIDIA GeForce GTX 1080": ("SM61_GTX1080", 20, 320, 8.87, None),
+    "NVIDIA GeForce GTX 1080 Ti": ("SM61_GTX1080TI", 28, 484, 11.34, None),
+    "NVIDIA GeForce RTX 2080 Ti": ("SM75_RTX2080TI", 68, 616, 13.45, 53.8),
+    "NVIDIA GeForce RTX 3090": ("SM86_RTX3090", 82, 936, 35.6, 71.0),
+    "NVIDIA GeForce RTX 4090": ("SM89_RTX4090", 128, 1008, 82.6, 165.2),
+    "NVIDIA RTX A6000": ("SM86_RTXA6000", 84, 768, 38.7, 154.8),
+    "NVIDIA RTX 6000 Ada Generation": ("SM89_RTX6000ADA", 142, 960, 91.1, 364.2),
+    "NVIDIA L40": ("SM89_L40", 142, 864, 90.5, 181.05),
+    "NVIDIA A10G": ("SM86_A10G", 80, 600, 35.0, 70.0),
+    "NVIDIA GH200 480GB": ("SM90_GH200", 132, 4000, 67.0, 989.0),
+}
+
+
+@pytest.mark.parametrize("device", sorted(OWNED))
+def test_gpus_people_own_resolve_from_their_driver_names(device: str) -> None:
+    spec_id, sms, bw, fp32, fp16_tensor = OWNED[device]
+    spec = default_registry().get(device)
+    assert spec.id == spec_id and spec.sources
+    assert (spec.sms, spec.memory_bandwidth_gbps, spec.fp32_tflops) == (sms, bw, fp32)
+    assert spec.tensor_tflops.get("fp16") == fp16_tensor
+    # the FP32 peak is the SIMT lanes at the boost clock (GP10x, GA10x, AD10x, GH100: 128 per SM)
+    lanes = 64 if spec.arch == "turing" else 128
+    assert spec.fp32_tflops == pytest.approx(spec.sms * lanes * 2 * spec.boost_clock_mhz * 1e-6,
+                                             rel=0.03)
+    assert default_registry().get(device.removeprefix("NVIDIA ")).id == spec_id
+
+
+def test_unknown_gpu_suggests_the_closest_known_ones() -> None:
+    with pytest.raises(UnknownGPUError) as err:
+        default_registry().get("NVIDIA GeForce RTX 4090 D")
+    assert err.value.suggestions[0] == "SM89_RTX4090"
+    assert "closest: SM89_RTX4090" in str(err.value)
+    assert err.value.to_dict()["suggestions"][0] == "SM89_RTX4090"

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cascade.cli.importer import collect_files, infer_kind, run_import
+from cascade.cli.importer import classify_files, collect_files, infer_kind, run_import
 from cascade.client import md5_etag
 from cascade.errors import ValidationError
 
@@ -34,7 +34,7 @@ def _args(stack: TracesStack, path: Path, state: Path, **kw: object) -> argparse
 def test_collect_files_and_kind(tmp_path: Path) -> None:
     write_kernels(tmp_path, 2, blocks=1, iterations=1)
     (tmp_path / "README.md").write_text("not a trace file")
-    (tmp_path / "run.pt.trace.json").write_text("{}")
+    (tmp_path / "run.pt.trace.json").write_text('{"traceEvents": []}')
     names = [p.name for p in collect_files(tmp_path)]
     assert names == ["kernel-1.traceg.xz", "kernel-2.traceg.xz", "kernelslist.g", "run.pt.trace.json"]
     assert infer_kind(collect_files(tmp_path)) == "both"
@@ -119,3 +119,69 @@ async def test_cli_uses_token_from_environment(traces_stack: TracesStack, tmp_pa
     )
     out, _ = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 1 and "401" in out.decode()
+
+
+async def test_import_takes_the_source_gpu_from_the_trace(traces_stack: TracesStack,
+                                                          tmp_path: Path) -> None:
+    import shutil
+
+    real = REPO.parent / "shared" / "data" / "timelines" / "h100-bert-small.pt.trace.json.gz"
+    if not real.exists():
+        pytest.skip(f"{real} not present")
+    folder = tmp_path / "bert"
+    folder.mkdir()
+    shutil.copy(real, folder / real.name)
+    with pytest.raises(ValidationError, match=r"SM90_H100.*SM80_A100.*--force-source-gpu"):
+        await run_import(_args(traces_stack, folder, tmp_path / "s0.json", source_gpu="SM80_A100"))
+    summary = await run_import(_args(traces_stack, folder, tmp_path / "s1.json", source_gpu=None,
+                                     wait=60.0))
+    assert summary["state"] == "ready"
+    record = await traces_stack.store.require(summary["trace_id"])
+    assert record.source_gpu == "SM90_H100" and record.bundle_kernels == 61
+    forced = await run_import(_args(traces_stack, folder, tmp_path / "s2.json",
+                                    source_gpu="SM80_A100", force_source_gpu=True))
+    assert (await traces_stack.store.require(forced["trace_id"])).source_gpu == "SM80_A100"
+
+
+def _tool_folder(folder: Path) -> list[Path]:
+    """A trace folder as tools leave it: kernels (one garbage), kernelslist.g, and the files
+    a public Accel-Sim trace repository keeps beside them."""
+    paths = write_kernels(folder, 3, blocks=2, iterations=1, xz=False)
+    paths[1].write_bytes(b"\x00\x01garbage that is no kernel trace\n" * 20)
+    (folder / "nvprof.json").write_text(json.dumps({"kernels": [{"name": "k", "time": 1.0}]}))
+    (folder / "accelsim_log.csv").write_text("kernel,cycles,ipc\nk1,100,1.5\n")
+    (folder / "run.log").write_text("GPGPU-Sim: done\n")
+    (folder / "junk.bin").write_bytes(os.urandom(64))
+    (folder / "notes.txt").write_text("traced on a P4\n")
+    return paths
+
+
+def test_classify_files_names_every_skipped_file(tmp_path: Path) -> None:
+    _tool_folder(tmp_path)
+    files, skipped = classify_files(tmp_path)
+    assert [p.name for p in files] == ["kernel-1.traceg", "kernel-2.traceg", "kernel-3.traceg",
+                                       "kernelslist.g"]
+    assert set(skipped) == {"nvprof.json", "accelsim_log.csv", "run.log", "junk.bin", "notes.txt"}
+    assert "not a Chrome trace" in skipped["nvprof.json"]
+    assert "'name' column" in skipped["accelsim_log.csv"]
+    assert "not a trace file name" in skipped["junk.bin"]
+
+
+async def test_tool_folder_imports_with_skipped_files_and_a_failed_kernel(
+        traces_stack: TracesStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "tool"
+    _tool_folder(folder)
+    args = _args(traces_stack, folder, tmp_path / "s.json", source_gpu="SM61_P4", wait=60.0,
+                 quiet=False)
+    summary = await run_import(args)
+    out = capsys.readouterr().out
+    assert summary["state"] == "ready", summary
+    assert summary["kernels_prepared"] == 2 and summary["kernels_total"] == 3
+    assert "skipped nvprof.json: JSON but not a Chrome trace" in out
+    record = await traces_stack.store.require(summary["trace_id"])
+    assert record.bundle_kernels == 2 and record.kernels_failed == 1
+    assert any(e.startswith("kernel-2.traceg") for e in record.errors), record.errors
+    notes = "\n".join(record.warnings)
+    for name in ("nvprof.json", "accelsim_log.csv", "run.log", "junk.bin", "notes.txt"):
+        assert f"{name}: skipped (" in notes, notes
+    assert "ready with 2 of 3 kernels; failed: kernel-2" in notes

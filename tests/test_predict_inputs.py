@@ -65,3 +65,29 @@ def test_gzipped_kernel_table_csv_loads(tmp_path: Path) -> None:
         fh.write(text)
     loaded, source = load_kernel_table(tmp_path / "kernels.csv.gz")
     assert len(loaded) == 1 and source is None and loaded["k"][0] == 4096
+
+
+def test_tool_folder_predicts_with_a_bad_kernel_and_extra_files(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    from cascade.engine.io import load_trace
+
+    folder = tmp_path / "tool"
+    shutil.copytree(REAL_TRACE, folder)
+    (folder / "kernel-2.traceg").write_text("-kernel name = broken\nnot a trace line at all\n")
+    listing = folder / "kernelslist.g"
+    listing.chmod(0o644)
+    listing.write_text(listing.read_text().rstrip("\n") + "\nkernel-2.traceg\n")
+    for name in ("nvprof.json", "accelsim_log.csv", "run.log", "notes.txt"):
+        (folder / name).write_text("{}\n")
+    loaded = load_trace(folder)
+    assert len(loaded.table) >= 1
+    notes = "\n".join(loaded.warnings)
+    assert "kernel-2.traceg" in notes and "failed" in notes
+    for name in ("nvprof.json", "accelsim_log.csv", "run.log", "notes.txt"):
+        assert f"{name}: skipped" in notes
+    assert main(["predict", "--trace", str(folder), "--source", "SM61_P4", "--target",
+                 "SM80_A100", "--model", "analytical"]) == 0
+    captured = capsys.readouterr()
+    assert "warning:" in captured.err and "kernel-2.traceg" in captured.err

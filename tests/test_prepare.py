@@ -53,13 +53,8 @@ async def test_malformed_line_fails_that_kernel_with_file_and_line(stack: Traces
         await api.upload_files(trace["id"], [*paths, truncated])
         await api.seal(trace["id"])
         done = await api.wait_for_state(trace["id"], {"failed", "ready"}, timeout=60)
-        assert done["state"] == "failed"
-        # Every unit finishes: the good ones prepared, the bad ones failed with the reason.
-        for _ in range(100):
-            done = await api.get_trace(trace["id"])
-            if done["progress"]["queued"] == 0:
-                break
-            await asyncio.sleep(0.1)
+        # A bad kernel fails that kernel, not the trace: ready with 2 of 4, failures named.
+        assert done["state"] == "ready", done
     by_unit = {k["unit"]: k for k in done["kernels"]}
     assert by_unit["kernel-1"]["state"] == "prepared" and by_unit["kernel-3"]["state"] == "prepared"
     bad = by_unit["kernel-2"]
@@ -68,7 +63,10 @@ async def test_malformed_line_fails_that_kernel_with_file_and_line(stack: Traces
     assert "truncated" in by_unit["kernel-4"]["error"]
     assert by_unit["kernel-4"]["state"] == "failed"
     assert any(e.startswith("kernel-2.traceg:") for e in done["errors"])
-    assert done["kernels_failed"] == 2 and done["bundle_key"] is None
+    assert done["kernels_failed"] == 2 and done["kernels_prepared"] == 2
+    assert done["bundle_kernels"] == 2 and done["bundle_key"]
+    assert any(w.startswith("ready with 2 of 4 kernels; failed: kernel-2, kernel-4")
+               for w in done["warnings"]), done["warnings"]
 
 
 async def test_timeline_file_becomes_the_bundle(stack: TracesStack, tmp_path: Path) -> None:

@@ -385,6 +385,40 @@ async def test_configs_list_and_custom_spec_run(s3_server: Any, nats_url: str, t
         res = {c["config"]: c for c in (await get(stack.base, f"/api/runs/{body['id']}/results"))["configs"]}
         assert res["MY_H100_FAST"]["predicted_e2e_ms"] < res["SM90_H100"]["predicted_e2e_ms"]
         assert res["MY_H100_FAST"]["spec_hash"] != res["SM90_H100"]["spec_hash"]
+        # a custom spec is a valid source too (by id or alias), an unknown one gets suggestions
+        status, body = await post(stack.base, "/api/traces", {
+            "name": "lab", "source_gpu": "my_h100_fast", "kind": "timeline"})
+        assert status == 201 and body["source_gpu"] == "MY_H100_FAST", body
+        status, body = await post(stack.base, "/api/traces", {
+            "name": "lab", "source_gpu": "MY_H100_FAS", "kind": "timeline"})
+        assert status == 400 and "MY_H100_FAST" in body["suggestions"], body
+
+
+async def test_results_of_a_partial_trace_say_so(s3_server: Any, nats_url: str, tmp_path: Any) -> None:
+    """A run on a trace that is ready with N of M kernels carries that in its results."""
+    import msgspec
+
+    settings = make_settings(s3_server, nats_url, tmp_path, orchestrator_backend="pool")
+    async with running(settings, "api", "orchestrator", "sim:1") as stack:
+        trace = await make_trace(settings, 120)
+        note = "ready with 120 of 121 kernels; failed: kernel-7 (see errors)"
+        bus = await connect(settings)
+        try:
+            kv = await bus.kv(subjects.KV_TRACES)
+            await kv.put(trace.id, msgspec.structs.replace(
+                trace, kernels_total=121, kernels_prepared=120, kernels_failed=1,
+                errors=["kernel-7.traceg:12: expected an instruction line"],
+                warnings=[note, "notes.txt: skipped (not a trace file name)"]))
+        finally:
+            await bus.close()
+        status, body = await post(stack.base, "/api/runs", {"trace_id": trace.id, "configs": ["SM90_H100"]})
+        assert status == 202, body
+        await wait_run(stack.base, body["id"], {"completed", "failed"})
+        res = await get(stack.base, f"/api/runs/{body['id']}/results")
+    cover = res["trace"]
+    assert cover["partial"] is True and cover["kernels_failed"] == 1
+    assert (cover["kernels_prepared"], cover["kernels_total"]) == (120, 121)
+    assert note in cover["warnings"] and cover["errors"][0].startswith("kernel-7.traceg:12")
 
 
 async def test_run_state_in_kv_matches_api(s3_server: Any, nats_url: str, tmp_path: Any) -> None:

@@ -32,14 +32,17 @@ def _free_port() -> int:
 
 
 async def _wait_for_service(bus: Bus, service: str, *, instance: str | None = None,
-                            timeout: float = 20.0) -> dict:
+                            endpoint: str | None = None, timeout: float = 20.0) -> dict:
+    """The service's INFO answer; with ``endpoint``, once that endpoint is registered too (the
+    micro service answers INFO as soon as it exists, before its endpoints are added)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for reply in await bus.discover_services("INFO", timeout=0.3):
             meta = reply.get("metadata") or {}
             if reply.get("name") == subjects.micro_name(service) and (
                 instance is None or meta.get("instance", "").endswith(f":{instance}")
-            ):
+            ) and (endpoint is None
+                   or any(e.get("subject") == endpoint for e in reply.get("endpoints") or [])):
                 return reply
     raise AssertionError(f"service {service} did not appear within {timeout}s")
 
@@ -51,9 +54,9 @@ async def test_service_registers_micro_status_and_metrics(bus: Bus, bus_settings
     stop = asyncio.Event()
     task = asyncio.create_task(ingest.run(settings, bus=bus, stop=stop))
     try:
-        info = await _wait_for_service(bus, "ingest", instance=str(os.getpid()))
         status_subject = subjects.svc_endpoint("ingest", "status")
-        assert any(e["subject"] == status_subject for e in info["endpoints"])
+        info = await _wait_for_service(bus, "ingest", instance=str(os.getpid()),
+                                       endpoint=status_subject)
         reply = await bus.nc.request(status_subject, b"", timeout=2)
         status = json.loads(reply.data)
         assert status["service"] == "ingest"

@@ -299,9 +299,10 @@ class IngestService:
             elif expected is not None and expected.files and r.expected_kernels is None:
                 changes["expected_kernels"] = sum(
                     1 for n in expected.files if n.startswith("kernel-"))
-            if a.failed:
-                changes["state"] = "failed"
+            if a.failed:  # failures are named; only a trace where nothing prepared fails
                 changes["errors"] = capped(list(dict.fromkeys([*r.errors, *a.errors])))
+            if a.all_failed:
+                changes["state"] = "failed"
             elif overdue:
                 changes["state"] = "incomplete"
             elif r.sealed and r.state in ("receiving", "incomplete"):

@@ -261,10 +261,12 @@ class PrepareService:
         old = await self._store.get(tid)
 
         def mark(r: TraceRecord) -> TraceRecord | None:
+            # one bad unit fails only itself: the trace goes on to a bundle of the others
+            # (assemble), and fails only when nothing could be prepared
             if r.state == "ready":
                 return None
             return replace(
-                r, state="failed", kernels_failed=r.kernels_failed + (1 if kernel_id is not None else 0),
+                r, kernels_failed=r.kernels_failed + (1 if kernel_id is not None else 0),
                 errors=capped(list(dict.fromkeys([*r.errors, error]))),
             )
 
@@ -279,6 +281,7 @@ class PrepareService:
                 subjects.trace_event(tid, "state"),
                 TraceStateChanged(trace_id=tid, state=new.state, previous=old.state, reason=error),
             )
+        await self._maybe_bundle(tid, True)
 
     async def on_exhausted(self, job: PrepareJob | BundleJob, error: BaseException, attempts: int) -> None:
         """A job that used up its deliveries: record the failure instead of dropping it."""
@@ -302,12 +305,13 @@ class PrepareService:
         record = await self._store.get(tid)
         if record is None or not record.sealed or record.state in ("ready", "failed"):
             return
-        if not always and not (record.kernels_total and record.kernels_prepared >= record.kernels_total):
+        if not always and not (record.kernels_total and record.kernels_prepared
+                               + record.kernels_failed >= record.kernels_total):
             return
         await self.bus.publish(
             subjects.JOB_PREPARE,
             BundleJob(trace_id=tid, reason="prepare: last unit prepared"),
-            msg_id=f"bundle:{tid}:{record.kernels_prepared}:{record.sealed_at}",
+            msg_id=f"bundle:{tid}:{record.kernels_prepared}:{record.kernels_failed}:{record.sealed_at}",
         )
 
     async def assemble(self, tid: str, *, reason: str = "") -> TraceRecord | None:
@@ -330,6 +334,9 @@ class PrepareService:
             # Ingest has not caught up with every uploaded object (a kernelslist may still
             # add expectations): it queues this job again once they are recorded.
             self.log.info("bundle waits for ingest", trace_id=tid, unrecorded=unrecorded[:5])
+            return None
+        if a.all_failed:
+            await self._all_failed(tid, a.errors)
             return None
         if not a.complete:
             self.log.info("bundle not ready yet", trace_id=tid, pending=len(a.pending),
@@ -366,12 +373,15 @@ class PrepareService:
             old_state.append(r.state)
             if r.state in ("ready", "failed"):
                 return None
+            note = a.partial_note()
             return replace(
                 r, state="ready", bundle_key=prefix, bundle_hash=bundle_hash,
                 bundle_kernels=int(kernel_count), missing=[],
                 kernels_total=a.kernels_total, kernels_prepared=a.kernels_prepared,
                 kernels_failed=a.kernels_failed, files_received=a.files_received,
                 bytes_received=a.bytes_received,
+                errors=capped(list(dict.fromkeys([*r.errors, *a.errors]))),
+                warnings=capped(list(dict.fromkeys([*r.warnings, note]))) if note else r.warnings,
             )
 
         new = await store.mutate(tid, ready)
@@ -394,6 +404,24 @@ class PrepareService:
             msg_id=f"state:{tid}:ready:{bundle_hash}",
         )
         return new
+
+    async def _all_failed(self, tid: str, errors: list[str]) -> None:
+        """Every unit of a complete upload failed: the trace fails, naming why."""
+        old_state: list[str] = []
+
+        def fail(r: TraceRecord) -> TraceRecord | None:
+            old_state.append(r.state)
+            if r.state in ("ready", "failed"):
+                return None
+            return replace(r, state="failed", errors=capped(list(dict.fromkeys([*r.errors, *errors]))))
+
+        new = await self._store.mutate(tid, fail)
+        if new is not None and new.state == "failed" and old_state and old_state[-1] != "failed":
+            await self.bus.publish(
+                subjects.trace_event(tid, "state"),
+                TraceStateChanged(trace_id=tid, state="failed", previous=old_state[-1],
+                                  reason=errors[0] if errors else "every unit failed"),
+            )
 
     async def _unrecorded(self, tid: str, files: list[FileRecord]) -> list[str]:
         """Valid raw objects in S3 that ingest has not recorded (with their current ETag)."""

@@ -32,6 +32,7 @@ from cascade.accelsimrun import (
     trace_cache_dir,
 )
 from cascade.engine.accelsim import AccelSimConfig, SimulatedKernel
+from cascade.engine.perf import FLAGS_DTYPE
 from cascade.errors import CancelledRunError, JobTimeoutError
 from cascade.messages.jobs import SimJob
 from cascade.messages.sim import KernelSimulated, SimCompleted, SimProgress
@@ -151,7 +152,7 @@ async def simulate_accelsim(
                                    config=cfg)
     predicted = pred.predicted_ns
     regime = _REGIME_NAMES[pred.regime.astype(np.int64)]
-    flags = pred.flags if pred.flags is not None else np.zeros(len(table), dtype=np.int8)
+    flags = pred.flags if pred.flags is not None else np.zeros(len(table), dtype=FLAGS_DTYPE)
     used = Counter(str(m) for m in pred.models)
     replay = await asyncio.to_thread(replay_timeline, table, predicted)
     ids = np.asarray(table["kernel_id"], dtype=np.int64)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 from cascade.engine import predict
-from cascade.engine.perf import REGIMES
+from cascade.engine.perf import FLAGS_DTYPE, REGIMES
 from cascade.engine.replay import replay
 from cascade.gpus import GPUSpec, default_registry
 from cascade.kerneltable import KernelTable
@@ -133,7 +133,7 @@ def predict_chunk(part: KernelTable, inputs: SimulationInputs, model: str) -> Ch
         predicted_ns=pred.predicted_ns, regime=_REGIME_NAMES[pred.regime.astype(np.int64)],
         models=Counter(names), extrapolated=int(pred.extrapolated.sum()),
         reasons=pred.extrapolation_reasons, provenance=pred.provenance,
-        flags=pred.flags if pred.flags is not None else np.zeros(len(part), dtype=np.int8),
+        flags=pred.flags if pred.flags is not None else np.zeros(len(part), dtype=FLAGS_DTYPE),
     )
 
 

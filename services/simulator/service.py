@@ -42,6 +42,7 @@ import numpy as np
 from cascade import subjects
 from cascade.bundlecache import cache_dir_for, fetch_bundle
 from cascade.bus import Delivery
+from cascade.engine.perf import FLAGS_DTYPE
 from cascade.errors import (
     AccelSimError,
     CancelledRunError,
@@ -324,7 +325,7 @@ class SimulatorService:
         predicted = np.zeros(n, dtype=np.float64)
         regime = np.empty(n, dtype=object)
         regime[:] = ""
-        flags = np.zeros(n, dtype=np.int8)
+        flags = np.zeros(n, dtype=FLAGS_DTYPE)
         deadline = t0 + self.settings.sim_timeout_s
         last_progress = 0.0
         last_percent = -1

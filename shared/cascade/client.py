@@ -166,13 +166,16 @@ class CascadeClient:
                                        json={"name": name, "etag": etag}))
 
     async def seal(self, trace_id: str, *, expected_files: list[str] | None = None,
-                   expected_kernels: int | None = None) -> dict[str, Any]:
-        """POST /api/traces/{id}/seal."""
+                   expected_kernels: int | None = None,
+                   skipped_files: dict[str, str] | None = None) -> dict[str, Any]:
+        """POST /api/traces/{id}/seal (``skipped_files``: name -> why it is not in the trace)."""
         body: dict[str, Any] = {}
         if expected_files is not None:
             body["expected_files"] = expected_files
         if expected_kernels is not None:
             body["expected_kernels"] = expected_kernels
+        if skipped_files:
+            body["skipped_files"] = skipped_files
         return dict(await self.request("POST", f"/api/traces/{trace_id}/seal", json=body))
 
     async def wait_for_state(self, trace_id: str, states: set[str], *, timeout: float = 60.0,

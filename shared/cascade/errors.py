@@ -103,16 +103,22 @@ class UnknownGPUError(CascadeError, KeyError):
     http_status = 400
     code = "unknown_gpu"
 
-    def __init__(self, name: str, known: Iterable[str]) -> None:
+    def __init__(self, name: str, known: Iterable[str], *, suggestions: Iterable[str] = (),
+                 hint: str = "") -> None:
         self.name = name
         self.known = sorted(known)
+        self.suggestions = list(suggestions)
+        self.hint = hint
         super().__init__(name)
 
     def __str__(self) -> str:
-        return f"unknown GPU config {self.name!r}; known: {', '.join(self.known)}"
+        close = f"; closest: {', '.join(self.suggestions)}" if self.suggestions else ""
+        hint = f" ({self.hint})" if self.hint else ""
+        return f"unknown GPU config {self.name!r}{close}{hint}; known: {', '.join(self.known)}"
 
     def to_dict(self) -> dict[str, object]:
-        return {"error": self.code, "message": str(self), "known": self.known}
+        return {"error": self.code, "message": str(self), "known": self.known,
+                "suggestions": self.suggestions}
 
 
 class UnknownNameError(CascadeError, KeyError):

@@ -25,6 +25,7 @@ import msgspec
 import numpy as np
 
 from cascade.calibration.accuracy import AccuracyEstimate
+from cascade.engine.perf import FLAGS_DTYPE
 from cascade.errors import NotFoundError, ValidationError
 from cascade.kerneltable import KernelTable
 
@@ -395,8 +396,8 @@ def kernels_with_predictions(
     cols["regime"] = np.asarray(regime, dtype=object)
     cols["pred_start_ns"] = np.asarray(start_ns, dtype=np.float64)
     cols["pred_end_ns"] = np.asarray(end_ns, dtype=np.float64)
-    cols["extrapolation"] = (np.zeros(len(table), dtype=np.int8) if flags is None
-                             else np.asarray(flags, dtype=np.int8))
+    cols["extrapolation"] = (np.zeros(len(table), dtype=FLAGS_DTYPE) if flags is None
+                             else np.asarray(flags, dtype=FLAGS_DTYPE))
     return KernelTable(cols, n=len(table))
 
 

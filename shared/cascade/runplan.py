@@ -23,6 +23,7 @@ import msgspec
 from cascade import subjects
 from cascade.errors import ConflictError, UnknownGPUError, ValidationError
 from cascade.gpus import GPURegistry, GPUSpec, default_registry, normalize_name, spec_from_mapping
+from cascade.gpus.registry import suggest_gpus
 
 #: Kernel models a run may ask for (``auto`` lets the engine pick).
 MODELS: tuple[str, ...] = ("auto", "analytical", "scaled", "roofline", "accel-sim")
@@ -145,7 +146,8 @@ def resolve_config(
     for cid, cspec in custom.items():
         if wanted in (normalize_name(cid), *(normalize_name(a) for a in cspec.aliases)):
             return ResolvedConfig(cspec.id, cspec, spec_mapping(cspec))
-    raise UnknownGPUError(ref, [*registry.ids(), *custom])
+    raise UnknownGPUError(ref, [*registry.ids(), *custom],
+                          suggestions=suggest_gpus(registry, ref, extra=custom))
 
 
 def spec_of_job_config(ref: str | dict[str, Any], registry: GPURegistry | None = None) -> GPUSpec:

@@ -280,8 +280,24 @@ class Assessment(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def complete(self) -> bool:
-        """Everything expected arrived and every unit is prepared: the bundle can be built."""
-        return bool(self.units) and not self.missing and not self.pending and not self.failed
+        """Everything expected arrived and every unit is finished, at least one prepared: the
+        bundle can be built from the prepared units (a failed kernel fails only itself)."""
+        return bool(self.prepared) and not self.missing and not self.pending
+
+    @property
+    def all_failed(self) -> bool:
+        """Everything expected arrived and finished, and nothing could be prepared."""
+        return bool(self.failed) and not self.prepared and not self.missing and not self.pending
+
+    def partial_note(self) -> str:
+        """'ready with N of M kernels; failed: ...' when some units failed ('' otherwise)."""
+        if not self.failed:
+            return ""
+        head = (f"ready with {self.kernels_prepared} of {self.kernels_total} kernels"
+                if self.kernels_total else f"ready with {len(self.prepared)} of "
+                f"{len(self.prepared) + len(self.failed)} files")
+        names = ", ".join(self.failed[:20]) + (" ..." if len(self.failed) > 20 else "")
+        return f"{head}; failed: {names} (see errors)"
 
 
 def assess(

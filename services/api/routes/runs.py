@@ -569,7 +569,21 @@ async def run_results(request: web.Request) -> web.Response:
         return web.Response(text=out.getvalue(), content_type="text/csv", headers={
             "Content-Disposition": f'attachment; filename="{run.id}-results.csv"'})
     return json_response({"run_id": run.id, "trace_id": run.trace_id, "state": run.state,
-                          "configs": configs, "reference": _reference(run.id)})
+                          "configs": configs, "reference": _reference(run.id),
+                          "trace": await _trace_coverage(request, run.trace_id)})
+
+
+async def _trace_coverage(request: web.Request, trace_id: str) -> dict[str, Any] | None:
+    """What of the trace the results cover: kernels prepared of those uploaded, the failed
+    ones and why, and the trace's warnings (skipped files, partial bundles)."""
+    traces = await request.app[BUS].kv(subjects.KV_TRACES)
+    entry = await traces.get(trace_id, TraceRecord)
+    if entry is None:
+        return None
+    t = entry.value
+    return {"kernels_total": t.kernels_total, "kernels_prepared": t.kernels_prepared,
+            "kernels_failed": t.kernels_failed, "bundle_kernels": t.bundle_kernels,
+            "partial": t.kernels_failed > 0, "errors": list(t.errors), "warnings": list(t.warnings)}
 
 
 def _num(v: float | None) -> str:

@@ -18,8 +18,9 @@ import msgspec
 from aiohttp import web
 from cascade import subjects
 from cascade.errors import ConflictError, NotFoundError, TooLargeError, ValidationError
-from cascade.gpus import get_gpu
+from cascade.gpus import default_registry
 from cascade.messages.trace import TraceCreated, TraceDeleted, TraceSealed, UploadReported
+from cascade.runplan import load_custom_specs, resolve_config
 from cascade.state import TraceRecord
 from cascade.storage import MAX_PARTS, MIN_PART_SIZE, Storage, UploadedPart
 from cascade.tracefiles import (
@@ -28,7 +29,7 @@ from cascade.tracefiles import (
     raw_key,
     trace_prefix,
 )
-from cascade.tracestore import ExpectedSet, TraceStore, replace
+from cascade.tracestore import ExpectedSet, TraceStore, capped, replace
 
 from services.api.http import doc, json_response, read_json
 from services.api.keys import BUS, SETTINGS, STORAGE
@@ -149,6 +150,10 @@ class SealRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """Every file of the trace (else kernelslist[.g] says which kernels to expect)."""
     expected_kernels: Annotated[int, msgspec.Meta(ge=0)] | None = None
     """Number of kernels traced."""
+    skipped_files: dict[Annotated[str, msgspec.Meta(max_length=255)],
+                        Annotated[str, msgspec.Meta(max_length=300)]] | None = None
+    """Files of the uploaded folder that are not part of the trace, with the reason each was
+    left out (kept in the trace's warnings)."""
 
 
 class TraceList(msgspec.Struct, frozen=True, kw_only=True):
@@ -192,7 +197,10 @@ def _part_size(size: int, threshold: int) -> int:
 async def create_trace(request: web.Request) -> web.Response:
     """Register a new trace (an upload session); returns its record with the new id."""
     body = await read_json(request, CreateTrace)
-    spec = get_gpu(body.source_gpu)
+    spec = default_registry().resolve(body.source_gpu)
+    if spec is None:  # custom specs (POST /api/configs) are valid sources too
+        custom = await load_custom_specs(request.app[BUS])
+        spec = resolve_config(body.source_gpu, custom=custom, where="source_gpu").spec
     now = time.time()
     record = TraceRecord(
         id=f"tr-{uuid.uuid4().hex[:16]}", name=body.name.strip() or body.name, source_gpu=spec.id,
@@ -344,6 +352,11 @@ async def seal_trace(request: web.Request) -> web.Response:
             changes["state"] = "preparing"
         if body.expected_kernels is not None and current.expected_kernels != body.expected_kernels:
             changes["expected_kernels"] = body.expected_kernels
+        if body.skipped_files:
+            notes = [f"{name}: skipped ({why})" for name, why in sorted(body.skipped_files.items())]
+            merged = capped(list(dict.fromkeys([*current.warnings, *notes])), 200)
+            if merged != current.warnings:
+                changes["warnings"] = merged
         return replace(current, **changes) if changes else None
 
     record = await store.mutate(tid, seal) or record

@@ -39,7 +39,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--name", default=None, help="trace name (default: the folder or file name)")
     p.add_argument("--source-gpu", default=None,
                    help="GPU the trace was captured on: spec id or driver device name "
-                        "(required for a new trace)")
+                        "(default: the GPU its timeline files name; required otherwise)")
+    p.add_argument("--force-source-gpu", action="store_true",
+                   help="use --source-gpu even where the trace's files name another GPU")
     p.add_argument("--kind", choices=("instructions", "timeline", "both"), default=None,
                    help="what the trace holds (default: from the files found)")
     p.add_argument("--workload", default="", help="free-form workload description")
@@ -53,26 +55,126 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=main)
 
 
-def collect_files(path: Path) -> list[Path]:
-    """The trace files under ``path`` (a folder: its accepted files; a file: itself)."""
+def sniff(path: Path) -> str:
+    """Why a file with a trace-file name is not one ('' when its content looks right): a JSON
+    that is no Chrome trace (nvprof / Nsight Compute output), a CSV that is no Cascade kernel
+    table (an Accel-Sim log), a JSONL without kernel rows, an SQLite that is no database."""
+    import gzip
+
+    tf = check_name(path.name)
+    if tf.kind != "timeline":
+        return ""
+    name = path.name.lower()
+    try:
+        if name.endswith(".gz"):
+            with gzip.open(path, "rb") as fh:
+                head = fh.read(1 << 16)
+        else:
+            with path.open("rb") as fh:
+                head = fh.read(1 << 16)
+    except (OSError, EOFError) as exc:
+        return f"unreadable: {exc}"
+    text = head.decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
+    if name.endswith((".json", ".json.gz")):
+        if '"traceEvents"' in text or (text.startswith("[") and '"ph"' in text):
+            return ""
+        return "JSON but not a Chrome trace (no traceEvents): e.g. nvprof or Nsight Compute output"
+    if name.endswith(".csv"):
+        header = [h.strip().strip('"') for h in text.splitlines()[0].split(",")] if text else []
+        if "name" in header:
+            return ""
+        return "CSV without a 'name' column: not a Cascade kernel table (e.g. an Accel-Sim log)"
+    if name.endswith(".jsonl"):
+        first = text.splitlines()[0] if text else ""
+        try:
+            row = json.loads(first)
+        except ValueError:
+            return "not JSON lines (the first line is not a JSON object)"
+        return "" if isinstance(row, dict) and "name" in row else \
+            "JSON lines without a 'name' field: not a Cascade timeline"
+    if name.endswith(".sqlite"):
+        return "" if head.startswith(b"SQLite format 3\x00") else "not an SQLite database"
+    return ""
+
+
+def classify_files(path: Path) -> tuple[list[Path], dict[str, str]]:
+    """The trace files under ``path`` and every other file with the reason it is skipped."""
     if path.is_file():
         check_name(path.name, field=str(path))
-        return [path]
+        why = sniff(path)
+        if why:
+            raise ValidationError(f"{path.name}: {why}", field=str(path))
+        return [path], {}
     if not path.is_dir():
         raise NotFoundError(f"{path}: no such file or folder")
-    files = []
+    files: list[Path] = []
+    skipped: dict[str, str] = {}
     for entry in sorted(path.iterdir()):
-        if not entry.is_file() or entry.name.startswith("."):
+        if entry.name.startswith("."):
+            continue
+        if not entry.is_file():
+            skipped[entry.name] = "a folder or special file, not a trace file"
             continue
         try:
             check_name(entry.name)
         except ValidationError:
+            skipped[entry.name] = ("not a trace file name (kernel-N.trace[g][.xz], kernelslist[.g], "
+                                   "stats.csv, *.json[.gz] / *.csv / *.jsonl / *.sqlite timelines)")
+            continue
+        why = sniff(entry)
+        if why:
+            skipped[entry.name] = why
             continue
         files.append(entry)
     if not files:
         raise ValidationError(f"{path} holds no trace files (kernel-N.trace[g][.xz], kernelslist, "
-                              "stats.csv or timeline files)", field="path")
-    return files
+                              "stats.csv or timeline files)"
+                              + (f"; skipped: {', '.join(sorted(skipped))}" if skipped else ""),
+                              field="path")
+    return files, skipped
+
+
+def collect_files(path: Path) -> list[Path]:
+    """The trace files under ``path`` (a folder: its accepted files; a file: itself)."""
+    return classify_files(path)[0]
+
+
+def named_device(files: list[Path]) -> tuple[str, Path | None]:
+    """The GPU name the first timeline file that records one names ('' if none does)."""
+    from cascade.traces.timeline import timeline_device
+
+    for f in files:
+        if check_name(f.name).kind == "timeline":
+            device, _sm = timeline_device(f)
+            if device:
+                return device, f
+    return "", None
+
+
+def source_gpu_for(files: list[Path], given: str | None, *, force: bool = False) -> str:
+    """The ``source_gpu`` of a new trace: ``given``, else the GPU its timeline files name.
+
+    A ``given`` GPU that contradicts the files' one (both known) is an error naming both,
+    unless ``force``."""
+    from cascade.gpus import default_registry
+
+    device, where = named_device(files)
+    if not given:
+        if not device:
+            raise ValidationError("a new trace needs --source-gpu (spec id or device name): "
+                                  "none of its files names the GPU it was recorded on",
+                                  field="--source-gpu")
+        return device
+    if device and not force:
+        reg = default_registry()
+        named, chosen = reg.resolve(device), reg.resolve(given)
+        if named is not None and chosen is not None and named.id != chosen.id:
+            raise ValidationError(
+                f"{where} was recorded on {named.id} ({device!r}) but --source-gpu {given!r} "
+                f"is {chosen.id}; drop --source-gpu to use the trace's GPU, or pass "
+                "--force-source-gpu to import it as captured on " + chosen.id,
+                field="--source-gpu")
+    return given
 
 
 def infer_kind(files: list[Path]) -> str:
@@ -125,7 +227,10 @@ def already_there(local: Path, remote: dict[str, Any] | None, part_size: int | N
 async def run_import(args: argparse.Namespace) -> dict[str, Any]:
     """Do the import; returns a summary (trace id, uploaded, skipped, final state)."""
     path: Path = args.path.resolve()
-    files = collect_files(path)
+    files, skipped_files = classify_files(path)
+    if not getattr(args, "quiet", False):
+        for name, why in skipped_files.items():
+            print(f"skipped {name}: {why}")
     token = args.token or os.environ.get(TOKEN_ENV) or None
     state_path = state_file_for(path, args.state_file)
     state = _load_state(state_path)
@@ -142,11 +247,10 @@ async def run_import(args: argparse.Namespace) -> dict[str, Any]:
                     raise
                 trace = None
         if trace is None:
-            if not args.source_gpu:
-                raise ValidationError("a new trace needs --source-gpu (spec id or device name)",
-                                      field="--source-gpu")
+            source_gpu = source_gpu_for(files, args.source_gpu,
+                                        force=bool(getattr(args, "force_source_gpu", False)))
             created = await api.create_trace(
-                name=args.name or path.name, source_gpu=args.source_gpu,
+                name=args.name or path.name, source_gpu=source_gpu,
                 kind=args.kind or infer_kind(files), workload=args.workload,
             )
             trace = await api.get_trace(created["id"])
@@ -170,12 +274,16 @@ async def run_import(args: argparse.Namespace) -> dict[str, Any]:
             await _upload_all(api, trace_id, answer["uploads"], by_name, quiet=args.quiet)
         final = trace
         if not args.no_seal:
-            final = await api.seal(trace_id, expected_files=[f.name for f in files])
+            final = await api.seal(trace_id, expected_files=[f.name for f in files],
+                                   skipped_files=skipped_files or None)
             if args.wait > 0:
                 final = await api.wait_for_state(trace_id, {"ready", "incomplete", "failed"},
                                                  timeout=args.wait)
     return {"trace_id": trace_id, "uploaded": len(todo), "skipped": skipped,
-            "state": final.get("state"), "state_file": str(state_path)}
+            "skipped_files": skipped_files, "state": final.get("state"),
+            "kernels_prepared": final.get("kernels_prepared"),
+            "kernels_total": final.get("kernels_total"), "errors": final.get("errors", []),
+            "warnings": final.get("warnings", []), "state_file": str(state_path)}
 
 
 async def _upload_all(api: CascadeClient, trace_id: str, targets: list[dict[str, Any]],
@@ -208,5 +316,13 @@ def main(args: argparse.Namespace) -> int:
         print(f"cascade import: {exc}")
         return 1
     print(f"trace {summary['trace_id']}: uploaded {summary['uploaded']}, "
-          f"already there {summary['skipped']}, state {summary['state']}")
+          f"already there {summary['skipped']}, skipped {len(summary['skipped_files'])} "
+          f"other files, state {summary['state']}")
+    if summary["state"] == "ready" and summary.get("kernels_total"):
+        print(f"kernels: {summary['kernels_prepared']} of {summary['kernels_total']} prepared")
+    for note in summary.get("warnings", []):
+        print(f"warning: {note}")
+    if summary["state"] in ("ready", "failed"):
+        for err in summary.get("errors", [])[:20]:
+            print(f"error: {err}")
     return 0 if summary["state"] not in ("failed", "incomplete") else 1

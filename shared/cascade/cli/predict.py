@@ -26,7 +26,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p = subparsers.add_parser("predict", help="predict a traced kernel table on other GPUs")
     p.add_argument("--trace", required=True, metavar="FILE",
                    help="kernel table (.csv, .csv.gz, .parquet) or a loader-supported input")
-    p.add_argument("--source", metavar="SPEC", help="GPU the trace was captured on (id or device name)")
+    p.add_argument("--source", metavar="SPEC",
+                   help="GPU the trace was captured on (id or device name; default: the GPU the "
+                        "trace names)")
+    p.add_argument("--force-source", action="store_true",
+                   help="use --source even where the trace names another GPU")
     p.add_argument("--target", required=True, metavar="SPEC[,SPEC...]", help="target GPU(s)")
     p.add_argument("--model", default="auto", help="kernel model (auto, scaled, analytical, roofline, accel-sim)")
     p.add_argument("--measurement", default="kernel",
@@ -48,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
     from cascade import tableio
     from cascade.calibration import load_calibration
-    from cascade.engine.io import stream_kernel_table
+    from cascade.engine.io import source_of_trace, stream_trace
     from cascade.engine.predict import PredictionTotals, predict_many
     from cascade.errors import ValidationError
     from cascade.gpus import GPURegistry, builtin_specs
@@ -64,8 +68,10 @@ def run(args: argparse.Namespace) -> int:
     batch_rows = args.batch_rows or tableio.BATCH_ROWS
     if batch_rows < 1:
         raise ValidationError("must be at least 1", field="batch-rows")
-    batches, traced_on = stream_kernel_table(args.trace, batch_rows)
-    source = reg.get(args.source) if args.source else traced_on
+    streamed = stream_trace(args.trace, batch_rows)
+    source = source_of_trace(reg, args.source, streamed, override=args.force_source)
+    for warning in streamed.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     if args.model == "scaled" and source is None:
         raise ValidationError("--model scaled needs --source", field="source")
     config = _model_config(args)
@@ -79,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
                                     else "csv")
         later = [_IpcSpool(Path(tmp) / f"target-{i}.arrow") for i in range(1, len(targets))]
         try:
-            for batch in batches:
+            for batch in streamed.batches:
                 preds = predict_many(batch.table, targets, source=source, model=args.model,
                                      calibration=cal, config=config, registry=reg)
                 inputs = batch.arrow

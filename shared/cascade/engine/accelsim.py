@@ -260,7 +260,7 @@ def predictions_from_simulation(table: KernelTable, w: Workload, target: GPUSpec
     pred = np.where(match >= 0, durations[np.maximum(match, 0)] if len(sims) else np.nan, np.nan)
     names = _names(n, AccelSimModel.name)
     regime = np.full(n, perf.COMPUTE, dtype=np.int8)
-    flags = np.zeros(n, dtype=np.int8)
+    flags = np.zeros(n, dtype=perf.FLAGS_DTYPE)
     missing = match < 0
     if missing.any():
         sub_ctx = ModelContext(ctx.source, ctx.calibration, AnalyticalConfig(), ctx.archs)
@@ -268,7 +268,7 @@ def predictions_from_simulation(table: KernelTable, w: Workload, target: GPUSpec
         pred = np.where(missing, out.predicted_ns, pred)
         regime = np.where(missing, out.regime, regime).astype(np.int8)
         names[missing] = "analytical"
-        base = out.flags if out.flags is not None else np.zeros(n, dtype=np.int8)
-        flags = np.where(missing, base | perf.NOT_SIMULATED, 0).astype(np.int8)
+        base = out.flags if out.flags is not None else np.zeros(n, dtype=perf.FLAGS_DTYPE)
+        flags = np.where(missing, base | perf.NOT_SIMULATED, 0).astype(perf.FLAGS_DTYPE)
         pred = np.where(missing, np.maximum(pred, perf.roofline_ns(w, target)), pred)
     return ModelOutput(pred, regime, names, flags=flags)

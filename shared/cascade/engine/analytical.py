@@ -153,5 +153,5 @@ class AnalyticalModel:
         pred = np.maximum(pred, perf.roofline_ns(w, target))
         # instruction features carry no shape: only the target's own calibration matters
         fitted = calibrated_in(ctx.calibration, target.id, cfg.measurement)
-        flags = np.full(len(w), 0 if fitted else perf.TARGET_UNCALIBRATED, dtype=np.int8)
+        flags = np.full(len(w), 0 if fitted else perf.TARGET_UNCALIBRATED, dtype=perf.FLAGS_DTYPE)
         return ModelOutput(pred, regime, _names(len(w), self.name), flags, {self.name: len(w)})

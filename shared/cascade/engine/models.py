@@ -222,10 +222,14 @@ class ScaledModel:
         # data (its library's choices unseen), the source is modelled with the target's rule
         # too, so the rule's error cancels in the ratio instead of landing on the target
         # alone (the source's measured time carries its own library's choices).
-        src_tiles = perf.target_tiles(w, src, cal, src, rule_of=target.arch if src.arch != target.arch else None)
-        tgt_tiles = perf.target_tiles(w, target, cal, src)
-        ms = perf.kernel_times(w, src, ps, cal, fs, src_tiles)
-        mt = perf.kernel_times(w, target, pt, cal, ft, tgt_tiles)
+        # no shapes: the work the measured time implies, in the class the kernel name says;
+        # on the target, fp32 convolutions as PyTorch runs them there (TF32 from Ampere on)
+        w_src, inferred = perf.infer_shapeless_work(w, t_src, src, ps, fs)
+        w_tgt, tf32 = perf.target_math(w_src, table["name"], src, target)
+        src_tiles = perf.target_tiles(w_src, src, cal, src, rule_of=target.arch if src.arch != target.arch else None)
+        tgt_tiles = perf.target_tiles(w_tgt, target, cal, src)
+        ms = perf.kernel_times(w_src, src, ps, cal, fs, src_tiles)
+        mt = perf.kernel_times(w_tgt, target, pt, cal, ft, tgt_tiles)
         tr = cal.transfer_for(cfg.measurement)
         ag = cfg.alpha_gemm if cfg.alpha_gemm is not None else tr.gemm
         am = cfg.alpha_gemm if cfg.alpha_gemm is not None else tr.gemm_memory
@@ -244,9 +248,12 @@ class ScaledModel:
         if grid is not None and cfg.residuals:
             cells[grid.width] = perf.residual_cells(w, grid.width)
             pred = pred * np.exp(grid.lookup(cells[grid.width]))
-        pred = np.maximum(pred, perf.roofline_ns(w, target))
+        pred = np.maximum(pred, perf.roofline_ns(w_tgt, target))
         flags = perf.extrapolation_flags(w, target, src, cal, cfg.measurement, cells)
-        return ModelOutput(pred, mt.regime, _names(len(w), self.name), flags, {self.name: len(w)})
+        if src.id != target.id:
+            flags |= inferred | tf32
+        regime = perf.never_launch_bound(mt.regime, mt, t_src, fs)
+        return ModelOutput(pred, regime, _names(len(w), self.name), flags, {self.name: len(w)})
 
 
 # ---- auto ------------------------------------------------------------------------------
@@ -270,7 +277,7 @@ class AutoModel:
         n = len(w)
         pred = np.full(n, np.nan)
         regime = np.zeros(n, dtype=np.int8)
-        flags = np.zeros(n, dtype=np.int8)
+        flags = np.zeros(n, dtype=perf.FLAGS_DTYPE)
         counts: dict[str, int] = {}
         names = _names(n, "")
         use_scaled = np.zeros(n, dtype=bool)
@@ -289,7 +296,7 @@ class AutoModel:
             sub_ctx = ModelContext(ctx.source, ctx.calibration, sub_cfg, ctx.archs)
             if mask.all():  # one model for every row: its output as it is
                 out = get_model(name).predict(table, w, target, sub_ctx)
-                whole = np.zeros(n, dtype=np.int8) if out.flags is None else out.flags
+                whole = np.zeros(n, dtype=perf.FLAGS_DTYPE) if out.flags is None else out.flags
                 if name == "roofline":
                     whole = whole | perf.BOUND_ONLY
                 return ModelOutput(out.predicted_ns, out.regime, out.model, whole, {name: n})

@@ -30,15 +30,21 @@ _OP_WORDS: tuple[tuple[int, tuple[str, ...]], ...] = (
 )
 _NAME_RULES: tuple[tuple[int, re.Pattern[str]], ...] = (
     (ATTENTION, re.compile(r"flash|fmha|attention|mha_|sdpa", re.IGNORECASE)),
-    (NORM, re.compile(r"layer_?norm|rms_?norm|batch_?norm|group_?norm", re.IGNORECASE)),
+    (NORM, re.compile(r"layer_?norm|rms_?norm|batch_?norm|group_?norm|instance_?norm|"
+                      r"(?<![a-z])bn_(?:fw|bw)|cudnn::bn_|welford", re.IGNORECASE)),
     (SOFTMAX, re.compile(r"softmax", re.IGNORECASE)),
     (GEMM, re.compile(r"gemm|gemv|xmma|wgmma|cutlass|hmma|s16816|h16816|h884|s884|h1688|s1688|"
-                      r"sgemm|dgemm|matmul|cublas|implicit_gemm|conv", re.IGNORECASE)),
-    (EMBEDDING, re.compile(r"embedding|index_select|gather", re.IGNORECASE)),
-    (REDUCE, re.compile(r"reduce|argmax|topk", re.IGNORECASE)),
-    (MEMCPY, re.compile(r"memcpy|memset|copy_kernel|cat_array|transpose", re.IGNORECASE)),
+                      r"sgemm|dgemm|matmul|cublas|implicit_gemm|conv|scudnn|hcudnn|cudnn_|"
+                      r"winograd|fprop|dgrad|wgrad|fft2d|fft_r2c|cgemm", re.IGNORECASE)),
+    (EMBEDDING, re.compile(r"embedding|index_?select|gather|indexselect", re.IGNORECASE)),
+    (REDUCE, re.compile(r"reduce|argmax|topk|nll_loss|cross_entropy|sort|scan|cumsum|"
+                        r"splitkreduce", re.IGNORECASE)),
+    (MEMCPY, re.compile(r"memcpy|memset|copy_kernel|cat_array|catarray|transpose|nchwtonhwc|"
+                        r"nhwctonchw|permute|contiguous", re.IGNORECASE)),
     (ELEMENTWISE, re.compile(r"elementwise|vectorized|unrolled|silu|gelu|relu|act_and_mul|rotary|"
-                             r"add_kernel|mul_kernel|fill_kernel", re.IGNORECASE)),
+                             r"add_kernel|mul_kernel|fill_kernel|pool|dropout|upsample|"
+                             r"adam|sgd_|momentum|foreach|where_kernel|index_put|scatter",
+                             re.IGNORECASE)),
 )
 _TENSOR_NAME = re.compile(
     r"h884|s884|h1688|s1688|i8816|h16816|s16816|bf16816|hmma|imma|wgmma|xmma|tensorop|"
@@ -46,6 +52,17 @@ _TENSOR_NAME = re.compile(
 #: SIMT names win over tensor words: ``sm80_xmma_gemm_f32f32_..._ffma_...`` is an FP32 FMA
 #: (CUDA-core) kernel from the xmma generator, not a tensor-core one.
 _SIMT_NAME = re.compile(r"sgemm|dgemm|gemv|gemmSN|gemmk1|splitKreduce|_simt_|ffma|hfma", re.IGNORECASE)
+_DTYPE_NAME: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("fp8", re.compile(r"e4m3|e5m2|fp8|_f8|qgmma", re.IGNORECASE)),
+    ("int8", re.compile(r"i8816|imma|int8|_i8|s8s8|igemm", re.IGNORECASE)),
+    ("bf16", re.compile(r"bf16|bfloat16|bf16816", re.IGNORECASE)),
+    ("tf32", re.compile(r"tf32", re.IGNORECASE)),
+    ("fp64", re.compile(r"dgemm|dmma|_f64|fp64|double", re.IGNORECASE)),
+    ("fp16", re.compile(r"h884|h1688|h16816|s884|s1688|s16816|hgemm|hcudnn|f16|fp16|half|__half|"
+                        r"hmma", re.IGNORECASE)),
+    ("fp32", re.compile(r"sgemm|scudnn|ffma|_f32f32_f32|implicit_convolve_sgemm|float",
+                        re.IGNORECASE)),
+)
 _TILE_SIZE = re.compile(r"tilesize(\d+)x(\d+)(?:x(\d+))?", re.IGNORECASE)
 _TILE_PAIR = re.compile(r"(?<![0-9a-z])(\d{2,3})x(\d{2,3})(?:x(\d{1,3}))?(?![0-9])", re.IGNORECASE)
 _SLICED = re.compile(r"sliced(\d+)x(\d+)", re.IGNORECASE)
@@ -104,6 +121,17 @@ def tensor_path_of(name: str) -> int:
     return -1
 
 
+def dtype_of_name(name: str) -> str:
+    """Math dtype a cuBLAS / cuDNN / CUTLASS / xmma kernel name says ('' if it says none):
+    ``h884``/``s1688``/``f16`` -> fp16 (Volta/Turing ``s884``/``s1688`` are fp16 inputs with
+    fp32 accumulation), ``bf16``, ``tf32``, ``e4m3``/``e5m2`` -> fp8, ``i8816``/``imma`` ->
+    int8, ``sgemm``/``scudnn`` -> fp32, ``dgemm`` -> fp64."""
+    for dtype, pattern in _DTYPE_NAME:
+        if pattern.search(name):
+            return dtype
+    return ""
+
+
 def factorize(values: np.ndarray) -> tuple[list[Any], np.ndarray]:
     """(distinct values in first-seen order, int64 code per element) via one dict pass."""
     items = values.tolist()
@@ -141,6 +169,27 @@ def name_hints(name: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
     hints = _per_unique(name, lambda s: (*tile_of(s), tensor_path_of(s), k_split_of(s)))
     hints = hints.reshape(n, 4).astype(np.int64)
     return hints[:, 0], hints[:, 1], hints[:, 2], hints[:, 3]
+
+
+def name_dtypes(name: np.ndarray) -> np.ndarray:
+    """:func:`dtype_of_name` of every row of a ``name`` column (object array)."""
+    if len(name) == 0:
+        return np.zeros(0, dtype=object)
+    return _per_unique(name, dtype_of_name).astype(object)
+
+
+#: Kernel classes for traces without shapes (:func:`work_class`).
+COMPUTE_CLASS, MEMORY_CLASS, BLEND_CLASS = 0, 1, 2
+_MEMORY_FAMILIES = (NORM, SOFTMAX, ELEMENTWISE, EMBEDDING, REDUCE, MEMCPY)
+
+
+def work_class(family: np.ndarray) -> np.ndarray:
+    """Per kernel: compute-class (GEMM, convolution and attention families), memory-class
+    (norm, softmax, elementwise, embedding/index, reduction, copy) or blend (unknown)."""
+    out = np.full(len(family), BLEND_CLASS, dtype=np.int8)
+    out[(family == GEMM) | (family == ATTENTION)] = COMPUTE_CLASS
+    out[np.isin(family, _MEMORY_FAMILIES)] = MEMORY_CLASS
+    return out
 
 
 def dtype_bytes(dtype: np.ndarray, default: float = 2.0) -> np.ndarray:

@@ -159,9 +159,19 @@ EXTRAPOLATION_REASONS: tuple[tuple[int, str], ...] = (
     (4, "GEMM shape outside the calibration data's shapes"),
     (8, "no measured time or work: launch overhead or roofline only"),
     (16, "not simulated by Accel-Sim (not traced or skipped): built-in model used"),
+    (32, ("no shapes: work inferred from the measured time and the kernel name's family "
+          "(compute- or memory-class)")),
+    (64, ("no shapes and no known family: work inferred from the measured time as a "
+          "compute/memory blend")),
+    (128, "fp32 convolution moved to TF32 tensor cores on the target (PyTorch's cuDNN default)"),
 )
-TARGET_UNCALIBRATED, SOURCE_UNCALIBRATED, SHAPE_OUTSIDE, BOUND_ONLY, NOT_SIMULATED = (
-    b for b, _ in EXTRAPOLATION_REASONS)
+(TARGET_UNCALIBRATED, SOURCE_UNCALIBRATED, SHAPE_OUTSIDE, BOUND_ONLY, NOT_SIMULATED,
+ INFERRED_FROM_NAME, INFERRED_BLEND, TF32_CONV) = (b for b, _ in EXTRAPOLATION_REASONS)
+#: dtype of per-kernel extrapolation bits (every bit above fits).
+FLAGS_DTYPE = np.int16
+
+#: A kernel whose measured time exceeds this many launch overheads is never launch-bound.
+LONG_KERNEL_LAUNCHES = 4.0
 
 
 def extrapolation_flags(w: Workload, target: GPUSpec, source: GPUSpec | None, cal: Calibration,
@@ -173,7 +183,7 @@ def extrapolation_flags(w: Workload, target: GPUSpec, source: GPUSpec | None, ca
     either GPU cannot say, and sets no shape bit. ``cells``: :func:`residual_cells` already
     computed, by grid width (filled in as computed)."""
     n = len(w)
-    flags = np.zeros(n, dtype=np.int8)
+    flags = np.zeros(n, dtype=FLAGS_DTYPE)
     if source is not None and source.id == target.id:
         return flags
     if not calibrated_in(cal, target.id, measurement):
@@ -190,7 +200,7 @@ def extrapolation_flags(w: Workload, target: GPUSpec, source: GPUSpec | None, ca
             if g.width not in cells:
                 cells[g.width] = residual_cells(w, g.width)
             covered |= g.covers(cells[g.width])
-        flags |= np.where(w.is_gemm & ~covered, SHAPE_OUTSIDE, 0).astype(np.int8)
+        flags |= np.where(w.is_gemm & ~covered, SHAPE_OUTSIDE, 0).astype(FLAGS_DTYPE)
     return flags
 
 
@@ -198,6 +208,103 @@ def describe_flags(flags: np.ndarray) -> dict[str, int]:
     """Kernels per extrapolation reason (only reasons that occur)."""
     return {text: int(np.count_nonzero(flags & bit)) for bit, text in EXTRAPOLATION_REASONS
             if np.any(flags & bit)}
+
+
+def family_bw_eff(w: Workload, params: ResolvedParams) -> np.ndarray:
+    """Achievable DRAM bandwidth fraction of every kernel (its family's calibrated factor)."""
+    bw_mult = np.ones(len(w))
+    for i, fam in enumerate(ops.FAMILIES):
+        if fam in BW_FAMILIES and params.family_bw.get(fam, 1.0) != 1.0:
+            bw_mult[w.family == i] = params.family_bw[fam]
+    return np.minimum(params.bw_eff * bw_mult, 1.0)
+
+
+def infer_shapeless_work(w: Workload, t_src: np.ndarray, src: GPUSpec, params: ResolvedParams,
+                         fixed_src: float) -> tuple[Workload, np.ndarray]:
+    """Give kernels with a measured time but no known work (no shapes, FLOPs or bytes) the work
+    that time implies on the source, in the class their name says (:func:`ops.work_class`):
+
+    * compute-class (cuBLAS / cuDNN / CUTLASS / xmma GEMM and convolution, attention):
+      ``flops = (t - fixed) x peak(dtype, tensor path the name says) x achievable fraction``;
+    * memory-class (elementwise, reduction, norm, softmax, copy, index):
+      ``bytes = (t - fixed) x DRAM bandwidth x the family's achievable fraction``;
+    * blend (anything else): both, each alone taking ``t - fixed`` on the source, so the
+      side that scales worse bounds it on the target.
+
+    Only kernels that ran more than :data:`LONG_KERNEL_LAUNCHES` launch overheads are
+    inferred (shorter ones are launch-bound as measured). Returns the completed workload
+    and the extrapolation bits (:data:`INFERRED_FROM_NAME`, :data:`INFERRED_BLEND`).
+    """
+    n = len(w)
+    flags = np.zeros(n, dtype=FLAGS_DTYPE)
+    with np.errstate(invalid="ignore"):
+        todo = ((w.flops <= 0) & (w.bytes <= 0) & np.isfinite(t_src)
+                & (t_src > LONG_KERNEL_LAUNCHES * fixed_src))
+    if not todo.any():
+        return w, flags
+    work_ns = np.where(todo, np.maximum(np.nan_to_num(t_src) - fixed_src, 0.0), 0.0)
+    cls = ops.work_class(w.family)
+    rate = peak_flops(w, src) * np.where(w.tensor, params.tensor_eff, params.simt_eff)
+    bw = src.bandwidth_bps * family_bw_eff(w, params)
+    compute = todo & (cls != ops.MEMORY_CLASS)
+    memory = todo & (cls != ops.COMPUTE_CLASS)
+    flops = np.where(compute, work_ns * 1e-9 * rate, w.flops)
+    nbytes = np.where(memory, work_ns * 1e-9 * bw, w.bytes)
+    flags[todo & (cls != ops.BLEND_CLASS)] = INFERRED_FROM_NAME
+    flags[todo & (cls == ops.BLEND_CLASS)] = INFERRED_BLEND
+    fields = {f: getattr(w, f) for f in w.__dataclass_fields__}
+    fields.update(flops=flops, bytes=nbytes)
+    return Workload(**fields), flags
+
+
+_CUDNN_CONV = ("conv", "cudnn", "fprop", "dgrad", "wgrad", "winograd", "implicit_convolve")
+#: FLOPs a TF32 cuDNN convolution spends per FLOP of the FP32 one it replaces: public A100
+#: ResNet-50 figures put TF32 convolutions at about half the tensor efficiency of large
+#: GEMMs (implicit-GEMM address work, filter shapes that fill tiles poorly, FP32 operands).
+TF32_CONV_OVERHEAD = 2.0
+
+
+def target_math(w: Workload, names: np.ndarray, src: GPUSpec, target: GPUSpec
+                ) -> tuple[Workload, np.ndarray]:
+    """The workload as the target runs it: fp32 convolutions measured on a GPU without TF32
+    (before Ampere) run on TF32 tensor cores on one with it, as PyTorch's default
+    (``torch.backends.cudnn.allow_tf32 = True``) has them; fp32 matmuls stay fp32
+    (``torch.backends.cuda.matmul.allow_tf32`` defaults to False), at
+    :data:`TF32_CONV_OVERHEAD` FLOPs per FP32 FLOP. Returns the workload and
+    :data:`TF32_CONV` per kernel where it applies."""
+    flags = np.zeros(len(w), dtype=FLAGS_DTYPE)
+    if src.tensor_flops("tf32") > 0 or target.tensor_flops("tf32") <= 0 or len(w) == 0:
+        return w, flags
+    fp32 = DTYPES.index("fp32")
+    cand = (w.family == ops.GEMM) & (w.dtype_code == fp32) & ~w.tensor
+    if not cand.any():
+        return w, flags
+    lowered = np.char.lower(names.astype(str))
+    conv = np.zeros(len(w), dtype=bool)
+    for word in _CUDNN_CONV:
+        conv |= np.char.find(lowered, word) >= 0
+    sel = cand & conv
+    if not sel.any():
+        return w, flags
+    fields = {f: getattr(w, f) for f in w.__dataclass_fields__}
+    dtype = w.dtype.copy()
+    dtype[sel] = "tf32"
+    code = w.dtype_code.copy()
+    code[sel] = DTYPES.index("tf32")
+    fields.update(dtype=dtype, dtype_code=code, tensor=w.tensor | sel,
+                  flops=np.where(sel, w.flops * TF32_CONV_OVERHEAD, w.flops))
+    flags[sel] = TF32_CONV
+    return Workload(**fields), flags
+
+
+def never_launch_bound(regime: np.ndarray, times: KernelTimes, t_src: np.ndarray,
+                       fixed_src: float) -> np.ndarray:
+    """Regimes with ``launch`` replaced by compute/memory for kernels that ran more than
+    :data:`LONG_KERNEL_LAUNCHES` launch overheads on the source."""
+    with np.errstate(invalid="ignore"):
+        long = np.isfinite(t_src) & (t_src > LONG_KERNEL_LAUNCHES * fixed_src)
+    bound = np.where(times.compute_ns >= times.memory_ns, COMPUTE, MEMORY)
+    return np.where((regime == LAUNCH) & long, bound, regime).astype(np.int8)
 
 
 def _take(w: Workload, idx: np.ndarray) -> Workload:
@@ -241,11 +348,7 @@ def kernel_times(
     with np.errstate(invalid="ignore"):
         tiles_n = w.batch * np.ceil(w.n / np.maximum(ta, 1)) * np.ceil(w.m / np.maximum(tb, 1))
     slots = spec.sms * cal.globals.blocks_per_sm
-    bw_mult = np.ones(n)
-    for i, fam in enumerate(ops.FAMILIES):
-        if fam in BW_FAMILIES and params.family_bw.get(fam, 1.0) != 1.0:
-            bw_mult[w.family == i] = params.family_bw[fam]
-    bw_eff = np.minimum(params.bw_eff * bw_mult, 1.0)
+    bw_eff = family_bw_eff(w, params)
     memory = w.bytes / (spec.bandwidth_bps * bw_eff) * 1e9
     work = smooth_max(compute, memory, cal.globals.softness)
     fixed = np.broadcast_to(np.asarray(fixed_ns, dtype=np.float64), (n,))

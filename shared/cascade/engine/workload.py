@@ -64,6 +64,9 @@ def workload_of(table: KernelTable) -> Workload:
     tile_a, tile_b, path, k_split = ops.name_hints(names)
     dtype = np.asarray(table["dtype"], dtype=object).copy()
     unknown = dtype == ""
+    if unknown.any():  # what the kernel's name says (cuBLAS / cuDNN / CUTLASS / xmma)
+        dtype[unknown] = ops.name_dtypes(names[unknown])
+        unknown = dtype == ""
     if unknown.any():
         dtype[unknown & (path == 1)] = "fp16"
         dtype[unknown & (path != 1)] = "fp32"

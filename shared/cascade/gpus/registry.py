@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import tomllib
@@ -86,10 +87,14 @@ class GPURegistry:
             return name
         spec_id = self._keys.get(normalize_name(name))
         if spec_id is None:
-            raise UnknownGPUError(name, self._specs)
+            raise UnknownGPUError(name, self._specs, suggestions=suggest_gpus(self, name))
         return self._specs[spec_id]
 
     __getitem__ = get
+
+    def names(self) -> dict[str, str]:
+        """Every lookup key (normalised id or alias) -> spec id."""
+        return dict(self._keys)
 
     def resolve(self, name: str) -> GPUSpec | None:
         """Like :meth:`get` but ``None`` for unknown names."""
@@ -122,6 +127,34 @@ class GPURegistry:
     def add_file(self, path: str | Path, *, replace: bool = False) -> GPUSpec:
         """Load and register one user spec file."""
         return self.add(load_spec_file(path), replace=replace)
+
+
+_VENDOR_WORDS = re.compile(r"\b(nvidia|geforce|tesla|quadro|rtx|gtx)\b")
+
+
+def _bare(key: str) -> str:
+    return re.sub(r"\s+", " ", _VENDOR_WORDS.sub(" ", key)).strip()
+
+
+def suggest_gpus(registry: GPURegistry, name: str, n: int = 3,
+                 extra: Iterable[str] = ()) -> list[str]:
+    """Spec ids (and ``extra`` names, e.g. custom specs) closest to an unknown GPU name,
+    best first (difflib over ids and aliases, with and without vendor words)."""
+    want = normalize_name(name)
+    keys = registry.names()
+    for e in extra:
+        keys.setdefault(normalize_name(e), e)
+    candidates: dict[str, str] = {}
+    for key, owner in keys.items():
+        candidates.setdefault(key, owner)
+        candidates.setdefault(_bare(key), owner)
+    scored: dict[str, float] = {}
+    for probe in {want, _bare(want)} - {""}:
+        for key in difflib.get_close_matches(probe, list(candidates), n=12, cutoff=0.5):
+            score = difflib.SequenceMatcher(None, probe, key).ratio()
+            owner = candidates[key]
+            scored[owner] = max(scored.get(owner, 0.0), score)
+    return [k for k, _ in sorted(scored.items(), key=lambda kv: -kv[1])[:n]]
 
 
 def builtin_specs() -> list[GPUSpec]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cascade.engine.io import register_loader
+from cascade.engine.io import LoadedTrace, register_loader
 from cascade.errors import TraceFormatError
 from cascade.gpus import get_gpu
 from cascade.gpus.spec import GPUSpec
@@ -16,7 +16,7 @@ from cascade.kerneltable import KernelTable
 from cascade.traces.bundle import load_bundle
 from cascade.traces.folder import parse_trace_folder
 from cascade.traces.parse import kernel_id_from_name, parse_kernel_file
-from cascade.traces.timeline import import_timeline
+from cascade.traces.timeline import read_timeline
 
 _KERNEL_SUFFIXES = (".trace", ".traceg", ".trace.xz", ".traceg.xz")
 _TIMELINE_SUFFIXES = (".json", ".json.gz", ".jsonl", ".sqlite", ".sqlite3", ".db")
@@ -43,17 +43,29 @@ def load_bundle_dir(path: Path) -> tuple[KernelTable, GPUSpec | None]:
     return bundle.kernels, (get_gpu(source) if source else None)
 
 
-def load_trace_folder(path: Path) -> tuple[KernelTable, GPUSpec | None]:
-    """Parse every kernel of an Accel-Sim trace folder into per-kernel features."""
+_ACCELSIM_FILES = ("kernelslist", "kernelslist.g", "stats.csv")
+
+
+def load_trace_folder(path: Path) -> LoadedTrace:
+    """Parse every kernel of an Accel-Sim trace folder into per-kernel features.
+
+    A kernel file that fails to parse fails only itself (named in the warnings, with the
+    reason); every file that is not part of an Accel-Sim trace is listed as skipped."""
     result = parse_trace_folder(path)
-    if result.failures:
-        first = next(iter(result.failures.values()))
-        raise TraceFormatError(str(path), None,
-                               f"every listed kernel to parse ({len(result.failures)} failed; first: "
-                               f"{first})")
     if not result.kernels:
-        raise TraceFormatError(str(path), None, "at least one kernel trace file")
-    return result.table(), None
+        detail = (f" ({len(result.failures)} failed; first: {next(iter(result.failures.values()))})"
+                  if result.failures else "")
+        raise TraceFormatError(str(path), None, f"at least one parsable kernel trace file{detail}")
+    warnings = []
+    total = len(result.kernels) + len(result.failures)
+    if result.failures:
+        warnings.append(f"{path}: {len(result.kernels)} of {total} kernels; failed: "
+                        + "; ".join(result.failures.values()))
+    for p in sorted(path.iterdir()):
+        if p.name.startswith(".") or p.name in _ACCELSIM_FILES or kernel_id_from_name(p.name) is not None:
+            continue
+        warnings.append(f"{p.name}: skipped (not part of an Accel-Sim trace folder)")
+    return LoadedTrace(result.table(), None, warnings=tuple(warnings))
 
 
 def load_kernel_file(path: Path) -> tuple[KernelTable, GPUSpec | None]:
@@ -61,9 +73,11 @@ def load_kernel_file(path: Path) -> tuple[KernelTable, GPUSpec | None]:
     return parse_kernel_file(path).table(), None
 
 
-def load_timeline_file(path: Path) -> tuple[KernelTable, GPUSpec | None]:
-    """A PyTorch profiler Chrome trace, Nsight Systems SQLite export or Cascade JSONL timeline."""
-    return import_timeline(path), None
+def load_timeline_file(path: Path) -> LoadedTrace:
+    """A PyTorch profiler Chrome trace, Nsight Systems SQLite export or Cascade JSONL timeline,
+    with the device name it records."""
+    tl = read_timeline(path)
+    return LoadedTrace(tl.table, None, device=tl.device, warnings=tl.warnings)
 
 
 def register() -> None:

@@ -185,3 +185,26 @@ async def test_tool_folder_imports_with_skipped_files_and_a_failed_kernel(
     for name in ("nvprof.json", "accelsim_log.csv", "run.log", "junk.bin", "notes.txt"):
         assert f"{name}: skipped (" in notes, notes
     assert "ready with 2 of 3 kernels; failed: kernel-2" in notes
+
+
+async def test_parquet_timeline_goes_through_the_real_upload_path(traces_stack: TracesStack,
+                                                                   tmp_path: Path) -> None:
+    from cascade.kerneltable import KernelTable
+    from cascade.tableio import write_table
+
+    rows = [{"name": f"k{i}", "grid_x": 4, "block_x": 128, "start_ns": 1000.0 * i,
+             "duration_ns": 500.0 + i, "dtype": "fp16"} for i in range(5)]
+    timeline = tmp_path / "steps.parquet"
+    write_table(KernelTable.from_rows(rows), timeline)
+    env = {**os.environ, "CASCADE_API_TOKEN": TOKEN}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cascade", "import", str(timeline), "--app", traces_stack.base_url,
+        "--source-gpu", "SM90_H100", "--wait", "60", "--quiet",
+        cwd=REPO, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, out.decode()
+    assert "state ready" in out.decode()
+    (entry,) = json.loads((tmp_path / ".cascade-import.json").read_text()).values()
+    record = await traces_stack.store.require(entry["trace_id"])
+    assert record.kind == "timeline" and record.bundle_kernels == 5

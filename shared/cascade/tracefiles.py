@@ -30,12 +30,14 @@ MAX_NAME_LENGTH = 255
 
 _KERNEL = re.compile(r"^(kernel-(\d+)(?:-ctx_0x[0-9a-fA-F]+)?)\.trace(g)?(\.xz)?$")
 _KERNELSLIST = re.compile(r"^kernelslist(\.g)?$")
-_TIMELINE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*\.(json|json\.gz|jsonl|csv|sqlite)$")
+_TIMELINE = re.compile(
+    r"^[A-Za-z0-9][A-Za-z0-9._\-]*\.(json|json\.gz|jsonl|csv|csv\.gz|parquet|sqlite)$")
 _SAFE = re.compile(r"^[A-Za-z0-9._\-]+$")
 
 ACCEPTED_FORMS = (
     "kernel-N[-ctx_0x...].trace[g][.xz], kernelslist[.g], stats.csv, or a timeline file "
-    "(*.json[.gz] Chrome trace, *.csv / *.jsonl Cascade timeline, *.sqlite Nsight Systems export)"
+    "(*.json[.gz] Chrome trace, *.csv[.gz] / *.parquet / *.jsonl Cascade timeline, *.sqlite "
+    "Nsight Systems export)"
 )
 
 

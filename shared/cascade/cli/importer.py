@@ -79,7 +79,9 @@ def sniff(path: Path) -> str:
         if '"traceEvents"' in text or (text.startswith("[") and '"ph"' in text):
             return ""
         return "JSON but not a Chrome trace (no traceEvents): e.g. nvprof or Nsight Compute output"
-    if name.endswith(".csv"):
+    if name.endswith(".parquet"):
+        return "" if head.startswith(b"PAR1") else "not a Parquet file (no PAR1 magic)"
+    if name.endswith((".csv", ".csv.gz")):
         header = [h.strip().strip('"') for h in text.splitlines()[0].split(",")] if text else []
         if "name" in header:
             return ""

@@ -763,10 +763,10 @@ def read_timeline(path: str | Path) -> Timeline:
         return read_nsys_sqlite(p)
     if name.endswith(".jsonl"):
         return Timeline(table=import_cascade_jsonl(p))
-    if name.endswith(".csv"):
+    if name.endswith((".csv", ".csv.gz", ".parquet")):
         return Timeline(table=import_cascade_csv(p))
     raise TraceFormatError(str(p), None, "a .json[.gz] Chrome trace, .sqlite Nsight export, "
-                           ".csv or .jsonl Cascade timeline", p.name)
+                           ".csv[.gz], .parquet or .jsonl Cascade timeline", p.name)
 
 
 def timeline_device(path: str | Path) -> tuple[str, int]:
@@ -801,7 +801,8 @@ def import_timeline(path: str | Path) -> KernelTable:
     """Import any supported timeline file, chosen by its name."""
     p = Path(path)
     name = p.name.lower()
-    if name.endswith((".json", ".json.gz", ".sqlite", ".db", ".sqlite3", ".jsonl", ".csv")):
+    if name.endswith((".json", ".json.gz", ".sqlite", ".db", ".sqlite3", ".jsonl", ".csv",
+                      ".csv.gz", ".parquet")):
         return read_timeline(p).table
     raise TraceFormatError(str(p), None, "a .json[.gz] Chrome trace, .sqlite Nsight export, "
-                           ".csv or .jsonl Cascade timeline", p.name)
+                           ".csv[.gz], .parquet or .jsonl Cascade timeline", p.name)

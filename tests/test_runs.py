@@ -106,7 +106,8 @@ async def running(settings: Settings, *services: str) -> AsyncIterator[Stack]:
         await stack.close()
 
 
-async def make_trace(settings: Settings, n_kernels: int = 1500, **kw: Any) -> TraceRecord:
+async def make_trace(settings: Settings, n_kernels: int = 1500, *, source_gpu: str = "SM80_A100",
+                     **kw: Any) -> TraceRecord:
     trace_id = f"tr-{uuid.uuid4().hex[:8]}"
     table = generate_timeline(n_kernels)
     span_ms = float((table["start_ns"] + table["duration_ns"]).max() - table["host_launch_ns"].min()) / 1e6
@@ -114,7 +115,7 @@ async def make_trace(settings: Settings, n_kernels: int = 1500, **kw: Any) -> Tr
     await bus.ensure_streams()
     try:
         async with Storage.from_settings(settings) as st:
-            return await publish_trace(bus, st, trace_id, table, source_gpu="SM80_A100",
+            return await publish_trace(bus, st, trace_id, table, source_gpu=source_gpu,
                                        baseline={"e2e_ms": span_ms * 0.98}, **kw)
     finally:
         await bus.close()
@@ -392,6 +393,16 @@ async def test_configs_list_and_custom_spec_run(s3_server: Any, nats_url: str, t
         status, body = await post(stack.base, "/api/traces", {
             "name": "lab", "source_gpu": "MY_H100_FAS", "kind": "timeline"})
         assert status == 400 and "MY_H100_FAST" in body["suggestions"], body
+        # ... and a run on a trace recorded on it scales from it (not a source-less model)
+        lab = await make_trace(settings, 300, source_gpu="MY_H100_FAST")
+        status, body = await post(stack.base, "/api/runs", {"trace_id": lab.id,
+                                                           "configs": ["SM90_H100"]})
+        assert status == 202, body
+        await wait_run(stack.base, body["id"], {"completed", "failed"})
+        res = {c["config"]: c for c in (await get(stack.base, f"/api/runs/{body['id']}/results"))["configs"]}
+        assert res["SM90_H100"]["source_spec_id"] == "MY_H100_FAST", res
+        assert res["SM90_H100"]["extrapolation"].get(
+            "source GPU not calibrated for this measurement kind") == 280, res  # source used
 
 
 async def test_results_of_a_partial_trace_say_so(s3_server: Any, nats_url: str, tmp_path: Any) -> None:

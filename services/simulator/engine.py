@@ -18,7 +18,7 @@ import numpy as np
 from cascade.engine import predict
 from cascade.engine.perf import FLAGS_DTYPE, REGIMES
 from cascade.engine.replay import replay
-from cascade.gpus import GPUSpec, default_registry
+from cascade.gpus import GPURegistry, GPUSpec, default_registry
 from cascade.kerneltable import KernelTable
 from cascade.results import StepResult, step_sequences
 from cascade.runplan import MODELS
@@ -106,10 +106,12 @@ def baseline_for(trace: TraceRecord, config_id: str, source_id: str) -> float | 
     return None
 
 
-def load_inputs(folder: Path, trace: TraceRecord, target: GPUSpec, model: str) -> SimulationInputs:
-    """Load a local bundle and resolve source spec and baseline for one target."""
+def load_inputs(folder: Path, trace: TraceRecord, target: GPUSpec, model: str,
+                registry: GPURegistry | None = None) -> SimulationInputs:
+    """Load a local bundle and resolve source spec (built-in, or custom ones in ``registry``)
+    and baseline for one target."""
     bundle = load_bundle(folder)
-    reg = default_registry()
+    reg = registry or default_registry()
     source_name = bundle.manifest.source_gpu or trace.source_gpu
     source = reg.resolve(source_name) if source_name else None
     source_id = source.id if source is not None else source_name

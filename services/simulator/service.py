@@ -53,10 +53,11 @@ from cascade.errors import (
     UnknownNameError,
     ValidationError,
 )
+from cascade.gpus.registry import GPURegistry, default_registry
 from cascade.messages.jobs import SimJob, decode_job
 from cascade.messages.sim import SimCancelled, SimCompleted, SimFailed, SimProgress, SimStarted
 from cascade.results import build_result, kernels_with_predictions, write_result
-from cascade.runplan import spec_of_job_config
+from cascade.runplan import load_custom_specs, spec_of_job_config
 from cascade.runtime import ServiceContext
 from cascade.state import RunRecord, SimRecord, TraceRecord
 from nats.js import api as jsapi
@@ -309,7 +310,12 @@ class SimulatorService:
                                             bundle_hash=job.bundle_key.rstrip("/").rsplit("/", 1)[-1])
         folder = await fetch_bundle(self.storage, trace, cache_dir_for(self.settings.data_path))
         target = spec_of_job_config(job.config)
-        return await asyncio.to_thread(load_inputs, folder, trace, target, job.model)
+        registry = default_registry()
+        name = trace.source_gpu
+        if name and registry.resolve(name) is None:  # a custom spec (POST /api/configs) as source
+            custom = await load_custom_specs(self.bus)
+            registry = GPURegistry([*registry, *custom.values()])
+        return await asyncio.to_thread(load_inputs, folder, trace, target, job.model, registry)
 
     async def _simulate(
         self, job: SimJob, inputs: SimulationInputs, attempt: int, t0: float, log: Any

@@ -142,7 +142,7 @@ async def get_config(request: web.Request) -> web.Response:
     return json_response({"config": summary(spec, custom=custom, setup=setup), "spec": spec})
 
 
-_FIELD_PATH = re.compile(r"at `\$\.([A-Za-z0-9_]+)")
+_FIELD_PATH = re.compile(r"\s*-?\s*at `\$\.([A-Za-z0-9_]+)[^`]*`")
 _MISSING = re.compile(r"missing required field `([A-Za-z0-9_]+)`")
 
 
@@ -155,7 +155,7 @@ def _checked_fields(data: dict[str, Any]) -> dict[str, Any]:
     except msgspec.ValidationError as exc:
         text = str(exc)
         found = _FIELD_PATH.search(text) or _MISSING.search(text)
-        message = _FIELD_PATH.sub("", text).strip(" -") if found else text
+        message = _FIELD_PATH.sub("", text).strip() if found else text
         raise ValidationError(message or text, field=found.group(1) if found else "body") from None
     if spec.arch not in ARCHES:
         raise ValidationError(f"expected one of {', '.join(ARCHES)}", field="arch")

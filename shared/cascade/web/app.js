@@ -256,7 +256,7 @@ function traceProgress(t) {
   if (t.provenance && t.provenance.read_only && !total) return `<small>view only (traces not bundled)</small>`;
   if (!total) return t.state === "receiving" ? `<small>${t.files_received} files, ${fmtNum(t.bytes_received, "B")}</small>` : "-";
   const p = t.state === "ready" ? 100 : (100 * t.kernels_prepared) / total;
-  return `${bar(p, "kernels prepared")} <small>${t.kernels_prepared}/${total}${t.kernels_failed ? `, ${t.kernels_failed} failed` : ""}</small>`;
+  return `${bar(p, "kernels prepared")} <small>${t.state === "ready" ? total : t.kernels_prepared}/${total}${t.kernels_failed ? `, ${t.kernels_failed} failed` : ""}</small>`;
 }
 
 function tracesPage() {
@@ -724,7 +724,7 @@ function servePage() {
       <label>TPOT <input name="tpot" type="number" step="any" min="0" value="50"></label>
       <label>E2E <input name="e2e" type="number" step="any" min="0" value=""></label>
       <label>Attainment <input name="attain" type="number" step="any" min="0" max="1" value="0.99"></label></fieldset>
-    <div class="row"><button type="submit">Simulate</button> <label><input type="checkbox" name="sweep" checked> rate sweep and capacity search</label>
+    <div class="row"><button type="submit">Simulate</button> <label class="inline"><input type="checkbox" name="sweep" checked> rate sweep and capacity search</label>
     <span id="sc-msg" role="status" class="msg"></span></div>
     </form>`);
   const out = section("", `<div id="sc-out"></div>`);
@@ -838,21 +838,24 @@ function servePage() {
 
   async function sweep(rate, n) {
     const box = $("#sc-sweep");
-    box.innerHTML = `<figure><figcaption>Rate sweep: latency against request rate</figcaption><div class="chart" id="ch-sweep"><p>sweeping...</p></div></figure><p id="sc-capacity" role="status"></p>`;
-    const base = rate > 0 ? rate : 1;
-    const rates = [0.25, 0.5, 1, 1.5, 2, 3, 4].map((f) => Number((base * f).toPrecision(3)));
-    const m = Math.min(n || 200, 200);
+    box.innerHTML = `<figure><figcaption>Rate sweep: latency against request rate (${3} s of traffic per point)</figcaption><div class="chart" id="ch-sweep"><p>sweeping...</p></div></figure><p id="sc-capacity" role="status"></p>`;
+    const SECONDS = 3; // of simulated traffic per point, so the load grows with the rate
+    const timed = (r, extra = {}) => { const x = body(r, null, extra); delete x.n_requests; x.duration = SECONDS; return x; };
+    let cap = null;
+    const b = timed(rate > 0 ? rate : 1, { capacity_search: { kind: "max_rate", rel_tol: 0.05, max_probes: 16 } });
+    const hasSlo = Object.keys(b.slos).some((k) => k !== "attainment");
+    if (hasSlo) {
+      try { cap = (await api("/api/scenarios", { method: "POST", body: JSON.stringify(b) })).capacity; } catch (e) { $("#sc-capacity").textContent = "capacity search failed: " + e.message; }
+    }
+    // sweep around the capacity when there is one, else around the asked rate
+    const base = cap && cap.found && cap.rate ? cap.rate : (rate > 0 ? rate : 1);
+    const rates = [0.25, 0.5, 0.75, 1, 1.25, 1.5, 2].map((f) => Number((base * f).toPrecision(3)));
     const points = [];
     for (const r of rates) {
       try {
-        const res = await api("/api/scenarios", { method: "POST", body: JSON.stringify(body(r, m)) });
-        points.push({ rate: r, ttft: res.result.ttft_ms.p99, e2e: res.result.e2el_ms.median, e2e99: res.result.e2el_ms.p99, tpot: res.result.tpot_ms.p99 });
+        const res = await api("/api/scenarios", { method: "POST", body: JSON.stringify(timed(r)) });
+        points.push({ rate: r, ttft: res.result.ttft_ms.p99, e2e: res.result.e2el_ms.median, e2e99: res.result.e2el_ms.p99 });
       } catch (e) { /* a failed probe is left out */ }
-    }
-    let cap = null;
-    const b = body(base, m, { capacity_search: { kind: "max_rate" } });
-    if (Object.keys(b.slos).some((k) => k !== "attainment")) {
-      try { cap = (await api("/api/scenarios", { method: "POST", body: JSON.stringify(b) })).capacity; } catch (e) { $("#sc-capacity").textContent = "capacity search failed: " + e.message; }
     }
     const vlines = cap && cap.found && cap.rate != null ? [{ x: cap.rate, text: `capacity ${fmtNum(cap.rate)} req/s` }] : [];
     const hl = [];
@@ -861,7 +864,7 @@ function servePage() {
       series: [{ name: "p99 TTFT", points: points.map((p) => [p.rate, p.ttft]) }, { name: "median E2E", points: points.map((p) => [p.rate, p.e2e]) },
         { name: "p99 E2E", points: points.map((p) => [p.rate, p.e2e99]), dashed: true }] });
     $("#sc-capacity").textContent = cap ? (cap.found && cap.rate != null ? `Capacity under the SLOs: ${fmtNum(cap.rate)} req/s on ${num("replicas")} replica(s) (${cap.probes.length} probes).` : "No probed rate met the SLOs.")
-      : "Set a TTFT, TPOT or E2E SLO to mark the capacity.";
+      : (hasSlo ? "" : "Set a TTFT, TPOT or E2E SLO to mark the capacity.");
   }
 
   async function refresh() {

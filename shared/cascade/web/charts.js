@@ -11,7 +11,7 @@ const Charts = (() => {
     if (ms === null || ms === undefined || Number.isNaN(Number(ms))) return "-";
     const v = Number(ms);
     const a = Math.abs(v);
-    if (a === 0) return "0 s";
+    if (a === 0) return "0";
     if (a < 1e-3) return trim(v * 1e6) + " ns";
     if (a < 1) return trim(v * 1e3) + " µs";
     if (a < 1000) return trim(v) + " ms";
@@ -50,7 +50,8 @@ const Charts = (() => {
     const err = (span / n) / step0;
     const step = step0 * (err >= 7.5 ? 10 : err >= 3.5 ? 5 : err >= 1.5 ? 2 : 1);
     const out = [];
-    for (let t = Math.ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) out.push(Number(t.toPrecision(12)));
+    const end = Math.ceil(hi / step - 1e-9) * step;
+    for (let t = Math.ceil(lo / step) * step; t <= end + step * 1e-9; t += step) out.push(Number(t.toPrecision(12)));
     return out;
   }
   function legend(host, names) {
@@ -107,7 +108,7 @@ const Charts = (() => {
             s.appendChild(el("text", { x: labelW + 4, y: y + barH - 4, class: "missing" }, `no ${ser.name.toLowerCase()}`));
             return;
           }
-          const r = el("rect", { x: labelW, y, width: Math.max(1, x(v) - labelW), height: barH, fill: color, rx: 2, class: "bar", "data-series": ser.name, "data-value": v });
+          const r = el("rect", { x: labelW, y, width: Math.max(1, x(v) - labelW), height: barH, fill: color, rx: 2, class: "mark", "data-series": ser.name, "data-value": v });
           r.appendChild(el("title", {}, `${cat} · ${ser.name}: ${fmt(v)}`));
           s.appendChild(r);
           s.appendChild(el("text", { x: x(v) + 4, y: y + barH - 4, class: "val" }, fmt(v)));
@@ -147,7 +148,7 @@ const Charts = (() => {
         let acc = 0;
         opts.parts.forEach((p, pi) => {
           const v = Math.max(0, p.values[ci] || 0);
-          const r = el("rect", { x: labelW + sx(acc), y, width: sx(v), height: barH, fill: PALETTE[pi % PALETTE.length], class: "bar", "data-series": p.name, "data-value": v });
+          const r = el("rect", { x: labelW + sx(acc), y, width: sx(v), height: barH, fill: PALETTE[pi % PALETTE.length], class: "mark", "data-series": p.name, "data-value": v });
           const pct = totals[ci] ? ` (${(100 * v / totals[ci]).toFixed(0)}%)` : "";
           r.appendChild(el("title", {}, `${cat} · ${p.name}: ${fmt(v)}${pct}`));
           s.appendChild(r);

@@ -295,7 +295,7 @@ async def test_every_page_renders(stack: Stack, browser: Any, width: int) -> Non
         await p.page.goto(stack.url + hash_)
         await p.page.wait_for_load_state("networkidle")
         await p.page.wait_for_timeout(1200)
-        assert await p.page.locator("main .error").count() == 0, (name, await text_of(p, "main"))
+        assert await p.page.locator("main p.error").count() == 0, (name, await text_of(p, "main"))
         overflow = await p.page.evaluate("document.documentElement.scrollWidth")
         assert overflow <= width + 1, (name, overflow)
         await shot(p, f"{name}-{width}")

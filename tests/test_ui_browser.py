@@ -270,7 +270,7 @@ async def test_request_simulator_round_trip(stack: Stack, browser: Any) -> None:
     if "Capacity under the SLOs" in capacity:
         assert await p.page.locator("#ch-sweep line.capacity").count() == 1
     assert await p.page.locator("#sc-extrapolated, #sc-calibrated").count() == 1
-    await shot(p, "serve-1280")
+    await shot(p, "serve-answer-1280")
     # prompts far beyond the six-token prefill the sims saw: the banner says it extrapolates
     await p.page.uncheck("input[name=sweep]")
     await p.page.fill("input[name=prompt-tokens]", "2000")
@@ -280,7 +280,7 @@ async def test_request_simulator_round_trip(stack: Stack, browser: Any) -> None:
     await p.page.set_viewport_size({"width": 420, "height": 900})
     await p.page.wait_for_timeout(400)
     assert await p.page.evaluate("document.documentElement.scrollWidth") <= 421
-    await shot(p, "serve-420")
+    await shot(p, "serve-answer-420")
     assert p.unexpected(400) == []
 
 

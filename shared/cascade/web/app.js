@@ -913,6 +913,7 @@ function gpusPage() {
       const sel = $("#gp-base");
       if (!sel.options.length) {
         sel.innerHTML = configs.filter((c) => !c.custom).map((c) => `<option value="${esc(c.id)}">${esc(c.id)}</option>`).join("");
+        if (configs.some((c) => c.id === "SM90_H100")) sel.value = "SM90_H100";
         sel.addEventListener("change", () => fill(sel.value));
         fill(sel.value);
       }

@@ -54,6 +54,12 @@ const Charts = (() => {
     for (let t = Math.ceil(lo / step) * step; t <= end + step * 1e-9; t += step) out.push(Number(t.toPrecision(12)));
     return out;
   }
+  // Every k-th tick so that labels stay at least minPx apart.
+  function thin(ticks, span, minPx = 60) {
+    if (ticks.length < 2) return ticks;
+    const k = Math.max(1, Math.ceil(minPx / (span / (ticks.length - 1))));
+    return ticks.filter((_, i) => i % k === 0);
+  }
   function legend(host, names) {
     const div = document.createElement("div");
     div.className = "legend";
@@ -92,7 +98,7 @@ const Charts = (() => {
       const x = (v) => labelW + (v / xMax) * plotW;
       const s = svg(W, H, opts.label);
       const gAxis = el("g", { class: "axis" });
-      ticks.forEach((t) => {
+      thin(ticks, plotW).forEach((t) => {
         gAxis.appendChild(el("line", { x1: x(t), x2: x(t), y1: top, y2: H - bottom, class: "grid" }));
         gAxis.appendChild(el("text", { x: x(t), y: H - 8, "text-anchor": "middle" }, fmt(t)));
       });
@@ -138,7 +144,7 @@ const Charts = (() => {
       const xMax = ticks[ticks.length - 1] || max;
       const sx = (v) => (v / xMax) * plotW;
       const s = svg(W, H, opts.label);
-      ticks.forEach((t) => {
+      thin(ticks, plotW).forEach((t) => {
         s.appendChild(el("line", { x1: labelW + sx(t), x2: labelW + sx(t), y1: top, y2: H - bottom, class: "grid" }));
         s.appendChild(el("text", { x: labelW + sx(t), y: H - 8, "text-anchor": "middle", class: "axis" }, fmt(t)));
       });
@@ -193,7 +199,7 @@ const Charts = (() => {
         s.appendChild(el("line", { x1: left, x2: W - right, y1: Y(t), y2: Y(t), class: "grid" }));
         s.appendChild(el("text", { x: left - 5, y: Y(t) + 4, "text-anchor": "end", class: "axis" }, yfmt(t)));
       });
-      xt.filter((t) => t >= x0 && t <= x1).forEach((t) => {
+      thin(xt.filter((t) => t >= x0 && t <= x1), W - left - right).forEach((t) => {
         s.appendChild(el("text", { x: X(t), y: H - bottom + 15, "text-anchor": "middle", class: "axis" }, xfmt(t)));
       });
       s.appendChild(el("line", { x1: left, x2: W - right, y1: H - bottom, y2: H - bottom, class: "axisline" }));

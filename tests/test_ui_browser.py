@@ -82,7 +82,9 @@ async def stack(s3_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Asy
             await asyncio.sleep(0.1)
         assert entry is not None and entry.value is not None
         await kv.put(SECOND_TRACE, msgspec.structs.replace(
-            entry.value, id=SECOND_TRACE, name="second ready trace", created_at=entry.value.created_at + 1))
+            entry.value, id=SECOND_TRACE, name="second ready trace", created_at=entry.value.created_at + 1,
+            provenance=msgspec.structs.replace(entry.value.provenance, badge=None, source="upload",
+                                               description="")))
         try:
             yield Stack(str(client.make_url("/")), client, bus)
         finally:
@@ -213,6 +215,15 @@ async def test_run_from_form_reaches_100_and_plots(stack: Stack, browser: Any) -
     table = await text_of(p, "#rd-table")
     assert " ms" in table and "0.00 ms" not in table
     await shot(p, "run-synthetic-1280")
+    run_id = p.page.url.rsplit("/", 1)[-1]
+    # the compare page puts this run beside the sample; the source GPU's config is 1.00x
+    await p.page.goto(stack.url + "#/compare")
+    row = p.page.locator(f'tr[data-row="{run_id}/SM90_H100"]')
+    await row.wait_for(timeout=15_000)
+    assert "1.00×" in await row.inner_text()
+    other = await p.page.locator(f'tr[data-row="{run_id}/SM80_A100"]').inner_text()
+    assert "×" in other and "SM90_H100" in other
+    await p.page.locator("#ch-cmp-speed rect.mark").first.wait_for()
     assert p.unexpected(401) == []
 
 

@@ -654,21 +654,27 @@ function comparePage() {
     const out = $("#cmp-out");
     if (!ids.length) { out.innerHTML = "<p>Select runs above.</p>"; return; }
     const results = await Promise.all(ids.map((r) => api(`/api/runs/${enc(r)}/results`).catch((e) => ({ run_id: r, error: e.message, configs: [] }))));
+    const traces = new Map(((await api("/api/traces").catch(() => ({ traces: [] }))).traces).map((t) => [t.id, t]));
     const rows = [];
     for (const res of results) {
-      const src = res.configs.find((c) => c.config === c.source_spec_id) || null;
+      const trace = traces.get(res.trace_id);
+      const sourceId = (res.configs.find((c) => c.source_spec_id) || {}).source_spec_id || (trace && trace.source_gpu) || null;
+      // like for like: the prediction on the source GPU's own config when the run has it,
+      // else the source GPU's measured time
+      const src = res.configs.find((c) => c.config === sourceId && c.predicted_e2e_ms != null) || null;
       for (const c of res.configs) {
         if (c.predicted_e2e_ms == null) continue;
-        const base = c.source_e2e_ms ?? (src ? src.predicted_e2e_ms : null) ?? c.baseline_e2e_ms;
-        rows.push({ run: res.run_id, config: c.config, pred: c.predicted_e2e_ms, source: c.source_spec_id, base,
+        const base = src ? src.predicted_e2e_ms : c.source_e2e_ms;
+        rows.push({ run: res.run_id, config: c.config, pred: c.predicted_e2e_ms, source: sourceId, base,
+          basis: src ? "predicted on the source config" : (c.source_e2e_ms != null ? "measured on the source GPU" : ""),
           speedup: base ? base / c.predicted_e2e_ms : null, counterfactual: c.counterfactual, error: c.error_pct });
       }
     }
-    const label = (r) => (ids.length > 1 ? `${r.config} · ${r.run.replace(/^run-/, "").slice(0, 8)}` : r.config);
+    const label = (r) => (ids.length > 1 ? `${r.config} · ${r.run.startsWith("run-") ? r.run.slice(4, 10) : r.run.split("-")[0]}` : r.config);
     out.innerHTML = `<div class="cols"><figure><figcaption>Predicted end-to-end time</figcaption><div class="chart" id="ch-cmp-e2e"></div></figure>
       <figure><figcaption>Speedup relative to the source GPU (×)</figcaption><div class="chart" id="ch-cmp-speed"></div></figure></div>
-      <div class="scroll"><table><thead><tr><th>Run</th><th>Config</th><th>Source GPU</th><th>Predicted E2E</th><th>Source E2E</th><th>Speedup</th><th>Error</th></tr></thead><tbody>` +
-      rows.map((r) => `<tr><td><a href="#/runs/${enc(r.run)}">${esc(r.run)}</a></td><td>${esc(r.config)}</td><td>${esc(r.source || "-")}</td><td>${fmtMs(r.pred)}</td><td>${fmtMs(r.base)}</td>
+      <div class="scroll"><table><thead><tr><th>Run</th><th>Config</th><th>Source GPU</th><th>Predicted E2E</th><th>Source-GPU E2E</th><th>Speedup</th><th>Error vs real</th></tr></thead><tbody>` +
+      rows.map((r) => `<tr data-row="${esc(r.run)}/${esc(r.config)}"><td><a href="#/runs/${enc(r.run)}">${esc(r.run)}</a></td><td>${esc(r.config)}</td><td>${esc(r.source || "-")}</td><td>${fmtMs(r.pred)}</td><td title="${esc(r.basis)}">${fmtMs(r.base)}</td>
         <td>${r.speedup ? r.speedup.toFixed(2) + "×" : "-"}</td><td>${r.counterfactual ? '<span class="counterfactual">counterfactual</span>' : pct(r.error)}</td></tr>`).join("") +
       `</tbody></table></div>` + results.filter((r) => r.error).map((r) => `<p class="error">${esc(r.run_id)}: ${esc(r.error)}</p>`).join("");
     if (!rows.length) { out.innerHTML = "<p>No finished configurations in the selected runs.</p>"; return; }

@@ -286,8 +286,8 @@ async def test_request_simulator_round_trip(stack: Stack, browser: Any) -> None:
     await p.page.uncheck("input[name=sweep]")
     await p.page.fill("input[name=prompt-tokens]", "2000")
     await p.page.click("#serve button[type=submit]")
-    await p.page.locator("#sc-extrapolated").wait_for(timeout=60_000)
-    assert "prefill" in (await text_of(p, "#sc-extrapolated")).lower()
+    await p.page.locator("#sc-extrapolated", has_text="prefill").wait_for(timeout=60_000)
+    assert "2000" in await text_of(p, "#sc-extrapolated")
     await p.page.set_viewport_size({"width": 420, "height": 900})
     await p.page.wait_for_timeout(400)
     assert await p.page.evaluate("document.documentElement.scrollWidth") <= 421

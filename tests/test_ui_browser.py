@@ -195,9 +195,13 @@ async def test_run_from_form_reaches_100_and_plots(stack: Stack, browser: Any) -
     rows = p.page.locator("#rd-sims tbody tr")
     await rows.nth(1).wait_for(timeout=15_000)
     seen: set[str] = set()
+    shots: set[str] = set()
     for _ in range(600):
         pcts = [t.strip() for t in await p.page.locator("#rd-sims .pct").all_inner_texts()]
         seen.update(pcts)
+        if "progress" not in shots and any(t != "100%" for t in pcts):
+            shots.add("progress")
+            await shot(p, "run-progress-1280")
         if len(pcts) == 2 and all(t == "100%" for t in pcts):
             break
         await p.page.wait_for_timeout(250)
@@ -273,6 +277,8 @@ async def test_request_simulator_round_trip(stack: Stack, browser: Any) -> None:
     for chart in ("#ch-ttft", "#ch-tpot", "#ch-itl", "#ch-e2el"):
         await p.page.locator(f"{chart} path.line").wait_for(timeout=60_000)
     await p.page.locator("#ch-thr rect.mark").first.wait_for(timeout=10_000)
+    assert await p.page.locator("input[name=rate]").get_attribute("aria-invalid") is None
+    assert await p.page.locator("#serve .field-error").count() == 0
     cards = await text_of(p, "#sc-cards")
     assert "req/s" in cards and "Goodput" in cards
     await p.page.locator("#ch-sweep path.line").nth(2).wait_for(timeout=120_000)

@@ -798,6 +798,7 @@ function servePage() {
     const msg = $("#sc-msg");
     msg.textContent = "simulating...";
     $$(".field-error", form).forEach((x) => x.remove());
+    $$("[aria-invalid]", form).forEach((x) => x.removeAttribute("aria-invalid"));
     try {
       const rate = num("rate"), n = num("n");
       const res = await api("/api/scenarios", { method: "POST", body: JSON.stringify(body(rate, n, { include_records: true })) });

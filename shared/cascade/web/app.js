@@ -29,6 +29,12 @@ function hideBanner() { $("#banner").hidden = true; }
 
 class ApiError extends Error {
   constructor(message, status, field) { super(message); this.status = status; this.field = field; }
+  // the message without the field name in front (shown beside the field itself)
+  get atField() {
+    const m = String(this.message);
+    const text = this.field && m.startsWith(this.field + ": ") ? m.slice(this.field.length + 2) : m;
+    return text.replace(/`/g, "");
+  }
 }
 
 async function api(path, opts = {}) {
@@ -786,7 +792,7 @@ function servePage() {
     const f = name && form.elements[name];
     if (f && f.insertAdjacentHTML) {
       f.setAttribute("aria-invalid", "true");
-      f.insertAdjacentHTML("afterend", `<span class="field-error" role="alert">${esc(e.message)}</span>`);
+      f.insertAdjacentHTML("afterend", `<span class="field-error" role="alert">${esc(e.atField || e.message)}</span>`);
       f.focus();
       $("#sc-msg").textContent = "";
     } else $("#sc-msg").innerHTML = `<span class="error">${esc(e.field ? e.field + ": " : "")}${esc(e.message)}</span>`;
@@ -961,7 +967,7 @@ function gpusPage() {
       const f = key && form.elements[key];
       if (f) {
         f.setAttribute("aria-invalid", "true");
-        f.insertAdjacentHTML("afterend", `<span class="field-error" role="alert">${esc(e.message)}</span>`);
+        f.insertAdjacentHTML("afterend", `<span class="field-error" role="alert">${esc(e.atField || e.message)}</span>`);
         f.focus();
         $("#gp-msg").textContent = "";
       } else $("#gp-msg").innerHTML = `<span class="error">${esc(e.message)}</span>`;

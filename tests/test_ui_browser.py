@@ -5,8 +5,8 @@ trip, and every page at 1280 and 420 px without console errors or horizontal ove
 
 Screenshots of every page are written to ``test-artifacts/ui-screens/`` (or
 ``$CASCADE_UI_SCREENSHOTS``); the path is printed. Needs the ``playwright`` Python package and
-a system chromium at /usr/bin/chromium (``apt-get install -y chromium``; no browser is
-downloaded). Skipped without them, and the terminal summary then says so loudly.
+a system chromium at /usr/bin/chromium or ``$CASCADE_CHROMIUM`` (``apt-get install -y chromium``;
+no browser is downloaded). Skipped without them, and the terminal summary then says so loudly.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from tests.fixtures_nats import nats_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = os.environ.get("CASCADE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run", "--disable-sync"]
 TOKEN = "ui-test-" + secrets.token_hex(8)

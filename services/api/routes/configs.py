@@ -7,6 +7,7 @@ Custom specs are validated like spec files and stored in KV
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import msgspec
@@ -14,7 +15,7 @@ from aiohttp import web
 from cascade.accelsimrun import MODEL as ACCELSIM
 from cascade.accelsimrun import AccelSimSetup, discover_from
 from cascade.errors import NotFoundError, ValidationError
-from cascade.gpus import GPUSpec, default_registry, normalize_name, spec_from_mapping
+from cascade.gpus import ARCHES, GPUSpec, default_registry, normalize_name, spec_from_mapping
 from cascade.runplan import MODELS, load_custom_specs, save_custom_spec
 
 from services.api.http import doc, json_response
@@ -141,6 +142,33 @@ async def get_config(request: web.Request) -> web.Response:
     return json_response({"config": summary(spec, custom=custom, setup=setup), "spec": spec})
 
 
+_FIELD_PATH = re.compile(r"\s*-?\s*at `\$\.([A-Za-z0-9_]+)[^`]*`")
+_MISSING = re.compile(r"missing required field `([A-Za-z0-9_]+)`")
+
+
+def _checked_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` if it converts to a :class:`GPUSpec`; else a :class:`ValidationError` naming the
+    field (``field``) so a form can show the message beside it."""
+    body = {k: v for k, v in data.items() if k != "notes"}
+    try:
+        spec = msgspec.convert(body, GPUSpec, strict=False)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        found = _FIELD_PATH.search(text) or _MISSING.search(text)
+        message = _FIELD_PATH.sub("", text).strip() if found else text
+        raise ValidationError(message or text, field=found.group(1) if found else "body") from None
+    if spec.arch not in ARCHES:
+        raise ValidationError(f"expected one of {', '.join(ARCHES)}", field="arch")
+    if not spec.id.strip() or not _ID.fullmatch(spec.id):
+        raise ValidationError("letters, digits, '_' or '-', at most 64", field="id")
+    if not spec.name.strip():
+        raise ValidationError("must not be empty", field="name")
+    return data
+
+
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+
+
 @routes.post("/api/configs")
 @doc(request=GPUSpec, response=ConfigSummary, tags=("configs",),
      responses={201: "stored", 400: "invalid spec", 409: "id taken by a built-in spec"})
@@ -153,6 +181,6 @@ async def add_config(request: web.Request) -> web.Response:
         raise ValidationError(f"malformed JSON: {exc}", field="body") from None
     if not isinstance(data, dict):
         raise ValidationError("expected a JSON object with the GPU spec fields", field="body")
-    spec = spec_from_mapping(data, "request body")
+    spec = spec_from_mapping(_checked_fields(data), "request body")
     await save_custom_spec(request.app[BUS], spec)
     return json_response({"config": summary(spec, custom=True)}, status=201)

@@ -529,6 +529,18 @@ def _reference(run_id: str) -> dict[str, Any] | None:
     }
 
 
+def with_reference(entry: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
+    """A recorded run's config entry with the recorded figures where it has no result files:
+    simulated and real mean E2E, the error, and counterfactual only where there is no baseline."""
+    row = next((r for r in reference["configs"] if r["config"] == entry["config"]), None)
+    if row is None or entry["predicted_e2e_ms"] is not None:
+        return entry
+    return {**entry, "predicted_e2e_ms": row["simulated_e2e_ms"], "baseline_e2e_ms": row["real_e2e_ms"],
+            "error_pct": row["error_pct"], "counterfactual": bool(row["counterfactual"]),
+            "model": reference.get("kernel_model"), "calibration": "recorded reference",
+            "recorded": True}
+
+
 RESULT_CSV_COLUMNS = (
     "config", "replica", "sim_id", "state", "predicted_e2e_ms", "baseline_e2e_ms", "error_pct",
     "counterfactual", "gpu_busy_ms", "model", "spec_id", "spec_hash", "calibration", "kernel_count",
@@ -552,6 +564,9 @@ async def run_results(request: web.Request) -> web.Response:
     for s in sims:
         by_config.setdefault(s.config, []).append(s)
     configs = [config_results(c, by_config[c], results) for c in by_config]
+    reference = _reference(run.id)
+    if reference is not None:
+        configs = [with_reference(c, reference) for c in configs]
     if fmt == "csv":
         out = io.StringIO()
         w = csv.writer(out, lineterminator="\n")
@@ -569,7 +584,7 @@ async def run_results(request: web.Request) -> web.Response:
         return web.Response(text=out.getvalue(), content_type="text/csv", headers={
             "Content-Disposition": f'attachment; filename="{run.id}-results.csv"'})
     return json_response({"run_id": run.id, "trace_id": run.trace_id, "state": run.state,
-                          "configs": configs, "reference": _reference(run.id),
+                          "configs": configs, "reference": reference,
                           "trace": await _trace_coverage(request, run.trace_id)})
 
 

@@ -15,6 +15,7 @@ import uuid
 from typing import Annotated, Any, Literal
 
 import msgspec
+import numpy as np
 from aiohttp import web
 from cascade import subjects
 from cascade.errors import ConflictError, NotFoundError, TooLargeError, ValidationError
@@ -409,6 +410,58 @@ async def get_trace(request: web.Request) -> web.Response:
     return json_response(out)
 
 
+#: Bundle columns listed besides the summary ones (the step a kernel belongs to, its op).
+BUNDLE_EXTRA_COLUMNS: tuple[str, ...] = ("step", "step_kind", "op")
+
+#: Instruction-count columns summed into a trace's instruction mix.
+INSTRUCTION_COLUMNS: tuple[str, ...] = (
+    "insts_int", "insts_fp32", "insts_fp64", "insts_fp16", "insts_sfu", "insts_tensor",
+    "insts_ld_global", "insts_st_global", "insts_ld_shared", "insts_st_shared", "insts_local",
+    "insts_atomic", "insts_barrier", "insts_branch", "insts_other", "insts_const", "insts_tex",
+)
+
+
+def _family_names(table: Any) -> Any:
+    from cascade.engine.ops import FAMILIES, families
+
+    n = len(table)
+    op = table["op"] if table.has("op") else np.full(n, "", dtype=object)
+    codes = families(op, table["name"])
+    return np.asarray(FAMILIES, dtype=object)[codes.astype(np.int64)] if n else np.zeros(0, object)
+
+
+def trace_summary(table: Any) -> dict[str, Any]:
+    """Totals of a kernel table for charts: time by family, per step, instruction mix."""
+    n = len(table)
+    duration = np.nan_to_num(np.asarray(table["duration_ns"], dtype=np.float64), nan=0.0) \
+        if table.has("duration_ns") else np.zeros(n)
+    fams = _family_names(table)
+    by_family: dict[str, dict[str, float]] = {}
+    for fam in sorted(set(fams.tolist())):
+        mask = fams == fam
+        by_family[str(fam)] = {"count": int(mask.sum()), "time_ns": float(duration[mask].sum())}
+    steps: list[dict[str, Any]] = []
+    if table.has("step") and n:
+        step = np.asarray(table["step"], dtype=np.int64)
+        kinds = table["step_kind"] if table.has("step_kind") else np.full(n, "", dtype=object)
+        start = np.asarray(table["start_ns"], dtype=np.float64) if table.has("start_ns") else None
+        for value in np.unique(step[step >= 0]).tolist():
+            mask = step == value
+            first = int(np.argmax(mask))
+            entry: dict[str, Any] = {"step": int(value), "kind": str(kinds[first]),
+                                     "kernels": int(mask.sum()), "time_ns": float(duration[mask].sum())}
+            if start is not None:
+                s = start[mask]
+                ends = s + duration[mask]
+                entry["start_ns"] = float(np.nanmin(s)) if np.any(~np.isnan(s)) else None
+                entry["end_ns"] = float(np.nanmax(ends)) if np.any(~np.isnan(ends)) else None
+            steps.append(entry)
+    mix = {c: float(np.nansum(table[c])) for c in INSTRUCTION_COLUMNS if table.has(c)}
+    mix = {c: v for c, v in mix.items() if v > 0}
+    return {"kernels": n, "time_ns": float(duration.sum()), "families": by_family, "steps": steps,
+            "instruction_mix": mix}
+
+
 def _sort_key(column: str, value: Any) -> tuple[int, Any]:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return (1, 0)
@@ -419,6 +472,7 @@ def _sort_key(column: str, value: Any) -> tuple[int, Any]:
 @doc(tags=("traces",), query={
     "offset": "first row (default 0)", "limit": "rows per page (default 100, max 1000)",
     "sort": "column to sort by (default kernel_id)", "order": "asc or desc",
+    "q": "only kernels whose name (or family) contains this text, case-insensitive",
 })
 async def list_kernels(request: web.Request) -> web.Response:
     """Paged, sortable per-kernel summaries (from the bundle once ready, else from progress)."""
@@ -454,6 +508,12 @@ async def list_kernels(request: web.Request) -> web.Response:
         source = "progress"
     if sort not in columns:
         raise ValidationError(f"unknown column {sort!r}; known: {', '.join(columns)}", field="sort")
+    needle = q.get("q", "").strip().lower()
+    if len(needle) > 200:
+        raise ValidationError("at most 200 characters", field="q")
+    if needle:
+        rows = [r for r in rows if needle in str(r.get("name") or "").lower()
+                or needle in str(r.get("family") or "").lower()]
     present = [r for r in rows if _sort_key(sort, r.get(sort))[0] == 0]
     absent = [r for r in rows if _sort_key(sort, r.get(sort))[0] == 1]
     present.sort(key=lambda r: r[sort], reverse=order == "desc")
@@ -465,14 +525,35 @@ async def list_kernels(request: web.Request) -> web.Response:
     })
 
 
+@routes.get("/api/traces/{trace_id}/summary")
+@doc(tags=("traces",), responses={404: "no such trace"})
+async def trace_summary_route(request: web.Request) -> web.Response:
+    """Totals for charts once the trace is ready: kernels and source-GPU time by family, per
+    step (kind, kernels, time, start/end), and the instruction mix where instruction traces exist
+    (``ready: false`` and empty totals before that)."""
+    tid = _trace_id(request)
+    record = await _store(request).require(tid)
+    if record.state != "ready" or not record.bundle_key:
+        return json_response({"trace_id": tid, "ready": False, "kernels": 0, "time_ns": 0.0,
+                              "families": {}, "steps": [], "instruction_mix": {}})
+    from cascade.bundlecache import fetch_bundle, load_kernel_table
+
+    settings = request.app[SETTINGS]
+    directory = await fetch_bundle(_storage(request), record, settings.data_path / "cache" / "bundles")
+    table = load_kernel_table(directory)
+    return json_response({"trace_id": tid, "ready": True, **trace_summary(table)})
+
+
 async def _bundle_rows(request: web.Request, record: TraceRecord) -> tuple[list[dict[str, Any]], list[str]]:
     from cascade.bundlecache import fetch_bundle, load_kernel_table
 
     settings = request.app[SETTINGS]
     directory = await fetch_bundle(_storage(request), record, settings.data_path / "cache" / "bundles")
     table = load_kernel_table(directory)
-    columns = [c for c in SUMMARY_COLUMNS if table.has(c)]
+    columns = [c for c in (*SUMMARY_COLUMNS, *BUNDLE_EXTRA_COLUMNS) if table.has(c)]
     data = {c: table[c].tolist() for c in columns}
+    data["family"] = _family_names(table).tolist()
+    columns.append("family")
     rows = [{c: data[c][i] for c in columns} for i in range(len(table))]
     for row in rows:
         for c, v in row.items():

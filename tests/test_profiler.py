@@ -28,7 +28,12 @@ from cascade.client import md5_etag
 from cascade.embedded.binaries import weed_binary
 from cascade.embedded.ports import can_connect
 from cascade.embedded.procs import spawn, stop_popen, tail, wait_until
-from cascade.embedded.seaweed import generate_credentials, pick_ports, weed_mini_argv, write_s3_config
+from cascade.embedded.seaweed import (
+    generate_credentials,
+    pick_ports,
+    weed_mini_argv,
+    write_s3_config,
+)
 from cascade.profiler.baseline import read_baseline
 from cascade.profiler.session import ProfileOptions, ProfileSession, profile
 
@@ -235,16 +240,16 @@ def test_command_exit_status_and_missing_command(tmp_path: Path) -> None:
         [sys.executable, "-m", "cascade", "profile", "--out", str(tmp_path / "o"), "--mode",
          "instructions", "--baseline-repeats", "0", "--", sys.executable, str(STANDIN),
          "--kernels", "1", "--interval", "0.05", "--exit-code", "7"],
-        cwd=REPO, capture_output=True, text=True, timeout=60)
+        check=False, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 7, proc.stderr
     assert "standin: wrote 1 kernels" in proc.stdout  # COMMAND's output passes through
     assert (tmp_path / "o" / "kernel-1.trace").is_file()
     proc = subprocess.run([sys.executable, "-m", "cascade", "profile", "--out", str(tmp_path / "o")],
-                          cwd=REPO, capture_output=True, text=True, timeout=60)
+                          check=False, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "COMMAND: give COMMAND after --" in proc.stderr
     proc = subprocess.run([sys.executable, "-m", "cascade", "profile", "--mode", "instructions",
                            "--out", str(tmp_path / "p"), "--", "/nonexistent/tracer-app"],
-                          cwd=REPO, capture_output=True, text=True, timeout=60)
+                          check=False, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "not found" in proc.stderr
 
 

@@ -2,7 +2,7 @@
 Ctrl-C sealing an incomplete trace, local capture resumed, and the ``hf`` recipe on the
 CPU under the real PyTorch profiler, imported and simulated end to end.
 
-The stand-in (``tests/profiler_standin.py``) is a separate process writing real-format
+The stand-in (:mod:`cascade.profiler.standin`) is a separate process writing real-format
 raw Accel-Sim kernel traces into ``TRACES_FOLDER`` over several seconds. The stack is
 real: ``nats-server``, a SeaweedFS server of this module's own (so it can be killed and
 started again on the same ports and data), api, ingest, prepare and orchestrator.
@@ -42,7 +42,7 @@ from tests.traces_stack import REPO, TOKEN, TracesStack, running_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-STANDIN = REPO / "tests" / "profiler_standin.py"
+STANDIN = ["-m", "cascade.profiler.standin"]
 HAVE_HF = importlib.util.find_spec("torch") is not None and importlib.util.find_spec("transformers") is not None
 
 TINY_OPT = {
@@ -158,7 +158,7 @@ async def test_streams_while_tracer_runs_and_survives_s3_restart(
     counts, sub = await _reports(stack)
     kernels = 12
     session = ProfileSession(_opts(stack, out, [
-        sys.executable, str(STANDIN), "--kernels", str(kernels), "--interval", "0.3",
+        sys.executable, *STANDIN, "--kernels", str(kernels), "--interval", "0.3",
         "--log", str(log), "--wait-for", str(go), "--before", "5"]))
     task = asyncio.create_task(session.run())
     # kernels 1-4 are written, then the stand-in waits: they must arrive while it runs
@@ -199,7 +199,7 @@ async def test_streams_while_tracer_runs_and_survives_s3_restart(
 async def test_ctrl_c_stops_command_and_seals_incomplete(stack: TracesStack, tmp_path: Path) -> None:
     out, log = tmp_path / "trace", tmp_path / "standin.log"
     session = ProfileSession(_opts(stack, out, [
-        sys.executable, str(STANDIN), "--kernels", "4", "--interval", "0.2", "--log", str(log),
+        sys.executable, *STANDIN, "--kernels", "4", "--interval", "0.2", "--log", str(log),
         "--hang"], baseline_repeats=0))
     task = asyncio.create_task(session.run())
     await until(lambda: asyncio.sleep(0, len(session.uploader.stats.arrived) >= 3
@@ -213,7 +213,7 @@ async def test_ctrl_c_stops_command_and_seals_incomplete(stack: TracesStack, tmp
         final = await api.wait_for_state(result.trace_id or "", {"ready", "incomplete", "failed"},
                                          timeout=60)
     assert final["state"] == "incomplete"
-    assert "kernel-4.trace" in " ".join(final["missing"])
+    assert "kernel-4.trace" in " ".join(final["missing"])  # the one it was writing
 
 
 async def test_local_capture_then_resume_and_import_finish_the_same_trace(
@@ -221,7 +221,7 @@ async def test_local_capture_then_resume_and_import_finish_the_same_trace(
     from cascade.embedded.ports import free_port
 
     out = tmp_path / "capture"
-    cmd = [sys.executable, str(STANDIN), "--kernels", "3", "--interval", "0.1"]
+    cmd = [sys.executable, *STANDIN, "--kernels", "3", "--interval", "0.1"]
     dead = f"http://127.0.0.1:{free_port()}"
     local = await profile(_opts(stack, out, cmd, app=dead))
     assert local.exit_status == 0 and local.local_only and local.trace_id is None
@@ -238,7 +238,7 @@ async def test_local_capture_then_resume_and_import_finish_the_same_trace(
 def test_command_exit_status_and_missing_command(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "cascade", "profile", "--out", str(tmp_path / "o"), "--mode",
-         "instructions", "--baseline-repeats", "0", "--", sys.executable, str(STANDIN),
+         "instructions", "--baseline-repeats", "0", "--", sys.executable, *STANDIN,
          "--kernels", "1", "--interval", "0.05", "--exit-code", "7"],
         check=False, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 7, proc.stderr

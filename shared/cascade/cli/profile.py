@@ -109,7 +109,7 @@ def detect_gpu() -> str | None:
 def options_from_args(args: argparse.Namespace) -> Any:
     """The :class:`ProfileOptions` a command line asks for."""
     from cascade.errors import ValidationError
-    from cascade.profiler.session import ProfileOptions
+    from cascade.profiler.session import Mode, ProfileOptions
 
     command = list(args.command or [])
     if command[:1] == ["--"]:
@@ -135,7 +135,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
                               "SM90_H100 -- python serve.py (or `cascade profile hf --model ...`)",
                               field="COMMAND")
     tracer = os.environ.get(TRACER_ENV) or None
-    mode = args.mode or ("both" if tracer else "timeline")
+    mode: Mode = args.mode or ("both" if tracer else "timeline")
     return ProfileOptions(
         command=command, app=args.app, token=args.token or os.environ.get(TOKEN_ENV) or None,
         name=args.name, source_gpu=args.source_gpu or detect_gpu() or "", workload=args.workload,

@@ -105,7 +105,7 @@ class KernelFolderWatcher:
 
     def extras(self) -> list[Path]:
         """kernelslist[.g] and stats.csv, when present (uploaded after the kernels)."""
-        out = []
+        out: list[Path] = []
         for folder in self._folders():
             for name in (*LIST_NAMES, STATS_NAME):
                 p = folder / name

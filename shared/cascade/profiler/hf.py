@@ -8,6 +8,8 @@
 - ``timeline``: W warm-ups, then one generation under the PyTorch profiler with a
   ``step:prefill|decode:tokens=..:context=..`` range around every forward; writes
   ``CASCADE_PROFILE_TIMELINE``.
+- ``nsys``: W warm-ups and one generation with an NVTX ``step:..`` range per forward
+  (Nsight Systems, around the process, records).
 - ``instructions`` (or none): W warm-ups and one generation, nothing recorded here (the
   tracer records; select kernels with ``--kernel-range``).
 
@@ -76,6 +78,7 @@ class Recipe:
         self.model.register_forward_pre_hook(self._pre, with_kwargs=True)
         self.model.register_forward_hook(self._post)
         self.profiling = False
+        self.nvtx = os.environ.get(ENV_PASS) == "nsys" and self.device.type == "cuda"
 
     def _load_model(self) -> Any:
         from transformers import AutoConfig, AutoModelForCausalLM
@@ -125,6 +128,8 @@ class Recipe:
         self._sync()
         self._t0 = time.perf_counter()
         self.steps.append((kind, tokens, context, 0.0))
+        if self.nvtx:
+            self.torch.cuda.nvtx.range_push(f"step:{kind}:tokens={tokens}:context={context}")
         if self.profiling:
             from torch.profiler import record_function
 
@@ -135,6 +140,8 @@ class Recipe:
         if self._range is not None:
             self._range.__exit__(None, None, None)
             self._range = None
+        if self.nvtx:
+            self.torch.cuda.nvtx.range_pop()
         self._sync()
         kind, tokens, context, _ = self.steps[-1]
         self.steps[-1] = (kind, tokens, context, (time.perf_counter() - self._t0) * 1e3)

@@ -361,7 +361,9 @@ class ProfileSession:
 
     async def timeline_pass(self) -> int:
         argv, extra = self.timeline_argv()
-        return await self._run(argv, self._env("timeline", self.folder, **extra), watch=True)
+        # under nsys a recipe only marks its steps (NVTX ranges); under torch it profiles itself
+        name = "timeline" if ENV_TIMELINE in extra else "nsys"
+        return await self._run(argv, self._env(name, self.folder, **extra), watch=True)
 
     async def instruction_pass(self) -> int:
         o = self.opts

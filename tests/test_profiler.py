@@ -296,3 +296,50 @@ async def test_hf_recipe_on_cpu_profiled_imported_and_simulated(stack: TracesSta
     by_config = {c["config"]: c for c in results["configs"]}
     assert by_config["SM90_H100"]["baseline_e2e_ms"] == pytest.approx(base.summary()["e2e_ms"], rel=1e-3)
     assert by_config["SM80_A100"]["baseline_e2e_ms"] is None
+
+
+async def test_failed_command_status_is_returned_and_what_arrived_sealed(
+        stack: TracesStack, tmp_path: Path) -> None:
+    out = tmp_path / "trace"
+    result = await asyncio.wait_for(profile(_opts(stack, out, [
+        sys.executable, *STANDIN, "--kernels", "2", "--interval", "0.1", "--exit-code", "3"],
+        baseline_repeats=0)), 60)
+    assert result.exit_status == 3 and result.kernels == 2
+    record = await stack.store.require(result.trace_id or "")
+    assert record.sealed
+
+
+def test_watcher_reports_complete_kernel_files_once(tmp_path: Path) -> None:
+    from cascade.profiler.watch import KernelFolderWatcher
+
+    w = KernelFolderWatcher(tmp_path)
+    (tmp_path / "kernel-1.trace").write_text("x")
+    (tmp_path / "kernel-1.trace.tmp").write_text("not a trace name")
+    assert w.scan(exited=False) == []  # the newest file may still be being written
+    (tmp_path / "kernel-2.trace").write_text("y")
+    assert [f.path.name for f in w.scan(exited=False)] == ["kernel-1.trace"]
+    (tmp_path / "kernelslist").write_text("MemcpyHtoD,0x1,4\nkernel-2.tra")  # half a line
+    assert w.scan(exited=False) == [] and w.pending() == ["kernel-2.trace"]
+    (tmp_path / "kernelslist").write_text("MemcpyHtoD,0x1,4\nkernel-2.trace\n")
+    assert [f.path.name for f in w.scan(exited=False)] == ["kernel-2.trace"]
+    (tmp_path / "kernel-10.trace.xz").write_text("z")
+    assert w.scan(exited=False) == []
+    assert [f.kernel_id for f in w.scan(exited=True)] == [10]
+    assert w.scan(exited=True) == [] and w.pending() == []
+
+
+def test_baseline_file_round_trip_and_errors(tmp_path: Path) -> None:
+    from cascade.errors import ValidationError
+    from cascade.profiler.baseline import Baseline, write_baseline
+    from cascade.tracefiles import check_name
+
+    path = write_baseline(tmp_path / "baseline.json", Baseline(e2e_ms=[10.0, 12.0, 11.0],
+                                                               step_ms=[[1.0, 2.0], [3.0, 4.0]]))
+    got = read_baseline(path.read_bytes())
+    assert got.summary() == {"e2e_ms": 11.0, "e2e_ms_p50": 11.0, "e2e_ms_min": 10.0,
+                             "repeats": 3.0, "step_mean_ms": 2.5, "steps_per_run": 2.0}
+    assert check_name("baseline.json").kind == "baseline" and check_name("baseline.json").unit == ""
+    with pytest.raises(ValidationError, match=r"baseline.json is not a Cascade baseline.*e2e_ms"):
+        read_baseline(b'{"e2e_ms": "fast"}')
+    with pytest.raises(ValidationError, match="not JSON"):
+        read_baseline(b"{")

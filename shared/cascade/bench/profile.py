@@ -194,7 +194,13 @@ async def lag_and_memory(args: argparse.Namespace, base: Path, which: set[str]) 
             state = json.loads((out / ".cascade-import.json").read_text())
             (entry,) = state.values()
             async with CascadeClient(info["url"], info["token"]) as api:
-                files = (await api.get_trace(entry["trace_id"]))["files"]
+                deadline = time.monotonic() + 120
+                while True:  # the api accepted every file; wait for ingest to record them
+                    files = (await api.get_trace(entry["trace_id"]))["files"]
+                    if sum(f["name"] in done for f in files) >= args.files or \
+                            time.monotonic() > deadline:
+                        break
+                    await asyncio.sleep(0.2)
             lags = [f["received_at"] - done[f["name"]] for f in files if f["name"] in done]
             if len(lags) != args.files:
                 raise RuntimeError(f"{len(lags)} of {args.files} kernel files arrived")

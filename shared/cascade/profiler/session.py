@@ -408,11 +408,12 @@ class ProfileSession:
             out.append(base)
         return out
 
-    async def _finish(self) -> None:
+    async def _finish(self, command_status: int) -> None:
         if self.uploader is None or self.api is None or self.trace_id is None:
             return
         up = self.uploader
-        interrupted = self.runner.interrupted.is_set()
+        # after Ctrl-C or a failed COMMAND: seal what arrived, naming the unfinished files
+        interrupted = self.runner.interrupted.is_set() or command_status != 0
         pending = self.watcher.pending() if interrupted else []
         await up.drain()
         for p in self._final_files():
@@ -479,7 +480,7 @@ class ProfileSession:
             if self.runner.interrupted.is_set():
                 self.result.interrupted = True
                 rc = rc or 130
-            await self._finish()
+            await self._finish(rc)
         finally:
             loop.remove_signal_handler(signal.SIGINT)
             if self.uploader is not None:

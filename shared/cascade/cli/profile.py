@@ -149,6 +149,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
 
 def main(args: argparse.Namespace) -> int:
     """Entry point of ``cascade profile``."""
+    from rich.console import Console
     from rich.progress import (
         BarColumn,
         DownloadColumn,
@@ -161,7 +162,8 @@ def main(args: argparse.Namespace) -> int:
 
     opts = options_from_args(args)
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                  TransferSpeedColumn(), console=None, disable=opts.quiet or not sys.stderr.isatty(),
+                  TransferSpeedColumn(), console=Console(stderr=True),
+                  disable=opts.quiet or not sys.stderr.isatty(),
                   transient=False) as bar:
         result = asyncio.run(profile(opts, progress=bar))
     print(result.summary_line(), file=sys.stderr)

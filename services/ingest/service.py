@@ -30,6 +30,7 @@ from cascade.messages.trace import (
     TraceStateChanged,
     UploadReported,
 )
+from cascade.profiler.baseline import read_baseline
 from cascade.runtime import ServiceContext
 from cascade.state import TraceRecord
 from cascade.tracefiles import check_name, kernel_stems, raw_prefix, split_raw_key
@@ -189,6 +190,8 @@ class IngestService:
             await self._store.mutate_unit(tid, tf.unit, queue)
         elif tf.kind == "kernelslist":
             await self._read_kernelslist(tid, key, name)
+        elif tf.kind == "baseline":
+            await self._read_baseline(tid, key, name)
 
         new = FileRecord(
             name=name, key=key, size=size, etag=etag, kind=tf.kind, unit=tf.unit,
@@ -241,6 +244,21 @@ class IngestService:
             tid, ExpectedSet(files=files, source="kernelslist"), override=False
         )
         self.log.info("kernelslist read", trace_id=tid, kernels=len(stems))
+
+    async def _read_baseline(self, tid: str, key: str, name: str) -> None:
+        try:
+            data = await self.storage.get_bytes(key, max_bytes=16 * 1024 * 1024)
+            values = read_baseline(data, name).record_values()
+        except NotFoundError:
+            return
+        except ValidationError as exc:
+            why = str(exc)
+            self.log.warning("baseline ignored", trace_id=tid, error=why)
+            await self._store.mutate(tid, lambda r: replace(
+                r, warnings=capped([*r.warnings, why])) if why not in r.warnings else None)
+            return
+        await self._store.mutate(tid, lambda r: replace(r, baseline={**r.baseline, **values}))
+        self.log.info("baseline read", trace_id=tid, e2e_ms=values.get("e2e_ms"))
 
     # -- seal, completeness ---------------------------------------------------------------
     async def on_sealed(self, event: TraceSealed, delivery: Delivery) -> None:

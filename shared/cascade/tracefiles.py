@@ -5,6 +5,7 @@ A trace's raw files sit flat under ``traces/{trace}/raw/{name}``. Accepted names
 - ``kernel-N[-ctx_0x<hex>].trace[g][.xz]``: one kernel's instruction trace;
 - ``kernelslist`` / ``kernelslist.g``: the tracer's command list;
 - ``stats.csv``: the tracer's per-kernel statistics;
+- ``baseline.json``: the profiler's unprofiled timings (:mod:`cascade.profiler.baseline`);
 - timeline files: PyTorch Chrome traces ``*.json[.gz]``, Cascade ``*.csv`` /
   ``*.jsonl`` and Nsight Systems SQLite exports ``*.sqlite``. ``.nsys-rep`` reports are refused
   (export them with ``nsys export --type sqlite``).
@@ -24,9 +25,11 @@ import msgspec
 from cascade.errors import ValidationError
 from cascade.subjects import check_token
 
-FileKind = Literal["kernel", "kernelslist", "stats", "timeline"]
+FileKind = Literal["kernel", "kernelslist", "stats", "timeline", "baseline"]
 
 MAX_NAME_LENGTH = 255
+#: The profiler's baseline file (stored, not prepared; ingest copies it into the record).
+BASELINE_NAME = "baseline.json"
 
 _KERNEL = re.compile(r"^(kernel-(\d+)(?:-ctx_0x[0-9a-fA-F]+)?)\.trace(g)?(\.xz)?$")
 _KERNELSLIST = re.compile(r"^kernelslist(\.g)?$")
@@ -47,7 +50,7 @@ class TraceFile(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     """The file name (relative to the trace's raw/ prefix)."""
     kind: FileKind
-    """kernel trace, kernelslist, stats.csv or timeline."""
+    """kernel trace, kernelslist, stats.csv, timeline or baseline."""
     unit: str
     """Unit of preparation: the kernel stem ``kernel-N[-ctx_0x..]`` or the timeline file name;
     empty for kernelslist/stats.csv (stored, not prepared)."""
@@ -89,6 +92,8 @@ def check_name(name: object, field: str = "name") -> TraceFile:
         return TraceFile(name=name, kind="kernelslist", unit="")
     if name == "stats.csv":
         return TraceFile(name=name, kind="stats", unit="")
+    if name == BASELINE_NAME:
+        return TraceFile(name=name, kind="baseline", unit="")
     if _TIMELINE.match(name):
         return TraceFile(name=name, kind="timeline", unit=name, compressed=name.endswith(".gz"))
     raise ValidationError(f"{name!r} is not a trace file: expected {ACCEPTED_FORMS}", field=field)

@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gpus": ("gpus", "list the GPU specs Cascade knows"),
     "import": ("importer", "upload an existing trace folder or timeline file to a running app"),
     "predict": ("predict", "predict a traced kernel table on other GPUs"),
+    "profile": ("profile", "trace a workload (baseline, timeline, NVBit instructions) and stream it to the app"),
     "scenario": ("scenario", "simulate request traffic (TTFT, TPOT, ITL, throughput) on replicas"),
     "status": ("up", "show which parts of the embedded stack are up"),
     "trace": ("trace", "work with local trace files"),

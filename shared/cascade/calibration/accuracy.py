@@ -6,8 +6,10 @@ did not fit (``Calibration.metrics``): held-out shapes per GPU pair, and leave-o
 figure that matches a prediction's situation, and says which one it picked:
 
 1. target == source: the measured durations are kept (``scaled``), nothing to estimate;
-2. both GPUs calibrated in the measurement context and that pair was scored on held-out
-   shapes: the pair's held-out MAPE (count-weighted over its data sets);
+2. both GPUs calibrated in the measurement context: the pair's MAPE on the *shifted-shape*
+   protocol (:mod:`cascade.calibration.shift`: whole regions of the shape space never
+   fitted; count-weighted over its regions and data sets), else, for a calibration without
+   those rows, its random-split held-out MAPE;
 3. the target calibrated, the source not: the LOGO cells *from* an uncalibrated GPU;
 4. the target not calibrated: the LOGO cells *into* an uncalibrated GPU;
 5. a context without such cells (Vidur's two GPUs allow no LOGO) borrows another context's,
@@ -69,6 +71,12 @@ def _cells(rows: Iterable[Mapping[str, object]]) -> list[Mapping[str, object]]:
             or (r.get("source"), r.get("target"), r.get("dataset"), r.get("left_out")) not in with_all]
 
 
+def _pair_cells(cal: Calibration, table: str, model: str, source_id: str | None, target_id: str,
+                context: str) -> list[Mapping[str, object]]:
+    return [r for r in _cells(_rows(cal, table, model))
+            if r.get("source") == source_id and r.get("target") == target_id and _context_of(r) == context]
+
+
 def _summary(rows: list[Mapping[str, object]], weighted: bool) -> tuple[float, float, int]:
     mapes = [float(r["mape"]) for r in rows]  # type: ignore[arg-type]
     if weighted:
@@ -103,8 +111,16 @@ def expected_accuracy(cal: Calibration, source_id: str | None, target_id: str,
                                 if scored == "scaled" else f"no measured accuracy for model {model!r}", **base)
 
     if t_cal and s_cal:
-        pair = [r for r in _cells(_rows(cal, "heldout_shapes", scored))
-                if r.get("source") == source_id and r.get("target") == target_id and _context_of(r) == context]
+        shifted = _pair_cells(cal, "shifted_shapes", scored, source_id, target_id, context)
+        if shifted:
+            mean, worst, n = _summary(shifted, weighted=True)
+            kinds = sorted({str(r.get("shift")) for r in shifted})
+            held = _pair_cells(cal, "heldout_shapes", scored, source_id, target_id, context)
+            rnd = f"; random-split held-out {_summary(held, weighted=True)[0]:.1f}" if held else ""
+            return AccuracyEstimate(mape_pct=mean, worst_pct=worst, cells=n, basis=(
+                f"shifted shapes ({', '.join(kinds)} regions never fitted), {source_id} -> {target_id} "
+                f"({context} data, {n} region cells{rnd})"), **base)
+        pair = _pair_cells(cal, "heldout_shapes", scored, source_id, target_id, context)
         if pair:
             mean, worst, n = _summary(pair, weighted=True)
             count = sum(int(r.get("count", 0) or 0) for r in pair)  # type: ignore[call-overload]

@@ -412,8 +412,12 @@ def fit_sets(sets: Sequence[MeasuredSet], *, holdout: float = 0.2, evals: int = 
 
 def fit_directory(directory: str | Path, *, holdout: float = 0.2, evals: int = 800,
                   registry: GPURegistry | None = None, log: Callable[[str], None] = lambda _m: None,
-                  leave_one_gpu_out: bool = True, thorough: bool = False) -> Calibration:
-    """Fit on every measured file under ``directory`` and record provenance and accuracy."""
+                  leave_one_gpu_out: bool = True, thorough: bool = False,
+                  shifts: Sequence[str] | None = None) -> Calibration:
+    """Fit on every measured file under ``directory`` and record provenance and accuracy:
+    held-out shapes, leave-one-GPU-out and (``shifts``, default every protocol of
+    :mod:`cascade.calibration.shift`; empty to skip) the shifted-shape refits."""
+    from cascade.calibration.shift import SHIFTS, shifted_rows
     from cascade.engine.validation import evaluate
 
     reg = registry or default_registry()
@@ -452,11 +456,16 @@ def fit_directory(directory: str | Path, *, holdout: float = 0.2, evals: int = 8
                 logo.extend({**r, "left_out": out.spec.id}
                             for r in _summ(evaluate(involved, cal_wo, ("roofline", "scaled"), reg=reg)))
         metrics["leave_one_gpu_out"] = logo
+    shifts = SHIFTS if shifts is None else tuple(shifts)
+    if shifts:
+        metrics["shifted_shapes"] = shifted_rows(sets, shifts, evals=evals // 2, max_rows=max_rows,
+                                                 rounds=rounds, registry=reg, log=log)
     now = _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
     return Calibration(
         id="cascade-default", version=now[:10], created=now,
         command=(f"cascade calibrate --data {directory} --holdout {holdout} --evals {evals}"
-                 + (" --thorough" if thorough else "") + ("" if leave_one_gpu_out else " --no-leave-one-gpu-out")),
+                 + (" --thorough" if thorough else "") + ("" if leave_one_gpu_out else " --no-leave-one-gpu-out")
+                 + ("" if shifts == SHIFTS else f" --shift {','.join(shifts) or 'none'}")),
         data_files=_file_digests(sets, root), globals=cal.globals, specs=cal.specs,
         floors_ns=cal.floors_ns, tiles=cal.tiles, metrics=metrics, defaults=cal.defaults,
         contexts=cal.contexts, transfer=cal.transfer, tile_menus=cal.tile_menus, residuals=cal.residuals)

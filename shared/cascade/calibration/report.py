@@ -43,11 +43,28 @@ def markdown_table(rows: Iterable[Mapping[str, Any]], families: tuple[str, ...] 
     return "\n".join(lines)
 
 
+def shift_summary(rows: Iterable[Mapping[str, Any]]) -> str:
+    """Per (shift protocol, GPU pair): the count-weighted MAPE over its regions and data sets,
+    ``roofline`` beside ``scaled`` (:func:`cascade.calibration.shift.pooled`)."""
+    from cascade.calibration.shift import pooled
+
+    rows = [dict(r) for r in rows]
+    scaled, roof = pooled(rows, "scaled"), pooled(rows, "roofline")
+    lines = ["| shift | source -> target | scaled MAPE | roofline MAPE |", "|---|---|---|---|"]
+    for (shift, src, tgt), v in sorted(scaled.items()):
+        r = roof.get((shift, src, tgt))
+        lines.append(f"| {shift} | {_short(src)} -> {_short(tgt)} | {v:.1f} | "
+                     + (f"{r:.1f}" if r is not None else "-") + " |")
+    return "\n".join(lines)
+
+
 def render(cal: Calibration) -> str:
     """Every metrics section of a calibration as markdown."""
     out = [f"calibration `{cal.id}` {cal.version} (digest {cal.digest()}), command: `{cal.command}`", ""]
     for section, rows in cal.metrics.items():
         out += [f"### {section}", "", markdown_table(rows), ""]  # type: ignore[arg-type]
+        if section == "shifted_shapes":
+            out += ["pooled over regions and data sets:", "", shift_summary(rows), ""]  # type: ignore[arg-type]
     return "\n".join(out)
 
 

@@ -158,3 +158,11 @@ def test_layer_sums_score_whole_layers_only() -> None:
     assert len(got) == 1 and got[0]["family"] == "layer" and got[0]["left_out"] == "x"
     assert got[0]["count"] == 2  # the 512-token layer lost an operator from the selection
     assert got[0]["mape"] == pytest.approx(20.0, abs=0.01)  # |1 / 1.25 - 1|
+
+
+def test_shift_option_names_are_checked() -> None:
+    from cascade.cli.calibrate import _shifts
+
+    assert _shifts("none") == () and _shifts("octave, extremes") == ("octave", "extremes")
+    with pytest.raises(Exception, match="unknown shift"):
+        _shifts("octave,sideways")

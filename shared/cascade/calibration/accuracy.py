@@ -8,7 +8,8 @@ figure that matches a prediction's situation, and says which one it picked:
 1. target == source: the measured durations are kept (``scaled``), nothing to estimate;
 2. both GPUs calibrated in the measurement context: the pair's MAPE on the *shifted-shape*
    protocol (:mod:`cascade.calibration.shift`: whole regions of the shape space never
-   fitted; count-weighted over its regions and data sets), else, for a calibration without
+   fitted; the mean over the protocols of each one's count-weighted MAPE over its regions
+   and data sets), else, for a calibration without
    those rows, its random-split held-out MAPE;
 3. the target calibrated, the source not: the LOGO cells *from* an uncalibrated GPU;
 4. the target not calibrated but a *same-compute sibling* is (:mod:`cascade.calibration.family`:
@@ -147,12 +148,17 @@ def expected_accuracy(cal: Calibration, source_id: str | None, target_id: str,
     if t_cal and s_cal:
         shifted = _pair_cells(cal, "shifted_shapes", scored, source_id, target_id, context)
         if shifted:
-            mean, worst, n = _summary(shifted, weighted=True)
+            # each protocol weighs the same (its regions count-weighted): the octave refits
+            # score half the rows, the others a fifth to a third
             kinds = sorted({str(r.get("shift")) for r in shifted})
+            per = [_summary([r for r in shifted if r.get("shift") == k], weighted=True)[0] for k in kinds]
+            mean = round(sum(per) / len(per), 1)
+            worst, n = round(max(float(r["mape"]) for r in shifted), 1), len(shifted)  # type: ignore[arg-type]
+            kinds = [f"{k} {v:.1f}" for k, v in zip(kinds, per, strict=True)]
             held = _pair_cells(cal, "heldout_shapes", scored, source_id, target_id, context)
             rnd = f"; random-split held-out {_summary(held, weighted=True)[0]:.1f}" if held else ""
             return AccuracyEstimate(mape_pct=mean, worst_pct=worst, cells=n, basis=(
-                f"shifted shapes ({', '.join(kinds)} regions never fitted), {source_id} -> {target_id} "
+                f"shifted shapes (mean of the protocols {', '.join(kinds)}: regions never fitted), {source_id} -> {target_id} "
                 f"({context} data, {n} region cells{rnd})"), **base)
         pair = _pair_cells(cal, "heldout_shapes", scored, source_id, target_id, context)
         if pair:

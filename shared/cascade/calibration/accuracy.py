@@ -87,6 +87,11 @@ def _pair_cells(cal: Calibration, table: str, model: str, source_id: str | None,
             if r.get("source") == source_id and r.get("target") == target_id and _context_of(r) == context]
 
 
+def _weighted(rows: list[Mapping[str, object]]) -> float:
+    counts = [max(int(r.get("count", 1) or 1), 1) for r in rows]  # type: ignore[call-overload]
+    return sum(float(r["mape"]) * c for r, c in zip(rows, counts, strict=True)) / sum(counts)  # type: ignore[arg-type]
+
+
 def _summary(rows: list[Mapping[str, object]], weighted: bool) -> tuple[float, float, int]:
     mapes = [float(r["mape"]) for r in rows]  # type: ignore[arg-type]
     if weighted:
@@ -151,7 +156,7 @@ def expected_accuracy(cal: Calibration, source_id: str | None, target_id: str,
             # each protocol weighs the same (its regions count-weighted): the octave refits
             # score half the rows, the others a fifth to a third
             kinds = sorted({str(r.get("shift")) for r in shifted})
-            per = [_summary([r for r in shifted if r.get("shift") == k], weighted=True)[0] for k in kinds]
+            per = [_weighted([r for r in shifted if r.get("shift") == k]) for k in kinds]
             mean = round(sum(per) / len(per), 1)
             worst, n = round(max(float(r["mape"]) for r in shifted), 1), len(shifted)  # type: ignore[arg-type]
             kinds = [f"{k} {v:.1f}" for k, v in zip(kinds, per, strict=True)]

@@ -141,6 +141,7 @@ def _build_calibration(x: np.ndarray, layout: _Layout, tiles: dict[str, dict[str
     glob = {"softness": base.globals.softness, "alpha_gemm": base.globals.alpha_gemm,
             "alpha_other": base.globals.alpha_other, "min_tile_area": base.globals.min_tile_area,
             "clock_tau_ns": base.globals.clock_tau_ns, "wave_quant": base.globals.wave_quant,
+            "split_k": base.globals.split_k,
             "sustained_clock_scale": base.globals.sustained_clock_scale}
     for value, name in zip(x, layout.names):
         match name:

@@ -44,17 +44,25 @@ def markdown_table(rows: Iterable[Mapping[str, Any]], families: tuple[str, ...] 
 
 
 def shift_summary(rows: Iterable[Mapping[str, Any]]) -> str:
-    """Per (shift protocol, GPU pair): the count-weighted MAPE over its regions and data sets,
-    ``roofline`` beside ``scaled`` (:func:`cascade.calibration.shift.pooled`)."""
+    """Per GPU pair: each shift protocol's count-weighted MAPE over its regions and data sets
+    (:func:`cascade.calibration.shift.pooled`) and their mean (the figure a prediction
+    quotes), ``roofline``'s mean beside."""
     from cascade.calibration.shift import pooled
 
     rows = [dict(r) for r in rows]
     scaled, roof = pooled(rows, "scaled"), pooled(rows, "roofline")
-    lines = ["| shift | source -> target | scaled MAPE | roofline MAPE |", "|---|---|---|---|"]
-    for (shift, src, tgt), v in sorted(scaled.items()):
-        r = roof.get((shift, src, tgt))
-        lines.append(f"| {shift} | {_short(src)} -> {_short(tgt)} | {v:.1f} | "
-                     + (f"{r:.1f}" if r is not None else "-") + " |")
+    shifts = sorted({k[0] for k in scaled})
+    pairs_ = sorted({(k[1], k[2]) for k in scaled})
+    lines = ["| source -> target | " + " | ".join(f"{s}" for s in shifts) + " | scaled mean | roofline mean |",
+             "|---|" + "---|" * (len(shifts) + 2)]
+    for src, tgt in pairs_:
+        vals = [scaled.get((s, src, tgt)) for s in shifts]
+        rvals = [v for v in (roof.get((s, src, tgt)) for s in shifts) if v is not None]
+        got = [v for v in vals if v is not None]
+        lines.append(f"| {_short(src)} -> {_short(tgt)} | "
+                     + " | ".join("-" if v is None else f"{v:.1f}" for v in vals)
+                     + f" | {sum(got) / len(got):.1f} | "
+                     + (f"{sum(rvals) / len(rvals):.1f}" if rvals else "-") + " |")
     return "\n".join(lines)
 
 
@@ -64,7 +72,8 @@ def render(cal: Calibration) -> str:
     for section, rows in cal.metrics.items():
         out += [f"### {section}", "", markdown_table(rows), ""]  # type: ignore[arg-type]
         if section == "shifted_shapes":
-            out += ["pooled over regions and data sets:", "", shift_summary(rows), ""]  # type: ignore[arg-type]
+            out += ["per protocol (count-weighted over its regions and data sets) and their mean:", "",
+                    shift_summary(rows), ""]  # type: ignore[arg-type]
     return "\n".join(out)
 
 

@@ -24,6 +24,7 @@ quotes them for calibrated pairs; ``cascade validate --shift KIND`` prints them.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -56,7 +57,8 @@ def _aspect(pair: Pair) -> np.ndarray:
     """log2(max / min) of M, N, K for GEMMs; NaN for other kernels."""
     w = workload_of(pair.source_table)
     dims = np.vstack([w.m, w.n, w.k]).astype(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # rows without GEMM dims: NaN
         r = np.log2(np.nanmax(dims, axis=0) / np.nanmin(dims, axis=0)) if len(w) else np.zeros(0)
     return np.where(w.is_gemm, r, np.nan)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import os
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -48,6 +49,9 @@ MENU_SHARE = 0.05
 RESIDUAL_WIDTH = 2.0
 RESIDUAL_MIN_ROWS = 5
 _FAMILY_PARAMS = ("norm", "embedding", "elementwise")
+#: Split-K GEMMs in the fitted model (:func:`cascade.engine.perf.split_k_factors`); env
+#: CASCADE_FIT_SPLIT_K=0 fits without (the comparison in ACCURACY.md).
+SPLIT_K = float(os.environ.get("CASCADE_FIT_SPLIT_K", "1"))
 
 
 def compass_search(f: Callable[[np.ndarray], float], x0: np.ndarray, step: float = 0.3,
@@ -382,7 +386,7 @@ def fit_sets(sets: Sequence[MeasuredSet], *, holdout: float = 0.2, evals: int = 
     all_pairs = pairs(list(sets))
     prepared = [_prepare(pair, holdout, max_rows, exclude) for pair in all_pairs]
     base = Calibration(id="cascade-default", defaults=_spec_defaults(sets),
-                       globals=base_globals or Globals(), contexts=_contexts(sets),
+                       globals=base_globals or Globals(split_k=SPLIT_K), contexts=_contexts(sets),
                        tile_menus=_tile_menus([(p.pair.source.spec.arch, p.w) for p in prepared]))
     layout, x = _initial(sets)
     log(f"fitting {len(x)} parameters on {len(prepared)} GPU pairs "

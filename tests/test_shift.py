@@ -166,3 +166,24 @@ def test_shift_option_names_are_checked() -> None:
     assert _shifts("none") == () and _shifts("octave, extremes") == ("octave", "extremes")
     with pytest.raises(Exception, match="unknown shift"):
         _shifts("octave,sideways")
+
+
+def test_split_k_reads_the_grid_of_the_kernel_that_ran_and_fills_the_sms_otherwise() -> None:
+    from cascade.engine.perf import gemm_compute_ns, split_k_factors
+
+    t = KernelTable.from_rows([
+        {"name": "ampere_sgemm_32x32_sliced1x4_tn", "op": "linear", "dtype": "fp32", "batch": 1, "m": 71, "n": 10,
+         "k": 55349, "grid_x": 1, "grid_y": 3, "grid_z": 26, "duration_ns": 7e4},
+        {"name": "ampere_sgemm_32x32_sliced1x4_tn", "op": "linear", "dtype": "fp32", "batch": 1, "m": 4096,
+         "n": 4096, "k": 512, "grid_x": 128, "grid_y": 128, "grid_z": 1, "duration_ns": 7e4}])
+    w = workload_of(t)
+    a100 = SPECS["SM80_A100_PCIE_40GB"]
+    named = split_k_factors(w, a100, w.tile_a, w.tile_b)
+    assert list(named) == [26.0, 1.0]  # 78 blocks over 3 output tiles; a full grid is not split
+    other = np.full(2, 64.0)  # a policy tile (another GPU's library): fill the idle SMs
+    fill = split_k_factors(w, a100, other, other)
+    assert fill[0] == a100.sms // 2 and fill[1] == 1.0  # 2 tiles of 64x64 on 108 SMs; K chunks >= 256
+    rate = np.full(2, 1e13)
+    one = gemm_compute_ns(w, a100, rate, w.tile_a, w.tile_b, 4096.0)
+    split = gemm_compute_ns(w, a100, rate, w.tile_a, w.tile_b, 4096.0, splits=named)
+    assert split[0] == pytest.approx(one[0] / 26.0) and split[1] == one[1]

@@ -91,9 +91,14 @@ def test_packaged_calibration_reports_its_own_held_out_figure() -> None:
             and r["model"] == "scaled"]
     assert len(rows) == 1
     est = expected_accuracy(cal, "SM80_A100", "SM90_H100", "kernel")
-    assert est.mape_pct == pytest.approx(rows[0]["mape"], abs=0.05)
-    assert est.mape_pct is not None and est.mape_pct <= 10  # the issue's FP16 target
-    unseen = expected_accuracy(cal, "SM80_A100", "SM90_H200", "kernel")
+    # without shifted-shape rows the random split is quoted (the SYNTH case above); with them
+    # the shifted figure (tests/test_shift.py), never below the random split's
+    plain = expected_accuracy(Calibration(metrics={"heldout_shapes": cal.metrics["heldout_shapes"]},
+                                          contexts=cal.contexts), "SM80_A100", "SM90_H100", "kernel")
+    assert plain.mape_pct == pytest.approx(rows[0]["mape"], abs=0.05)
+    assert est.mape_pct is not None and est.mape_pct >= plain.mape_pct - 0.05
+    assert est.mape_pct <= 10  # the issue's FP16 target
+    unseen = expected_accuracy(cal, "SM80_A100", "SM100_B200", "kernel")  # no same-compute sibling
     assert not unseen.target_calibrated and unseen.mape_pct is not None and unseen.mape_pct > est.mape_pct
 
 
@@ -164,9 +169,10 @@ def test_cli_predict_prints_provenance_accuracy_and_extrapolation(tmp_path: Path
     cal = load_calibration()
     assert lines[0].startswith("SM90_H100 from SM80_A100: model scaled")
     assert f"calibration {cal.id}@{cal.version} ({cal.digest()})" in lines[0]
-    assert "expected MAPE" in lines[0] and "held-out shapes" in lines[0]
+    assert "expected MAPE" in lines[0] and ("shifted shapes" in lines[0] or "held-out shapes" in lines[0])
     assert "kernels extrapolated" in lines[0] and "GEMM shape outside" in lines[0]
-    assert "into a GPU with no calibration" in lines[1]
+    assert "SM90_H200 has no calibration: SM90_H100's accuracy plus a bandwidth transfer" in lines[1]
+    assert "target GPU not calibrated" in lines[1]
     assert np.isfinite(float(proc.stdout.splitlines()[1].split(",")[-3]))
 
 

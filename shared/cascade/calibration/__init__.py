@@ -68,6 +68,8 @@ class Globals(msgspec.Struct, frozen=True, kw_only=True):
     """A GEMM tile smaller than this many outputs takes as long as one of this size."""
     wave_quant: float = 0.0
     """0: GEMM tiles spread over SMs as fractional waves; 1: the tail wave costs a whole wave."""
+    split_k: float = 0.0
+    """1: GEMMs split their K loop (:func:`cascade.engine.perf.split_k_factors`); 0: never."""
     clock_tau_ns: float = 1.0e6
     """Compute time (at boost) at which a power-limited GPU's clock sits halfway between boost
     and its sustained clock (:func:`cascade.engine.perf.clock_slowdown`)."""

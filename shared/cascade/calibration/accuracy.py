@@ -6,10 +6,18 @@ did not fit (``Calibration.metrics``): held-out shapes per GPU pair, and leave-o
 figure that matches a prediction's situation, and says which one it picked:
 
 1. target == source: the measured durations are kept (``scaled``), nothing to estimate;
-2. both GPUs calibrated in the measurement context and that pair was scored on held-out
-   shapes: the pair's held-out MAPE (count-weighted over its data sets);
+2. both GPUs calibrated in the measurement context: the pair's MAPE on the *shifted-shape*
+   protocol (:mod:`cascade.calibration.shift`: whole regions of the shape space never
+   fitted; the mean over the protocols of each one's count-weighted MAPE over its regions
+   and data sets), else, for a calibration without
+   those rows, its random-split held-out MAPE;
 3. the target calibrated, the source not: the LOGO cells *from* an uncalibrated GPU;
-4. the target not calibrated: the LOGO cells *into* an uncalibrated GPU;
+4. the target not calibrated but a *same-compute sibling* is (:mod:`cascade.calibration.family`:
+   H200 <- H100, A100 PCIe <- A100 SXM): the source -> sibling figure of case 2, or, from the
+   sibling itself, the memory-bound operators' cross-GPU figure (a bandwidth transfer), and
+   the basis says so;
+4b. otherwise the target not calibrated: the LOGO cells *into* an uncalibrated GPU (naming
+   the closest calibrated sibling and what differs);
 5. a context without such cells (Vidur's two GPUs allow no LOGO) borrows another context's,
    and the basis says so; with no measurement at all the estimate is ``None``.
 
@@ -24,6 +32,8 @@ from collections.abc import Iterable, Mapping
 import msgspec
 
 from cascade.calibration import Calibration, measurement_context
+from cascade.calibration.family import sibling
+from cascade.gpus.spec import GPUSpec
 
 
 class AccuracyEstimate(msgspec.Struct, frozen=True, kw_only=True):
@@ -39,6 +49,8 @@ class AccuracyEstimate(msgspec.Struct, frozen=True, kw_only=True):
     """Which measurement the figure is (data, protocol, GPUs)."""
     target_calibrated: bool = False
     source_calibrated: bool = False
+    sibling: str | None = None
+    """The calibrated GPU an uncalibrated target borrows from (:mod:`cascade.calibration.family`)."""
 
 
 def calibrated_in(cal: Calibration, spec_id: str, measurement: str | None) -> bool:
@@ -69,6 +81,17 @@ def _cells(rows: Iterable[Mapping[str, object]]) -> list[Mapping[str, object]]:
             or (r.get("source"), r.get("target"), r.get("dataset"), r.get("left_out")) not in with_all]
 
 
+def _pair_cells(cal: Calibration, table: str, model: str, source_id: str | None, target_id: str,
+                context: str) -> list[Mapping[str, object]]:
+    return [r for r in _cells(_rows(cal, table, model))
+            if r.get("source") == source_id and r.get("target") == target_id and _context_of(r) == context]
+
+
+def _weighted(rows: list[Mapping[str, object]]) -> float:
+    counts = [max(int(r.get("count", 1) or 1), 1) for r in rows]  # type: ignore[call-overload]
+    return sum(float(r["mape"]) * c for r, c in zip(rows, counts, strict=True)) / sum(counts)  # type: ignore[arg-type]
+
+
 def _summary(rows: list[Mapping[str, object]], weighted: bool) -> tuple[float, float, int]:
     mapes = [float(r["mape"]) for r in rows]  # type: ignore[arg-type]
     if weighted:
@@ -86,11 +109,36 @@ def _context_of(row: Mapping[str, object]) -> str:
     return measurement_context(kind) or "kernel"
 
 
+def _specs(extra: Mapping[str, GPUSpec] | None) -> dict[str, GPUSpec]:
+    from cascade.gpus import default_registry
+
+    out = {s.id: s for s in default_registry()}
+    out.update(extra or {})
+    return out
+
+
+#: Op families whose time is DRAM traffic: the bandwidth-transfer figure.
+MEMORY_FAMILIES = ("elementwise", "norm", "embedding")
+
+
+def _bandwidth_transfer(cal: Calibration, model: str, context: str) -> tuple[float, float, int] | None:
+    """Count-weighted MAPE of memory-bound operator families between calibrated GPUs of the
+    context, on the shifted-shape protocol (else random-split held-out shapes)."""
+    for table in ("shifted_shapes", "heldout_shapes"):
+        rows = [r for r in _rows(cal, table, model)
+                if r.get("family") in MEMORY_FAMILIES and _context_of(r) == context]
+        if rows:
+            return _summary(rows, weighted=True)
+    return None
+
+
 def expected_accuracy(cal: Calibration, source_id: str | None, target_id: str,
-                      measurement: str | None = "kernel", model: str = "scaled") -> AccuracyEstimate:
+                      measurement: str | None = "kernel", model: str = "scaled",
+                      specs: Mapping[str, GPUSpec] | None = None) -> AccuracyEstimate:
     """The calibration's measured error for predicting ``target_id`` from ``source_id``
     (``None``: no measured source times) with ``model`` (``auto`` and ``scaled`` read the
-    ``scaled`` figures; ``roofline`` its own; other models have none)."""
+    ``scaled`` figures; ``roofline`` its own; other models have none). ``specs`` adds GPU
+    specs (id -> spec) beyond the built-in ones, to find an uncalibrated target's sibling."""
     context = measurement_context(measurement) or "kernel"
     t_cal = calibrated_in(cal, target_id, measurement)
     s_cal = bool(source_id) and calibrated_in(cal, str(source_id), measurement)
@@ -103,14 +151,47 @@ def expected_accuracy(cal: Calibration, source_id: str | None, target_id: str,
                                 if scored == "scaled" else f"no measured accuracy for model {model!r}", **base)
 
     if t_cal and s_cal:
-        pair = [r for r in _cells(_rows(cal, "heldout_shapes", scored))
-                if r.get("source") == source_id and r.get("target") == target_id and _context_of(r) == context]
+        shifted = _pair_cells(cal, "shifted_shapes", scored, source_id, target_id, context)
+        if shifted:
+            # each protocol weighs the same (its regions count-weighted): the octave refits
+            # score half the rows, the others a fifth to a third
+            kinds = sorted({str(r.get("shift")) for r in shifted})
+            per = [_weighted([r for r in shifted if r.get("shift") == k]) for k in kinds]
+            mean = round(sum(per) / len(per), 1)
+            worst, n = round(max(float(r["mape"]) for r in shifted), 1), len(shifted)  # type: ignore[arg-type]
+            kinds = [f"{k} {v:.1f}" for k, v in zip(kinds, per, strict=True)]
+            held = _pair_cells(cal, "heldout_shapes", scored, source_id, target_id, context)
+            rnd = f"; random-split held-out {_summary(held, weighted=True)[0]:.1f}" if held else ""
+            return AccuracyEstimate(mape_pct=mean, worst_pct=worst, cells=n, basis=(
+                f"shifted shapes (mean of the protocols {', '.join(kinds)}: regions never fitted), {source_id} -> {target_id} "
+                f"({context} data, {n} region cells{rnd})"), **base)
+        pair = _pair_cells(cal, "heldout_shapes", scored, source_id, target_id, context)
         if pair:
             mean, worst, n = _summary(pair, weighted=True)
             count = sum(int(r.get("count", 0) or 0) for r in pair)  # type: ignore[call-overload]
             return AccuracyEstimate(mape_pct=mean, worst_pct=worst, cells=n, basis=(
                 f"held-out shapes, {source_id} -> {target_id} ({context} data, {count} operators)"), **base)
 
+    sib = None
+    if not t_cal:
+        known = _specs(specs)
+        if target_id in known:
+            sib = sibling(cal, known[target_id], measurement, known)
+    if sib is not None and sib.same_compute:
+        what = (f"{target_id} has no calibration: {sib.id}'s accuracy plus a bandwidth transfer (same SMs and "
+                f"clocks; {', '.join(sib.differs) or 'no spec figure differs'}; the transfer's own error is not "
+                f"measured here: no two GPUs of one die in one harness in the data)")
+        if s_cal and source_id != sib.id:
+            got = expected_accuracy(cal, source_id, sib.id, measurement, model, specs)
+            if got.mape_pct is not None:
+                return AccuracyEstimate(mape_pct=got.mape_pct, worst_pct=got.worst_pct, cells=got.cells,
+                                        basis=f"{what}; {got.basis}", sibling=sib.id, **base)
+        if source_id == sib.id:
+            bw = _bandwidth_transfer(cal, scored, context)
+            if bw is not None:
+                return AccuracyEstimate(mape_pct=bw[0], worst_pct=bw[1], cells=bw[2], sibling=sib.id, basis=(
+                    f"{what}; the bandwidth transfer alone, as memory-bound operators ({', '.join(MEMORY_FAMILIES)}) "
+                    f"transfer between the calibrated GPUs of {context} data: {bw[2]} cells"), **base)
     logo = _cells(_rows(cal, "leave_one_gpu_out", scored))
     if t_cal:
         want, what = [r for r in logo if r.get("left_out") == r.get("source")], "from a GPU with no calibration into a calibrated one"
@@ -121,8 +202,12 @@ def expected_accuracy(cal: Calibration, source_id: str | None, target_id: str,
     if picked:
         mean, worst, n = _summary(picked, weighted=False)
         where = f"{context} data" if same else f"{_context_of(picked[0])} data (no such cells for {context} data)"
-        return AccuracyEstimate(mape_pct=mean, worst_pct=worst, cells=n, basis=(
-            f"leave-one-GPU-out, {what}: mean of {n} cells, {where}"), **base)
+        note = ""
+        if sib is not None:
+            note = (f"; closest calibrated sibling {sib.id}, which differs in "
+                    f"{', '.join(sib.differs) or 'no spec figure'}")
+        return AccuracyEstimate(mape_pct=mean, worst_pct=worst, cells=n, sibling=sib.id if sib else None, basis=(
+            f"leave-one-GPU-out, {what}: mean of {n} cells, {where}{note}"), **base)
     return AccuracyEstimate(basis="the calibration has no accuracy measurement for this case", **base)
 
 

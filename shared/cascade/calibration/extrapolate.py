@@ -12,7 +12,8 @@ never saw; the closest tests the data allow:
 
 ``python -m cascade.calibration.extrapolate [--data DIR] [--evals N] [--largest Q]`` prints,
 per left-out block, data set, family and GPU pair, the count and MAPE / median / p90 of
-``roofline`` and ``scaled`` (markdown, as in ``ACCURACY.md``).
+``roofline`` and ``scaled`` (markdown, as in ``ACCURACY.md``); the TP run adds the per-layer
+sums (:mod:`cascade.calibration.layers`, family ``layer``) beside the per-operator rows.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from cascade.calibration.fit import fit_sets
+from cascade.calibration.layers import layer_rows
 from cascade.calibration.report import markdown_table
 from cascade.engine.measured import MeasuredSet, Pair, discover, pairs, vidur_tp_degree
 from cascade.engine.validation import evaluate
@@ -54,6 +56,7 @@ def leave_one_tp_out(sets: Sequence[MeasuredSet], *, evals: int = 800,
             d = to_builtins(s)
             d["left_out"] = f"TP {tp}"
             rows.append(d)
+        rows.extend(layer_rows(vidur_pairs, cal, reg=reg, select=select, left_out=f"TP {tp}"))
     return rows
 
 
@@ -114,7 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         sys.stderr.write(f"no Vidur data with two or more tensor-parallel degrees under {args.data}\n")
         return 1
-    sys.stdout.write(markdown_table(rows, families=("all",)) + "\n")
+    sys.stdout.write(markdown_table([r for r in rows if r["family"] != "layer"], families=("all",)) + "\n")
+    sys.stdout.write("\nper-layer sums (family `layer`: every per-layer operator of one Vidur layer at one "
+                     "token count, TP degree left out):\n\n"
+                     + markdown_table([r for r in rows if r["family"] in ("all", "layer")]) + "\n")
     return 0
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import os
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -48,6 +49,9 @@ MENU_SHARE = 0.05
 RESIDUAL_WIDTH = 2.0
 RESIDUAL_MIN_ROWS = 5
 _FAMILY_PARAMS = ("norm", "embedding", "elementwise")
+#: Split-K GEMMs in the fitted model (:func:`cascade.engine.perf.split_k_factors`); env
+#: CASCADE_FIT_SPLIT_K=0 fits without (the comparison in ACCURACY.md).
+SPLIT_K = float(os.environ.get("CASCADE_FIT_SPLIT_K", "1"))
 
 
 def compass_search(f: Callable[[np.ndarray], float], x0: np.ndarray, step: float = 0.3,
@@ -141,6 +145,7 @@ def _build_calibration(x: np.ndarray, layout: _Layout, tiles: dict[str, dict[str
     glob = {"softness": base.globals.softness, "alpha_gemm": base.globals.alpha_gemm,
             "alpha_other": base.globals.alpha_other, "min_tile_area": base.globals.min_tile_area,
             "clock_tau_ns": base.globals.clock_tau_ns, "wave_quant": base.globals.wave_quant,
+            "split_k": base.globals.split_k,
             "sustained_clock_scale": base.globals.sustained_clock_scale}
     for value, name in zip(x, layout.names):
         match name:
@@ -381,7 +386,7 @@ def fit_sets(sets: Sequence[MeasuredSet], *, holdout: float = 0.2, evals: int = 
     all_pairs = pairs(list(sets))
     prepared = [_prepare(pair, holdout, max_rows, exclude) for pair in all_pairs]
     base = Calibration(id="cascade-default", defaults=_spec_defaults(sets),
-                       globals=base_globals or Globals(), contexts=_contexts(sets),
+                       globals=base_globals or Globals(split_k=SPLIT_K), contexts=_contexts(sets),
                        tile_menus=_tile_menus([(p.pair.source.spec.arch, p.w) for p in prepared]))
     layout, x = _initial(sets)
     log(f"fitting {len(x)} parameters on {len(prepared)} GPU pairs "
@@ -412,8 +417,12 @@ def fit_sets(sets: Sequence[MeasuredSet], *, holdout: float = 0.2, evals: int = 
 
 def fit_directory(directory: str | Path, *, holdout: float = 0.2, evals: int = 800,
                   registry: GPURegistry | None = None, log: Callable[[str], None] = lambda _m: None,
-                  leave_one_gpu_out: bool = True, thorough: bool = False) -> Calibration:
-    """Fit on every measured file under ``directory`` and record provenance and accuracy."""
+                  leave_one_gpu_out: bool = True, thorough: bool = False,
+                  shifts: Sequence[str] | None = None) -> Calibration:
+    """Fit on every measured file under ``directory`` and record provenance and accuracy:
+    held-out shapes, leave-one-GPU-out and (``shifts``, default every protocol of
+    :mod:`cascade.calibration.shift`; empty to skip) the shifted-shape refits."""
+    from cascade.calibration.shift import SHIFTS, shifted_rows
     from cascade.engine.validation import evaluate
 
     reg = registry or default_registry()
@@ -452,11 +461,16 @@ def fit_directory(directory: str | Path, *, holdout: float = 0.2, evals: int = 8
                 logo.extend({**r, "left_out": out.spec.id}
                             for r in _summ(evaluate(involved, cal_wo, ("roofline", "scaled"), reg=reg)))
         metrics["leave_one_gpu_out"] = logo
+    shifts = SHIFTS if shifts is None else tuple(shifts)
+    if shifts:
+        metrics["shifted_shapes"] = shifted_rows(sets, shifts, evals=evals // 2, max_rows=max_rows,
+                                                 rounds=rounds, registry=reg, log=log)
     now = _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
     return Calibration(
         id="cascade-default", version=now[:10], created=now,
         command=(f"cascade calibrate --data {directory} --holdout {holdout} --evals {evals}"
-                 + (" --thorough" if thorough else "") + ("" if leave_one_gpu_out else " --no-leave-one-gpu-out")),
+                 + (" --thorough" if thorough else "") + ("" if leave_one_gpu_out else " --no-leave-one-gpu-out")
+                 + ("" if shifts == SHIFTS else f" --shift {','.join(shifts) or 'none'}")),
         data_files=_file_digests(sets, root), globals=cal.globals, specs=cal.specs,
         floors_ns=cal.floors_ns, tiles=cal.tiles, metrics=metrics, defaults=cal.defaults,
         contexts=cal.contexts, transfer=cal.transfer, tile_menus=cal.tile_menus, residuals=cal.residuals)

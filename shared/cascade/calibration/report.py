@@ -43,11 +43,37 @@ def markdown_table(rows: Iterable[Mapping[str, Any]], families: tuple[str, ...] 
     return "\n".join(lines)
 
 
+def shift_summary(rows: Iterable[Mapping[str, Any]]) -> str:
+    """Per GPU pair: each shift protocol's count-weighted MAPE over its regions and data sets
+    (:func:`cascade.calibration.shift.pooled`) and their mean (the figure a prediction
+    quotes), ``roofline``'s mean beside."""
+    from cascade.calibration.shift import pooled
+
+    rows = [dict(r) for r in rows]
+    scaled, roof = pooled(rows, "scaled"), pooled(rows, "roofline")
+    shifts = sorted({k[0] for k in scaled})
+    pairs_ = sorted({(k[1], k[2]) for k in scaled})
+    lines = ["| source -> target | " + " | ".join(f"{s}" for s in shifts) + " | scaled mean | roofline mean |",
+             "|---|" + "---|" * (len(shifts) + 2)]
+    for src, tgt in pairs_:
+        vals = [scaled.get((s, src, tgt)) for s in shifts]
+        rvals = [v for v in (roof.get((s, src, tgt)) for s in shifts) if v is not None]
+        got = [v for v in vals if v is not None]
+        lines.append(f"| {_short(src)} -> {_short(tgt)} | "
+                     + " | ".join("-" if v is None else f"{v:.1f}" for v in vals)
+                     + f" | {sum(got) / len(got):.1f} | "
+                     + (f"{sum(rvals) / len(rvals):.1f}" if rvals else "-") + " |")
+    return "\n".join(lines)
+
+
 def render(cal: Calibration) -> str:
     """Every metrics section of a calibration as markdown."""
     out = [f"calibration `{cal.id}` {cal.version} (digest {cal.digest()}), command: `{cal.command}`", ""]
     for section, rows in cal.metrics.items():
         out += [f"### {section}", "", markdown_table(rows), ""]  # type: ignore[arg-type]
+        if section == "shifted_shapes":
+            out += ["per protocol (count-weighted over its regions and data sets) and their mean:", "",
+                    shift_summary(rows), ""]  # type: ignore[arg-type]
     return "\n".join(out)
 
 

@@ -16,6 +16,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--specs", metavar="DIR", help="also load user GPU spec files from DIR")
     p.add_argument("--heldout", type=float, default=None, metavar="FRACTION",
                    help="only score the shapes the calibration held out (its hash split)")
+    p.add_argument("--shift", metavar="KINDS",
+                   help="shifted-shape protocol instead (comma-separated: octave, aspect, extremes): refit "
+                        "without whole regions of the shape space and score only them, per region and GPU "
+                        "pair, roofline beside scaled (about 2 minutes per refit; octave has two)")
+    p.add_argument("--evals", type=int, default=400, help="objective evaluations per search of --shift refits")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
 
@@ -40,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
     all_pairs = pairs(sets)
     if not all_pairs:
         raise ValidationError(f"no pair of GPUs with common operators under {args.data}", field="data")
+    if args.shift:
+        return _shifted(args, sets)
     select = None
     if args.heldout:
         select = {(p.source.dataset, p.source.spec.id, p.target.spec.id): heldout_mask(p.keys, args.heldout)
@@ -61,4 +68,20 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(s.dataset, s.family, f"{s.source} -> {s.target}", s.model, str(s.count),
                       f"{s.mape:.1f}", f"{s.median_ape:.1f}", f"{s.p90_ape:.1f}")
     Console(width=140).print(table)
+    return 0
+
+
+def _shifted(args: argparse.Namespace, sets: list) -> int:  # type: ignore[type-arg]
+    """The shifted-shape protocol: per region table, then per (protocol, pair) pooled MAPE."""
+    from cascade.calibration.report import markdown_table, shift_summary
+    from cascade.calibration.shift import shifted_rows
+    from cascade.cli.calibrate import _shifts
+
+    rows = shifted_rows(sets, _shifts(args.shift), evals=args.evals,
+                        log=lambda m: print(m, file=sys.stderr))
+    if args.json:
+        doc = {"data": str(args.data), "shift": args.shift, "results": rows}
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(doc), indent=2).decode() + "\n")
+        return 0
+    sys.stdout.write(markdown_table(rows) + "\n\n" + shift_summary(rows) + "\n")
     return 0

@@ -169,11 +169,25 @@ class ScaledConfig(msgspec.Struct, frozen=True, kw_only=True):
 HARNESS_FLOOR_FRACTION = 0.9
 
 
+def _sibling_floor(cal: Calibration, target: GPUSpec) -> float | None:
+    """The fitted per-kernel fixed time of an uncalibrated target's same-compute sibling
+    (same die, SMs and clocks: H200 <- H100; :mod:`cascade.calibration.family`)."""
+    from cascade.calibration.family import sibling
+    from cascade.gpus import default_registry
+
+    known = {s.id: s for s in default_registry()}
+    sib = sibling(cal, target, "kernel", known)
+    if sib is None or not sib.same_compute or sib.id not in known:
+        return None
+    return cal.floor_ns("kernel", known[sib.id])
+
+
 def fixed_times(table_durations: np.ndarray, source: GPUSpec, target: GPUSpec,
                 cal: Calibration, measurement: str) -> tuple[float, float]:
     """Fixed per-kernel time on source and target for a measurement kind.
 
-    ``kernel``: the calibrated value, else the spec's launch overhead. Other kinds
+    ``kernel``: the calibrated value, else that of a same-compute sibling (H200 <- H100),
+    else the spec's launch overhead. Other kinds
     (benchmark harnesses): the calibrated value for the GPU, else a fraction of the 1st
     percentile of the source durations (the harness floor seen in the data), else the
     target's; an uncalibrated target keeps the source's floor (the harness's fixed time is
@@ -181,6 +195,8 @@ def fixed_times(table_durations: np.ndarray, source: GPUSpec, target: GPUSpec,
     """
     fs = cal.floor_ns(measurement, source)
     ft = cal.floor_ns(measurement, target)
+    if measurement == "kernel" and ft is None and cal.floors_ns.get("kernel"):
+        ft = _sibling_floor(cal, target)
     if measurement == "kernel":
         return (fs if fs is not None else source.launch_overhead_ns,
                 ft if ft is not None else target.launch_overhead_ns)

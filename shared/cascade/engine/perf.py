@@ -71,19 +71,39 @@ TILE_CANDIDATES: tuple[tuple[int, int], ...] = (
 
 
 def gemm_compute_ns(w: Workload, spec: GPUSpec, rate: np.ndarray, ta: np.ndarray, tb: np.ndarray,
-                    min_tile_area: float, wave_quant: float = 0.0) -> np.ndarray:
+                    min_tile_area: float, wave_quant: float = 0.0, splits: np.ndarray | None = None) -> np.ndarray:
     """Compute time of tiled GEMMs: each SM works through its share of tiles (at least one);
     a tile smaller than ``min_tile_area`` takes as long as one of that area (its K loop, not
     its size, bounds it; split over ``k_split`` warps for sliced-K kernels). ``wave_quant``
     in [0, 1] blends fractional waves (0) with whole waves (1: the tail wave costs a full one). ``rate`` is the sustained FLOP/s of the whole GPU."""
     with np.errstate(invalid="ignore"):
         tiles = w.batch * np.ceil(w.n / np.maximum(ta, 1)) * np.ceil(w.m / np.maximum(tb, 1))
-        waves = tiles / spec.sms
+        s = np.ones(len(w)) if splits is None else splits
+        waves = tiles * s / spec.sms
         if wave_quant > 0:
             waves = waves + wave_quant * (np.ceil(waves) - waves)
         per_sm = np.maximum(waves, 1.0)
-        tile_flops = 2.0 * w.k * np.maximum(ta * tb, min_tile_area / w.k_split)
+        tile_flops = 2.0 * (w.k / s) * np.maximum(ta * tb, min_tile_area / w.k_split)
         return per_sm * tile_flops / (rate / spec.sms) * 1e9
+
+
+#: Smallest K chunk of a split-K GEMM.
+SPLIT_K_MIN_CHUNK = 256.0
+
+
+def split_k_factors(w: Workload, spec: GPUSpec, ta: np.ndarray, tb: np.ndarray) -> np.ndarray:
+    """K-split of each GEMM: for the kernel that ran (its named tile, a known grid), the grid's
+    blocks per output tile (cuBLAS puts the split in gridDim.z); for a tile chosen by a policy
+    (another GPU's library), the split that fills the SMs of an under-filled grid, in K chunks
+    of at least 256; 1 for the rest."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tiles = w.batch * np.ceil(w.n / np.maximum(ta, 1)) * np.ceil(w.m / np.maximum(tb, 1))
+        most = np.maximum(np.floor(w.k / SPLIT_K_MIN_CHUNK), 1.0)
+        named = (ta == w.tile_a) & (tb == w.tile_b) & (w.tile_a > 0) & np.isfinite(w.blocks)
+        measured = np.clip(np.round(w.blocks / tiles), 1.0, most)
+        fill = np.clip(np.floor(spec.sms / tiles), 1.0, most)
+        out = np.where(named, measured, fill)
+    return np.where(w.is_gemm & np.isfinite(out), out, 1.0)
 
 
 def target_tiles(w: Workload, spec: GPUSpec, cal: Calibration, source: GPUSpec | None,
@@ -339,7 +359,8 @@ def kernel_times(
     gemm = w.is_gemm
     ta, tb = tiles
     rate = peak * eff_c
-    tiled = gemm_compute_ns(w, spec, rate, ta, tb, cal.globals.min_tile_area, cal.globals.wave_quant)
+    splits = split_k_factors(w, spec, ta, tb) if cal.globals.split_k else None
+    tiled = gemm_compute_ns(w, spec, rate, ta, tb, cal.globals.min_tile_area, cal.globals.wave_quant, splits)
     use_tiles = gemm & (ta > 0) & (tb > 0) & np.isfinite(tiled)
     plain = w.flops / rate * 1e9
     compute = np.where(use_tiles, np.maximum(tiled, plain), plain)

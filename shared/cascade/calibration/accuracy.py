@@ -28,6 +28,7 @@ Which kernels a prediction extrapolates to is per kernel: see
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import msgspec
 
@@ -142,7 +143,7 @@ def expected_accuracy(cal: Calibration, source_id: str | None, target_id: str,
     context = measurement_context(measurement) or "kernel"
     t_cal = calibrated_in(cal, target_id, measurement)
     s_cal = bool(source_id) and calibrated_in(cal, str(source_id), measurement)
-    base = {"target_calibrated": t_cal, "source_calibrated": s_cal}
+    base: dict[str, Any] = {"target_calibrated": t_cal, "source_calibrated": s_cal}
     scored = "scaled" if model in ("auto", "scaled") else model
     if source_id and source_id == target_id and scored == "scaled":
         return AccuracyEstimate(mape_pct=0.0, worst_pct=0.0, basis="target is the source GPU: measured durations kept", **base)

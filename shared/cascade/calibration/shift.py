@@ -25,7 +25,8 @@ quotes them for calibrated pairs; ``cascade validate --shift KIND`` prints them.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -72,12 +73,17 @@ def _size(pair: Pair) -> tuple[np.ndarray, np.ndarray]:
 Region = tuple[str, Callable[[Pair], np.ndarray]]
 
 
+def _parity_is(parity: int) -> Callable[[Pair], np.ndarray]:
+    def held(p: Pair) -> np.ndarray:
+        return np.asarray(_octave_parity(p) == parity)
+    return held
+
+
 def folds(sets: Sequence[MeasuredSet], shift: str) -> list[list[Region]]:
     """The refits of a shift: each a list of (region name, pair -> held-out rows)."""
     all_pairs = pairs(list(sets))
     if shift == "octave":
-        return [[(f"octave cells, {name}", lambda p, b=b: _octave_parity(p) == b)]
-                for b, name in ((0, "even"), (1, "odd"))]
+        return [[(f"octave cells, {name}", _parity_is(b))] for b, name in ((0, "even"), (1, "odd"))]
     if shift == "aspect":
         by_set: dict[str, list[np.ndarray]] = {}
         for p in all_pairs:
@@ -168,7 +174,8 @@ def shifted_rows(sets: Sequence[MeasuredSet], shifts: Sequence[str] = SHIFTS, *,
     return rows
 
 
-def pooled(rows: Sequence[dict[str, object]], model: str = "scaled") -> dict[tuple[str, str, str], float]:
+def pooled(rows: Sequence[Mapping[str, Any]], model: str = "scaled",
+           ) -> dict[tuple[str, str, str], float]:
     """(shift, source, target) -> count-weighted MAPE over its regions and data sets (one
     ``all`` row per data set where it has one, else its family rows)."""
     from cascade.calibration.accuracy import _cells
@@ -176,5 +183,5 @@ def pooled(rows: Sequence[dict[str, object]], model: str = "scaled") -> dict[tup
     acc: dict[tuple[str, str, str], list[tuple[float, int]]] = {}
     for r in _cells([r for r in rows if r.get("model") == model]):
         acc.setdefault((str(r["shift"]), str(r["source"]), str(r["target"])), []).append(
-            (float(r["mape"]), int(r["count"])))  # type: ignore[call-overload]
+            (float(r["mape"]), int(r["count"])))  # type: ignore[arg-type, call-overload]
     return {k: sum(m * c for m, c in v) / sum(c for _, c in v) for k, v in acc.items()}

@@ -312,10 +312,11 @@ class ProfileSession:
                     ENV_BASELINE: str(target)}), watch=False)
                 return rc
             e2e, steps = [], []
+            command = self.baseline_argv()
             for i in range(o.baseline_warmup + o.baseline_repeats):
                 marks = scratch / f"steps-{i}.txt"
                 t0 = time.monotonic_ns()
-                rc = await self._run(o.command, self._env("baseline", scratch, **{
+                rc = await self._run(command, self._env("baseline", scratch, **{
                     ENV_STEPS: str(marks)}), watch=False)
                 t1 = time.monotonic_ns()
                 if rc != 0 or self.runner.interrupted.is_set():
@@ -330,6 +331,16 @@ class ProfileSession:
             return 0
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+
+    def baseline_argv(self) -> list[str]:
+        """COMMAND for the baseline pass: a Python COMMAND runs unprofiled through
+        :mod:`cascade.profiler.torchrun` (for its automatic step markers), others as given."""
+        argv = list(self.opts.command)
+        if argv[0].endswith(".py"):
+            argv = [sys.executable, *argv]
+        if not _is_python(argv) or len(argv) < 2:
+            return list(self.opts.command)
+        return [argv[0], "-m", "cascade.profiler.torchrun", "--no-profile", "--", *argv[1:]]
 
     def timeline_argv(self) -> tuple[list[str], dict[str, str]]:
         """COMMAND as the timeline pass runs it, and the extra environment."""

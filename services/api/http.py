@@ -143,15 +143,41 @@ _HTTP_CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 40
                422: "unprocessable", 429: "too_many_requests", 503: "unavailable"}
 
 
+_OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                 404: "not_found_error", 405: "invalid_request_error", 409: "invalid_request_error",
+                 413: "invalid_request_error", 415: "invalid_request_error",
+                 429: "rate_limit_error"}
+
+
+def is_openai_path(path: str) -> bool:
+    """True for the OpenAI-style routes (``/v1`` and below), which answer errors in OpenAI's shape."""
+    return path == "/v1" or path.startswith("/v1/")
+
+
+def openai_error_body(status: int, message: str, *, param: str | None = None,
+                      code: str | None = None) -> dict[str, Any]:
+    """OpenAI's error shape: ``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": _OPENAI_TYPES.get(status, "server_error"),
+                      "param": param, "code": code}}
+
+
 @web.middleware
 async def error_middleware(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
-    """Domain errors -> JSON with their status; anything unexpected -> JSON 500 (logged)."""
+    """Domain errors -> JSON with their status; anything unexpected -> JSON 500 (logged).
+
+    Under ``/v1`` every error (401, unrouted 404, 405, 413, 500) is in OpenAI's shape.
+    """
+    openai = is_openai_path(request.path)
     try:
         return await handler(request)
     except CascadeError as exc:
         headers = {"WWW-Authenticate": 'Bearer realm="cascade"'} if exc.http_status == 401 else None
+        if openai:
+            return json_response(openai_error_body(exc.http_status, str(exc),
+                                                   param=getattr(exc, "field", None), code=exc.code),
+                                 status=exc.http_status, headers=headers)
         return json_response(exc.to_dict(), status=exc.http_status, headers=headers)
     except web.HTTPException as exc:
         if exc.status < 400 or exc.content_type == "application/json":
@@ -164,10 +190,18 @@ async def error_middleware(
         else:
             message = exc.reason
         headers = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
+        if exc.status == 413:
+            message = exc.text or "request body too large"
+        if openai:
+            return json_response(openai_error_body(exc.status, message, code=code),
+                                 status=exc.status, headers=headers or None)
         return json_response(error_body(code, message), status=exc.status, headers=headers or None)
     except Exception:
         request_id = uuid.uuid4().hex[:12]
         log.exception("unhandled error", method=request.method, path=request.path, request_id=request_id)
+        if openai:
+            return json_response(openai_error_body(500, f"internal server error (request {request_id})",
+                                                   code="internal"), status=500)
         return json_response(
             error_body("internal", "internal server error", request_id=request_id), status=500
         )

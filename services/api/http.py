@@ -30,6 +30,8 @@ T = TypeVar("T")
 HandlerT = TypeVar("HandlerT", bound=Callable[..., Awaitable[web.StreamResponse]])
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+#: Largest request body the api reads (JSON only: uploads go to S3 directly); over it is a 413.
+MAX_BODY_BYTES = 8 * 1024 * 1024
 _ENCODER = msgspec.json.Encoder()
 log = get_logger("cascade.api")
 
@@ -46,7 +48,7 @@ def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
     return {"error": code, "message": message, **extra}
 
 
-async def read_json(request: web.Request, type_: type[T], *, max_bytes: int = 16 * 1024 * 1024) -> T:
+async def read_json(request: web.Request, type_: type[T], *, max_bytes: int = MAX_BODY_BYTES) -> T:
     """Decode the request body as ``type_``; :class:`ValidationError` names what is wrong."""
     if request.content_length is not None and request.content_length > max_bytes:
         from cascade.errors import TooLargeError

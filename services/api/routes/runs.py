@@ -50,7 +50,7 @@ import nats.errors
 from aiohttp import web
 from cascade import subjects
 from cascade.accelsimrun import discover_from, refuse_timeline_trace, require
-from cascade.errors import ConflictError, NotFoundError, ValidationError
+from cascade.errors import ConflictError, NotFoundError, TooManyError, ValidationError
 from cascade.messages.run import (
     RunCancelRequested,
     RunCompleted,
@@ -344,13 +344,38 @@ async def run_events(request: web.Request) -> web.StreamResponse:
     """Server-sent progress and state events of one run (resumable with ``Last-Event-ID``)."""
     run = await _run(request, request.match_info["run_id"])
     bus = request.app[BUS]
+    field = "Last-Event-ID" if request.headers.get("Last-Event-ID") else "last_event_id"
     last_id = request.headers.get("Last-Event-ID") or request.query.get("last_event_id")
-    start_seq: int | None = None
-    if last_id:
-        try:
-            start_seq = int(last_id) + 1
-        except ValueError:
-            raise ValidationError("expected a stream sequence number", field="Last-Event-ID") from None
+    start_seq = parse_last_event_id(last_id, field) if last_id else None
+    streams: dict[str, int] = request.app[EVENT_STREAMS]
+    if streams["open"] >= streams["limit"]:
+        raise TooManyError(f"{streams['limit']} event streams are already open on this api; "
+                           "retry later", limit=streams["limit"])
+    streams["open"] += 1
+    try:
+        return await _stream_events(request, bus, run, start_seq)
+    finally:
+        streams["open"] -= 1
+
+
+#: Largest Last-Event-ID accepted (JetStream sequences are unsigned 64-bit; one less, +1 fits).
+MAX_EVENT_ID = 2**63 - 2
+#: Event streams one api process serves at once (each holds a JetStream consumer).
+MAX_EVENT_STREAMS = 256
+EVENT_STREAMS = web.AppKey("run_event_streams", dict)
+
+
+def parse_last_event_id(value: str, field: str = "Last-Event-ID") -> int:
+    """The stream sequence to resume from (``value + 1``); 400 naming the range otherwise."""
+    text = value.strip()
+    if not (text.isascii() and text.isdigit()) or len(text) > 19 or int(text) > MAX_EVENT_ID:
+        raise ValidationError(f"expected an event id from this stream: an integer from 0 to "
+                              f"{MAX_EVENT_ID}, got {value[:40]!r}", field=field)
+    return int(text) + 1
+
+
+async def _stream_events(request: web.Request, bus: Any, run: RunRecord,
+                         start_seq: int | None) -> web.StreamResponse:
     filters = [subjects.run_events(run.id), *(subjects.sim_events(s) for s in run.sim_ids)]
     config = jsapi.ConsumerConfig(
         ack_policy=jsapi.AckPolicy.NONE,
@@ -442,8 +467,9 @@ async def _result(request: web.Request, run_id: str, sim_id: str) -> SimResult:
 
 
 def setup(app: web.Application) -> None:
-    """Per-app result cache (results are immutable once written)."""
+    """Per-app result cache (results are immutable once written) and event-stream count."""
     app[RESULT_CACHE] = OrderedDict()
+    app[EVENT_STREAMS] = {"open": 0, "limit": MAX_EVENT_STREAMS}
 
 
 def _ms(ns: float | None) -> float | None:

@@ -1,0 +1,90 @@
+"""Request limits of the api: Last-Event-ID values, body sizes, open event streams.
+
+Real NATS (KV + the events stream) and real S3, a finished run written as the
+services write one (:func:`tests.test_v1.make_finished_sim`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp.test_utils import TestClient
+from cascade.bus import Bus
+from cascade.settings import Settings
+from cascade.storage import Storage
+
+from services.api.http import MAX_BODY_BYTES
+from services.api.routes.runs import EVENT_STREAMS, MAX_EVENT_ID, parse_last_event_id
+from tests.test_v1 import FinishedSim, make_finished_sim, start_client
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def finished(bus: Bus, storage: Storage) -> FinishedSim:
+    return await make_finished_sim(bus, storage)
+
+
+@pytest.fixture
+async def client(bus: Bus, bus_settings: Settings, storage: Storage,
+                 finished: FinishedSim) -> AsyncIterator[TestClient]:
+    c = await start_client(bus_settings.replace(samples=False), bus, storage)
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+@pytest.mark.parametrize("value", ["-5", "99999999999999999999999", "1.5", "abc", "²", " ",
+                                   str(MAX_EVENT_ID + 1)])
+async def test_bad_last_event_id_is_a_400(client: TestClient, finished: FinishedSim,
+                                          value: str) -> None:
+    resp = await client.get(f"/api/runs/{finished.run_id}/events", headers={"Last-Event-ID": value})
+    if not value.strip():
+        assert resp.status == 200  # empty: from the start
+        return
+    assert resp.status == 400, await resp.text()
+    body = await resp.json()
+    assert body["field"] == "Last-Event-ID" and str(MAX_EVENT_ID) in body["message"]
+    q = await client.get(f"/api/runs/{finished.run_id}/events", params={"last_event_id": value})
+    assert q.status == 400 and (await q.json())["field"] == "last_event_id"
+
+
+async def test_last_event_id_past_the_end_streams_the_final_state(client: TestClient,
+                                                                  finished: FinishedSim) -> None:
+    resp = await client.get(f"/api/runs/{finished.run_id}/events",
+                            headers={"Last-Event-ID": str(MAX_EVENT_ID)}, timeout=30)
+    assert resp.status == 200
+    text = await asyncio.wait_for(resp.text(), 30)
+    assert "event: run" in text and '"state":"completed"' in text
+
+
+def test_parse_last_event_id() -> None:
+    assert parse_last_event_id("0") == 1
+    assert parse_last_event_id(" 41 ") == 42
+
+
+async def test_open_event_streams_are_bounded(client: TestClient, finished: FinishedSim) -> None:
+    streams = client.server.app[EVENT_STREAMS]
+    streams["limit"] = streams["open"]
+    try:
+        resp = await client.get(f"/api/runs/{finished.run_id}/events")
+        assert resp.status == 429
+        body = await resp.json()
+        assert body["error"] == "too_many_requests" and body["limit"] == streams["limit"]
+    finally:
+        streams["limit"] = 256
+    ok = await client.get(f"/api/runs/{finished.run_id}/events", timeout=30)
+    assert ok.status == 200
+    await asyncio.wait_for(ok.text(), 30)
+    assert streams["open"] == 0
+
+
+async def test_body_over_the_limit_is_a_413(client: TestClient) -> None:
+    resp = await client.post("/api/runs", data=b" " * (MAX_BODY_BYTES + 1),
+                             headers={"Content-Type": "application/json"})
+    assert resp.status == 413
+    body = await resp.json()
+    assert body["error"] == "too_large" and str(MAX_BODY_BYTES) in body["message"]

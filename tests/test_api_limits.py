@@ -88,3 +88,20 @@ async def test_body_over_the_limit_is_a_413(client: TestClient) -> None:
     assert resp.status == 413
     body = await resp.json()
     assert body["error"] == "too_large" and str(MAX_BODY_BYTES) in body["message"]
+
+
+@pytest.mark.parametrize(("field", "value", "range_text"), [
+    ("sms", 1_200_000, "from 1 to 1024"),
+    ("boost_clock_mhz", -3.4e16, "from 100 to 5000"),
+    ("launch_overhead_ns", 1e300, "from 10 to 1e+06"),
+])
+async def test_post_config_refuses_implausible_specs(client: TestClient, field: str, value: float,
+                                                     range_text: str) -> None:
+    base = await (await client.get("/api/configs/SM90_H100")).json()
+    spec = {**base["spec"], "id": "IMPLAUSIBLE_X", "aliases": [], field: value}
+    resp = await client.post("/api/configs", json=spec)
+    assert resp.status == 400, await resp.text()
+    body = await resp.json()
+    assert field in body["message"] and range_text in body["message"]
+    listed = await (await client.get("/api/configs")).json()
+    assert "IMPLAUSIBLE_X" not in {c["id"] for c in listed["configs"]}

@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from cascade.errors import ConfigError, DuplicateNameError, UnknownGPUError
-from cascade.gpus.spec import ARCHES, GPUSpec
+from cascade.gpus.spec import ARCHES, GPUSpec, plausibility_error
 
 
 def normalize_name(name: str) -> str:
@@ -27,6 +27,11 @@ def spec_from_mapping(data: dict[str, Any], source: str = "<mapping>") -> GPUSpe
     try:
         spec = msgspec.convert(data, GPUSpec, strict=False)
     except msgspec.ValidationError as exc:
+        bounds = plausibility_error(str(exc), data)
+        if bounds is not None:
+            field, expected, value = bounds
+            raise ConfigError(f"GPU spec {source} ({data.get('id', '?')}): {field}",
+                              value, expected) from None
         raise ConfigError(f"GPU spec {source}", data.get("id", "?"), str(exc)) from None
     if spec.arch not in ARCHES:
         raise ConfigError(f"GPU spec {source}: arch", spec.arch, f"one of {', '.join(ARCHES)}")

@@ -151,9 +151,14 @@ def test_implausible_spec_names_the_field_and_range(field: str, value: object, r
     assert field in str(err.value) and range_text in str(err.value)
 
 
-def test_inconsistent_spec_is_refused() -> None:
-    base = __import__("msgspec").to_builtins(GPURegistry(builtin_specs()).get("SM90_H100"))
-    with pytest.raises(ConfigError, match="smem_per_block_kb"):
-        spec_from_mapping({**base, "smem_per_block_kb": 1000, "smem_per_sm_kb": 228}, "test")
-    with pytest.raises(ConfigError, match="sustained_clock_mhz"):
-        spec_from_mapping({**base, "sustained_clock_mhz": 4000}, "test")
+def test_builtin_specs_obey_the_cross_field_rules() -> None:
+    import msgspec
+    from cascade.gpus.spec import check_consistency
+
+    for spec in builtin_specs():
+        check_consistency(spec)
+    h100 = GPURegistry(builtin_specs()).get("SM90_H100")
+    with pytest.raises(ValueError, match="smem_per_block_kb"):
+        check_consistency(msgspec.structs.replace(h100, smem_per_block_kb=1000))
+    with pytest.raises(ValueError, match="sustained_clock_mhz"):
+        check_consistency(msgspec.structs.replace(h100, sustained_clock_mhz=4000))

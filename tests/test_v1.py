@@ -324,7 +324,7 @@ async def test_errors_use_openai_shape(client: TestClient, finished: FinishedSim
     assert resp.status == 400
     assert msgspec.json.decode(await resp.read(), type=ErrorResponse).error.param == "prompt"
     resp = await client.post("/v1/completions", json={"model": "gpt-4", "prompt": "x"})
-    assert resp.status == 400
+    assert resp.status == 404
     resp = await client.post("/v1/chat/completions", json={"model": finished.model, "messages": []})
     assert resp.status == 400
     assert msgspec.json.decode(await resp.read(), type=ErrorResponse).error.param == "messages"

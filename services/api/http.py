@@ -57,12 +57,24 @@ async def read_json(request: web.Request, type_: type[T], *, max_bytes: int = MA
     body = await request.read()
     if not body:
         raise ValidationError("request body is empty: expected a JSON object", field="body")
+    return decode_json(body, type_)
+
+
+def decode_json(body: bytes, type_: type[T]) -> T:
+    """Decode ``body`` as ``type_`` (integral floats accepted for integers, as JSON Schema does)."""
     try:
         return msgspec.json.decode(body, type=type_)
     except msgspec.ValidationError as exc:
-        raise ValidationError(str(exc), field=_path_of(str(exc))) from None
+        first = exc
     except msgspec.DecodeError as exc:
         raise ValidationError(f"malformed JSON: {exc}", field="body") from None
+    if b"." in body or b"e" in body or b"E" in body:
+        try:
+            again = _ENCODER.encode(integral_floats(msgspec.json.decode(body)))
+            return msgspec.json.decode(again, type=type_)
+        except msgspec.ValidationError:
+            pass
+    raise ValidationError(str(first), field=_path_of(str(first))) from None
 
 
 def _path_of(message: str) -> str:
@@ -86,9 +98,20 @@ def doc(
     tags: tuple[str, ...] = (),
     description: str | None = None,
     responses: dict[int, str] | None = None,
-    query: dict[str, str] | None = None,
+    query: dict[str, str | tuple[str, dict[str, Any]]] | None = None,
+    status: int = 200,
+    request_required: bool = True,
+    content: dict[str, Any] | None = None,
 ) -> Callable[[HandlerT], HandlerT]:
-    """Attach OpenAPI details to a handler (summary defaults to its docstring's first line)."""
+    """Attach OpenAPI details to a handler (summary defaults to its docstring's first line).
+
+    ``response`` is the JSON body of the success answer, sent with ``status``;
+    ``content`` adds or replaces media types of that answer (``{"text/event-stream":
+    {"schema": {"type": "string"}}}``). ``responses`` describes other statuses: error
+    statuses get the error schema, other success statuses the success body. ``query``
+    maps a parameter to its description or ``(description, JSON schema)``.
+    ``request_required=False`` documents an optional request body.
+    """
 
     def wrap(handler: HandlerT) -> HandlerT:
         handler.__cascade_doc__ = {  # type: ignore[attr-defined]
@@ -99,10 +122,47 @@ def doc(
             "description": description,
             "responses": responses or {},
             "query": query or {},
+            "status": status,
+            "request_required": request_required,
+            "content": content or {},
         }
         return handler
 
     return wrap
+
+
+def query_int(request: web.Request, name: str, default: int, low: int, high: int) -> int:
+    """An integer query parameter in [low, high]; absent or empty means ``default``."""
+    raw = request.query.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValidationError(f"expected an integer from {low} to {high}, got {raw[:40]!r}",
+                              field=name) from None
+    if not low <= value <= high:
+        raise ValidationError(f"expected an integer from {low} to {high}, got {value}", field=name)
+    return value
+
+
+def query_choice(request: web.Request, name: str, choices: tuple[str, ...]) -> str:
+    """A query parameter among ``choices``; absent or empty means the first."""
+    raw = request.query.get(name, "").strip() or choices[0]
+    if raw not in choices:
+        raise ValidationError(f"expected one of {', '.join(choices)}, got {raw[:40]!r}", field=name)
+    return raw
+
+
+def integral_floats(value: Any) -> Any:
+    """``value`` with integral floats (``2558.0``) as ints: JSON Schema's integers include them."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and abs(value) <= 2**53 else value
+    if isinstance(value, list):
+        return [integral_floats(v) for v in value]
+    if isinstance(value, dict):
+        return {k: integral_floats(v) for k, v in value.items()}
+    return value
 
 
 def _token_ok(request: web.Request) -> bool:

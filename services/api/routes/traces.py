@@ -18,11 +18,13 @@ import msgspec
 from aiohttp import web
 from cascade import subjects
 from cascade.errors import ConflictError, NotFoundError, TooLargeError, ValidationError
-from cascade.gpus import get_gpu
+from cascade.gpus import get_gpu, known_gpu_names
 from cascade.messages.trace import TraceCreated, TraceDeleted, TraceSealed, UploadReported
 from cascade.state import TraceRecord
 from cascade.storage import MAX_PARTS, MIN_PART_SIZE, Storage, UploadedPart
 from cascade.tracefiles import (
+    MAX_NAME_LENGTH,
+    NAME_PATTERN,
     bundles_prefix,
     check_name,
     raw_key,
@@ -30,7 +32,7 @@ from cascade.tracefiles import (
 )
 from cascade.tracestore import ExpectedSet, TraceStore, replace
 
-from services.api.http import doc, json_response, read_json
+from services.api.http import doc, json_response, query_choice, query_int, read_json
 from services.api.keys import BUS, SETTINGS, STORAGE
 
 routes = web.RouteTableDef()
@@ -46,6 +48,12 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
 )
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+SCHEMA_MAX_UPLOAD = 64 * 1024**3
+"""File size limit the OpenAPI document states (the default ``max_upload_bytes``)."""
+FileName = Annotated[str, msgspec.Meta(extra_json_schema={
+    "pattern": NAME_PATTERN, "minLength": 1, "maxLength": MAX_NAME_LENGTH})]
+"""A raw file name (validated by :func:`cascade.tracefiles.check_name`; the schema says which)."""
+JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
 
 
 class CreateTrace(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -53,7 +61,8 @@ class CreateTrace(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
     name: Name
     """Human name of the trace."""
-    source_gpu: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+    source_gpu: Annotated[str, msgspec.Meta(min_length=1, max_length=200,
+                                            extra_json_schema={"enum": known_gpu_names()})]
     """GPU spec id (SM90_H100) or the device name a driver reports (NVIDIA H100 80GB HBM3)."""
     workload: Annotated[str, msgspec.Meta(max_length=4000)] = ""
     """Free-form workload description."""
@@ -64,8 +73,8 @@ class CreateTrace(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 class UploadFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One file the client wants to upload."""
 
-    name: str
-    size: Annotated[int, msgspec.Meta(ge=0)]
+    name: FileName
+    size: Annotated[int, msgspec.Meta(ge=0, extra_json_schema={"maximum": SCHEMA_MAX_UPLOAD})]
 
 
 class UploadsRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -120,7 +129,7 @@ class CompletedPart(msgspec.Struct, frozen=True, kw_only=True):
 class CompleteRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Body of POST /api/traces/{id}/uploads/complete."""
 
-    name: str
+    name: FileName
     upload_id: Annotated[str, msgspec.Meta(min_length=1)]
     parts: Annotated[list[CompletedPart], msgspec.Meta(min_length=1, max_length=MAX_PARTS)]
 
@@ -128,7 +137,7 @@ class CompleteRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
 class UploadedRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Body of POST /api/traces/{id}/uploaded."""
 
-    name: str
+    name: FileName
     etag: str = ""
     """ETag the client got from S3 (checked against the object when given)."""
 
@@ -145,7 +154,7 @@ class UploadedResponse(msgspec.Struct, frozen=True, kw_only=True):
 class SealRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Body of POST /api/traces/{id}/seal: nothing more is coming."""
 
-    expected_files: list[str] | None = None
+    expected_files: list[FileName] | None = None
     """Every file of the trace (else kernelslist[.g] says which kernels to expect)."""
     expected_kernels: Annotated[int, msgspec.Meta(ge=0)] | None = None
     """Number of kernels traced."""
@@ -187,7 +196,7 @@ def _part_size(size: int, threshold: int) -> int:
 
 
 @routes.post("/api/traces")
-@doc(request=CreateTrace, response=TraceRecord, tags=("traces",),
+@doc(request=CreateTrace, response=TraceRecord, status=201, tags=("traces",),
      responses={400: "invalid body or unknown source GPU (the answer lists the known ones)"})
 async def create_trace(request: web.Request) -> web.Response:
     """Register a new trace (an upload session); returns its record with the new id."""
@@ -231,7 +240,7 @@ async def request_uploads(request: web.Request) -> web.Response:
     for i, f in enumerate(body.files):
         check_name(f.name, field=f"files[{i}].name")
         if f.name in seen:
-            raise ValidationError(f"{f.name!r} is listed twice", field=f"files[{i}].name")
+            continue  # listed twice: one upload target (the first)
         seen.add(f.name)
         if f.size > settings.max_upload_bytes:
             raise TooLargeError(f"files[{i}] ({f.name})", f.size, settings.max_upload_bytes)
@@ -273,7 +282,8 @@ async def _report(request: web.Request, tid: str, name: str, key: str, etag: str
 
 
 @routes.post("/api/traces/{trace_id}/uploads/complete")
-@doc(request=CompleteRequest, response=UploadedResponse, tags=("traces",))
+@doc(request=CompleteRequest, response=UploadedResponse, status=202, tags=("traces",),
+     responses={404: "no such trace or upload", 413: "file over max_upload_bytes"})
 async def complete_upload(request: web.Request) -> web.Response:
     """Assemble a multipart upload from its parts; counts as the upload callback too."""
     tid = _trace_id(request)
@@ -298,7 +308,7 @@ async def complete_upload(request: web.Request) -> web.Response:
 
 
 @routes.post("/api/traces/{trace_id}/uploaded")
-@doc(request=UploadedRequest, response=UploadedResponse, tags=("traces",),
+@doc(request=UploadedRequest, response=UploadedResponse, status=202, tags=("traces",),
      responses={404: "no such trace or the object was not uploaded", 409: "ETag mismatch"})
 async def report_uploaded(request: web.Request) -> web.Response:
     """Upload callback: the object is checked with HEAD and handed to ingest."""
@@ -321,7 +331,8 @@ async def report_uploaded(request: web.Request) -> web.Response:
 
 
 @routes.post("/api/traces/{trace_id}/seal")
-@doc(request=SealRequest, response=TraceRecord, tags=("traces",))
+@doc(request=SealRequest, response=TraceRecord, status=202, request_required=False,
+     tags=("traces",), responses={404: "no such trace"})
 async def seal_trace(request: web.Request) -> web.Response:
     """Declare the upload complete (optionally listing every file or the kernel count)."""
     tid = _trace_id(request)
@@ -356,14 +367,15 @@ async def seal_trace(request: web.Request) -> web.Response:
 
 
 @routes.get("/api/traces/{trace_id}")
-@doc(tags=("traces",), responses={404: "no such trace"},
-     query={"details": "false: the record only, without per-file and per-kernel lists"})
+@doc(tags=("traces",), responses={404: "no such trace"}, content=JSON_OBJECT,
+     query={"details": ("false: the record only, without per-file and per-kernel lists",
+                        {"type": "string", "enum": ["true", "false", "1", "0"]})})
 async def get_trace(request: web.Request) -> web.Response:
     """The trace record with per-file and per-kernel progress and errors."""
     tid = _trace_id(request)
     store = _store(request)
     record = await store.require(tid)
-    details = request.query.get("details", "true").lower()
+    details = request.query.get("details", "").lower() or "true"
     if details not in ("true", "false", "1", "0"):
         raise ValidationError("expected true or false", field="details")
     if details in ("false", "0"):
@@ -403,27 +415,21 @@ def _sort_key(column: str, value: Any) -> tuple[int, Any]:
 
 
 @routes.get("/api/traces/{trace_id}/kernels")
-@doc(tags=("traces",), query={
-    "offset": "first row (default 0)", "limit": "rows per page (default 100, max 1000)",
-    "sort": "column to sort by (default kernel_id)", "order": "asc or desc",
+@doc(tags=("traces",), content=JSON_OBJECT, responses={404: "no such trace"}, query={
+    "offset": ("first row (default 0)", {"type": "integer", "minimum": 0, "maximum": 2**31}),
+    "limit": ("rows per page (default 100, max 1000)",
+              {"type": "integer", "minimum": 1, "maximum": 1000}),
+    "sort": ("column to sort by (default kernel_id)",
+             {"type": "string", "enum": [*SUMMARY_COLUMNS, "state", "unit", "error"]}),
+    "order": ("asc or desc", {"type": "string", "enum": ["asc", "desc"]}),
 })
 async def list_kernels(request: web.Request) -> web.Response:
     """Paged, sortable per-kernel summaries (from the bundle once ready, else from progress)."""
     tid = _trace_id(request)
-    q = request.query
-    try:
-        offset = int(q.get("offset", "0"))
-        limit = int(q.get("limit", "100"))
-    except ValueError:
-        raise ValidationError("offset and limit must be integers", field="offset") from None
-    if offset < 0:
-        raise ValidationError("must be >= 0", field="offset")
-    if not 1 <= limit <= 1000:
-        raise ValidationError("must be between 1 and 1000", field="limit")
-    order = q.get("order", "asc")
-    if order not in ("asc", "desc"):
-        raise ValidationError("expected asc or desc", field="order")
-    sort = q.get("sort", "kernel_id")
+    offset = query_int(request, "offset", 0, 0, 2**31)
+    limit = query_int(request, "limit", 100, 1, 1000)
+    order = query_choice(request, "order", ("asc", "desc"))
+    sort = request.query.get("sort", "").strip() or "kernel_id"
     store = _store(request)
     record = await store.require(tid)
     rows: list[dict[str, Any]]
@@ -439,7 +445,7 @@ async def list_kernels(request: web.Request) -> web.Response:
         ]
         columns = [*SUMMARY_COLUMNS, "state", "unit", "error"]
         source = "progress"
-    if sort not in columns:
+    if sort not in columns and sort not in (*SUMMARY_COLUMNS, "state", "unit", "error"):
         raise ValidationError(f"unknown column {sort!r}; known: {', '.join(columns)}", field="sort")
     present = [r for r in rows if _sort_key(sort, r.get(sort))[0] == 0]
     absent = [r for r in rows if _sort_key(sort, r.get(sort))[0] == 1]
@@ -469,7 +475,8 @@ async def _bundle_rows(request: web.Request, record: TraceRecord) -> tuple[list[
 
 
 @routes.delete("/api/traces/{trace_id}")
-@doc(tags=("traces",), responses={404: "no such trace", 409: "read-only sample trace"})
+@doc(tags=("traces",), content=JSON_OBJECT,
+     responses={404: "no such trace", 409: "read-only sample trace"})
 async def delete_trace(request: web.Request) -> web.Response:
     """Delete the trace: its raw files, prepared parts, bundles and state."""
     tid = _trace_id(request)

@@ -50,7 +50,7 @@ import os
 import re
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 import numpy as np
@@ -59,7 +59,7 @@ from cascade.errors import CascadeError, NotFoundError, ValidationError
 from cascade.log import get_logger
 from cascade.stepmodels import DEFAULT_TOKEN_BUDGET, RequestEstimate, SimStepModel
 
-from services.api.http import doc
+from services.api.http import decode_json, doc
 from services.api.keys import SETTINGS
 from services.api.sim_models import ModelEntry, install, sim_models
 
@@ -209,35 +209,62 @@ def _count_messages(messages: Any, counter: PromptCounter) -> int:
 
 # ---- requests -------------------------------------------------------------------------------
 
+class StreamOptions(msgspec.Struct, kw_only=True):
+    include_usage: bool = False
+
+
 class _Common(msgspec.Struct, kw_only=True):
     model: str
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
+    """A model id from GET /v1/models (an unknown one is a 404)."""
+    max_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """Output tokens (default 16); prompt + max_tokens must fit the model's max_model_len."""
+    max_completion_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
     stream: bool = False
-    stream_options: dict[str, Any] | None = None
-    n: int = 1
+    stream_options: StreamOptions | None = None
+    n: Annotated[int, msgspec.Meta(ge=1, le=1)] = 1
     cascade_pace: bool = False
-    cascade_token_budget: int = DEFAULT_TOKEN_BUDGET
+    cascade_token_budget: Annotated[int, msgspec.Meta(ge=1, le=1 << 20)] = DEFAULT_TOKEN_BUDGET
     """Token budget of one engine step (chunked prefill); vLLM's max_num_batched_tokens."""
     cascade_itl: Literal["summary", "full"] = "summary"
     """'full' adds ``metrics.itl_ms``, every inter-token gap, to the answer."""
-    temperature: float | None = None
-    top_p: float | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
+    temperature: Annotated[float, msgspec.Meta(extra_json_schema={"minimum": 0, "maximum": 2})] | None = None
+    top_p: Annotated[float, msgspec.Meta(extra_json_schema={"minimum": 0, "maximum": 1})] | None = None
+    presence_penalty: Annotated[float, msgspec.Meta(
+        extra_json_schema={"minimum": -2, "maximum": 2})] | None = None
+    frequency_penalty: Annotated[float, msgspec.Meta(
+        extra_json_schema={"minimum": -2, "maximum": 2})] | None = None
+
+
+PROMPT_SCHEMA: dict[str, Any] = {"anyOf": [
+    {"type": "string"},
+    {"type": "array", "minItems": 1, "items": {"type": "string"}},
+    {"type": "array", "minItems": 1, "items": {"type": "integer"}},
+    {"type": "array", "minItems": 1,
+     "items": {"type": "array", "minItems": 1, "items": {"type": "integer"}}},
+]}
 
 
 class CompletionRequest(_Common, kw_only=True):
     """OpenAI completions request (other OpenAI fields are accepted and ignored)."""
 
-    prompt: msgspec.Raw = msgspec.Raw(b"")
-    """The prompt's JSON, counted by :func:`count_prompt_json` (empty when absent)."""
+    prompt: Annotated[msgspec.Raw, msgspec.Meta(extra_json_schema=PROMPT_SCHEMA)]
+    """The prompt's JSON, counted by :func:`count_prompt_json`."""
+
+
+MESSAGES_SCHEMA: dict[str, Any] = {
+    "type": "array", "minItems": 1, "items": {
+        "type": "object", "required": ["role"], "properties": {
+            "role": {"type": "string"},
+            "content": {"anyOf": [
+                {"type": "string"}, {"type": "null"},
+                {"type": "array", "items": {"type": "object", "properties": {
+                    "type": {"type": "string"}, "text": {"type": "string"}}}}]}}}}
 
 
 class ChatRequest(_Common, kw_only=True):
     """OpenAI chat completions request (other OpenAI fields are accepted and ignored)."""
 
-    messages: Any = None
+    messages: Annotated[Any, msgspec.Meta(extra_json_schema=MESSAGES_SCHEMA)]
 
 
 class OpenAIError(Exception):
@@ -296,24 +323,14 @@ def openai_errors(handler: Handler) -> Handler:
     return wrapped
 
 
-_DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {}
-
-
 async def _decode(request: web.Request, type_: type[Any]) -> Any:
     body = await request.read()
     if not body:
         raise OpenAIError(400, "request body is empty: expected a JSON object", param="body")
-    decoder = _DECODERS.get(type_)
-    if decoder is None:
-        decoder = _DECODERS[type_] = msgspec.json.Decoder(type_)
     try:
-        return decoder.decode(body)
-    except msgspec.ValidationError as exc:
-        text = str(exc)
-        param = text.split("at `$.", 1)[1].split("`", 1)[0] if "at `$." in text else None
-        raise OpenAIError(400, text, param=param) from None
-    except msgspec.DecodeError as exc:
-        raise OpenAIError(400, f"malformed JSON: {exc}", param="body") from None
+        return decode_json(body, type_)
+    except ValidationError as exc:
+        raise OpenAIError(400, str(exc), param=exc.field) from None
 
 
 def _max_tokens(req: _Common) -> int:
@@ -394,12 +411,22 @@ def cascade_of(entry: ModelEntry, est: RequestEstimate, sm: SimStepModel, approx
             "idle_replica": True}
 
 
+async def resolve_model(request: web.Request, model: str) -> ModelEntry:
+    """The entry of a /v1 model id; any unknown or malformed id is a 404 ``model_not_found``."""
+    models = sim_models(request.app)
+    entry = models.find(model)
+    if entry is not None:
+        return entry
+    try:
+        return await models.by_model(model)
+    except ValidationError as exc:
+        raise OpenAIError(404, str(exc), param="model", code="model_not_found") from None
+
+
 async def _estimates(request: web.Request, req: _Common, prompt_counts: list[int],
                      output: int) -> tuple[ModelEntry, SimStepModel, list[RequestEstimate]]:
     models = sim_models(request.app)
-    entry = models.find(req.model)
-    if entry is None:
-        entry = await models.by_model(req.model)
+    entry = await resolve_model(request, req.model)
     check_context(entry, prompt_counts, output,
                   param_prompt="messages" if isinstance(req, ChatRequest) else "prompt",
                   param_output="max_tokens" if req.max_tokens is not None or
@@ -509,7 +536,7 @@ async def _stream(request: web.Request, req: _Common, rid: str, created: int, mo
     obj = "chat.completion.chunk" if chat else "text_completion"
     times = est.token_times_ms
     started = time.perf_counter()
-    include_usage = bool(req.stream_options and req.stream_options.get("include_usage"))
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
     pending: list[bytes] = []
     for i, t_ms in enumerate(times):
         last = i == len(times) - 1
@@ -549,10 +576,106 @@ async def _stream(request: web.Request, req: _Common, rid: str, created: int, mo
     return resp
 
 
+# ---- answer shapes (documentation: the handlers build these as JSON directly) ----------------
+
+SSE_CONTENT = {"text/event-stream": {"schema": {"type": "string"}}}
+
+
+class CascadeModelInfo(msgspec.Struct, kw_only=True):
+    trace: str
+    config: str
+    sim: str
+    run: str
+
+
+class ModelCard(msgspec.Struct, kw_only=True):
+    """An OpenAI model object (plus ``max_model_len``, the context window, and ``cascade``)."""
+
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+    max_model_len: int
+    cascade: CascadeModelInfo
+
+
+class ModelListBody(msgspec.Struct, kw_only=True):
+    object: Literal["list"]
+    data: list[ModelCard]
+
+
+class UsageBody(msgspec.Struct, kw_only=True):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class MetricsBody(msgspec.Struct, kw_only=True):
+    """Simulated timings of the request (``itl_ms`` only with ``cascade_itl: "full"``)."""
+
+    ttft_ms: float
+    tpot_ms: float
+    itl_mean_ms: float
+    itl_count: int
+    itl_min_ms: float
+    itl_p50_ms: float
+    itl_p90_ms: float
+    itl_p99_ms: float
+    itl_max_ms: float
+    e2e_ms: float
+    queue_ms: float
+    itl_ms: list[float] | None = None
+
+
+class CompletionChoiceBody(msgspec.Struct, kw_only=True):
+    index: int
+    text: str
+    logprobs: None
+    finish_reason: Literal["length"]
+    metrics: MetricsBody | None = None
+    cascade: dict[str, Any] | None = None
+
+
+class CompletionBody(msgspec.Struct, kw_only=True):
+    id: str
+    object: Literal["text_completion"]
+    created: int
+    model: str
+    choices: list[CompletionChoiceBody]
+    usage: UsageBody
+    metrics: MetricsBody
+    cascade: dict[str, Any]
+
+
+class AssistantMessage(msgspec.Struct, kw_only=True):
+    role: Literal["assistant"]
+    content: str
+
+
+class ChatChoiceBody(msgspec.Struct, kw_only=True):
+    index: int
+    message: AssistantMessage
+    logprobs: None
+    finish_reason: Literal["length"]
+    metrics: MetricsBody | None = None
+    cascade: dict[str, Any] | None = None
+
+
+class ChatCompletionBody(msgspec.Struct, kw_only=True):
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    choices: list[ChatChoiceBody]
+    usage: UsageBody
+    metrics: MetricsBody
+    cascade: dict[str, Any]
+
+
 # ---- routes ---------------------------------------------------------------------------------
 
 @routes.get("/v1/models")
-@doc(tags=("v1",))
+@doc(tags=("v1",), response=ModelListBody)
 @openai_errors
 async def list_models(request: web.Request) -> web.Response:
     """Finished sims usable as models (OpenAI list shape)."""
@@ -569,33 +692,37 @@ def model_card(e: ModelEntry) -> dict[str, Any]:
 
 
 @routes.get(r"/v1/models/{model:.+}")
-@doc(tags=("v1",), responses={404: "unknown model"})
+@doc(tags=("v1",), response=ModelCard, responses={404: "unknown model"})
 @openai_errors
 async def get_model(request: web.Request) -> web.Response:
     """One model by its id ``cascade/<trace>/<config>`` (``cascade/`` may be left out)."""
     model = request.match_info["model"]
     if not model.startswith("cascade/"):
         model = f"cascade/{model}"
-    e = await sim_models(request.app).by_model(model)
+    e = await resolve_model(request, model)
     return web.Response(body=_ENCODER.encode(model_card(e)), content_type="application/json")
 
 
 @routes.post("/v1/completions")
-@doc(tags=("v1",), responses={404: "unknown model"})
+@doc(tags=("v1",), request=CompletionRequest, response=CompletionBody, content=SSE_CONTENT,
+     responses={400: "invalid request (over the context, out of range)", 404: "unknown model"})
 @openai_errors
 async def completions(request: web.Request) -> web.StreamResponse:
     """Estimate one completion request alone on an idle replica (OpenAI response shape)."""
     req: CompletionRequest = await _decode(request, CompletionRequest)
+    await resolve_model(request, req.model)
     counts, approximate = count_prompt_json(req.prompt, request.app[PROMPT_COUNTER])
     return await _answer(request, req, counts, approximate, chat=False)
 
 
 @routes.post("/v1/chat/completions")
-@doc(tags=("v1",), responses={404: "unknown model"})
+@doc(tags=("v1",), request=ChatRequest, response=ChatCompletionBody, content=SSE_CONTENT,
+     responses={400: "invalid request (over the context, out of range)", 404: "unknown model"})
 @openai_errors
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     """Estimate one chat request alone on an idle replica (OpenAI response shape)."""
     req: ChatRequest = await _decode(request, ChatRequest)
+    await resolve_model(request, req.model)
     count = _count_messages(req.messages, request.app[PROMPT_COUNTER])
     return await _answer(request, req, [count], True, chat=True)
 

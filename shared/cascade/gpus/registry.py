@@ -21,11 +21,15 @@ def normalize_name(name: str) -> str:
     return re.sub(r"[\s_\-]+", " ", name.strip().lower())
 
 
-def spec_from_mapping(data: dict[str, Any], source: str = "<mapping>") -> GPUSpec:
-    """Validate a decoded TOML/JSON mapping into a :class:`GPUSpec` (errors name the source)."""
+def spec_from_mapping(data: dict[str, Any], source: str = "<mapping>", *,
+                      strict: bool = False) -> GPUSpec:
+    """Validate a decoded TOML/JSON mapping into a :class:`GPUSpec` (errors name the source).
+
+    ``strict`` refuses strings for numbers (JSON from clients); files are lenient.
+    """
     data = {k: v for k, v in data.items() if k != "notes"}
     try:
-        spec = msgspec.convert(data, GPUSpec, strict=False)
+        spec = msgspec.convert(data, GPUSpec, strict=strict)
     except msgspec.ValidationError as exc:
         bounds = plausibility_error(str(exc), data)
         if bounds is not None:
@@ -152,3 +156,9 @@ def default_registry() -> GPURegistry:
 def get_gpu(name: str | GPUSpec) -> GPUSpec:
     """Shortcut for ``default_registry().get(name)``."""
     return default_registry().get(name)
+
+
+def known_gpu_names() -> list[str]:
+    """Every built-in spec id and alias (what ``get_gpu`` resolves), sorted."""
+    names = {n for s in default_registry() for n in (s.id, *s.aliases)}
+    return sorted(names)

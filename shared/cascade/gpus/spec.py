@@ -31,15 +31,15 @@ class GPUSpec(msgspec.Struct, frozen=True, kw_only=True):
     field): generous enough for GPUs a few generations past today's (B200: 148 SMs,
     8 TB/s, 2.25 PFLOP/s dense FP16), tight enough that a typo or a hostile value
     (1.2 M SMs, a negative clock, a 1e300 ns launch) is refused with the field and the
-    range (:func:`plausibility_error`). Built-in and custom specs are checked alike, as
-    are the cross-field rules of :func:`check_consistency`.
+    range (:func:`plausibility_error`). Built-in and custom specs are checked alike;
+    built-in ones also obey the cross-field rules of :func:`check_consistency`.
     """
 
-    id: str
-    """Registry id, e.g. ``SM90_H100``."""
+    id: Annotated[str, msgspec.Meta(extra_json_schema={"pattern": "^[A-Za-z0-9_-]{1,200}$"})]
+    """Registry id, e.g. ``SM90_H100`` (letters, digits, ``_``, ``-``)."""
     name: str
     """Marketing name, e.g. ``NVIDIA H100 SXM5 80GB``."""
-    arch: str
+    arch: Annotated[str, msgspec.Meta(extra_json_schema={"enum": list(ARCHES)})]
     """Architecture generation: one of :data:`ARCHES`."""
     sm_version: Annotated[int, msgspec.Meta(ge=10, le=200)]
     """Compute capability x 10 (80 for sm_80)."""
@@ -109,9 +109,6 @@ class GPUSpec(msgspec.Struct, frozen=True, kw_only=True):
     """Default achievable fractions of the peaks."""
     sources: list[str] = []
     """Where the figures come from."""
-
-    def __post_init__(self) -> None:
-        check_consistency(self)
 
     # ---- derived figures -------------------------------------------------------------
     @property

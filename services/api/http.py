@@ -102,6 +102,7 @@ def doc(
     status: int = 200,
     request_required: bool = True,
     content: dict[str, Any] | None = None,
+    same_body: tuple[int, ...] = (),
 ) -> Callable[[HandlerT], HandlerT]:
     """Attach OpenAPI details to a handler (summary defaults to its docstring's first line).
 
@@ -110,7 +111,8 @@ def doc(
     {"schema": {"type": "string"}}}``). ``responses`` describes other statuses: error
     statuses get the error schema, other success statuses the success body. ``query``
     maps a parameter to its description or ``(description, JSON schema)``.
-    ``request_required=False`` documents an optional request body.
+    ``request_required=False`` documents an optional request body; ``same_body`` lists
+    error statuses answered with the success body (``/readyz``'s 503).
     """
 
     def wrap(handler: HandlerT) -> HandlerT:
@@ -125,6 +127,7 @@ def doc(
             "status": status,
             "request_required": request_required,
             "content": content or {},
+            "same_body": same_body,
         }
         return handler
 
@@ -132,10 +135,10 @@ def doc(
 
 
 def query_int(request: web.Request, name: str, default: int, low: int, high: int) -> int:
-    """An integer query parameter in [low, high]; absent or empty means ``default``."""
-    raw = request.query.get(name, "").strip()
-    if not raw:
+    """An integer query parameter in [low, high]; absent means ``default`` (empty is a 400)."""
+    if name not in request.query:
         return default
+    raw = request.query[name].strip()
     try:
         value = int(raw)
     except ValueError:
@@ -147,8 +150,8 @@ def query_int(request: web.Request, name: str, default: int, low: int, high: int
 
 
 def query_choice(request: web.Request, name: str, choices: tuple[str, ...]) -> str:
-    """A query parameter among ``choices``; absent or empty means the first."""
-    raw = request.query.get(name, "").strip() or choices[0]
+    """A query parameter among ``choices``; absent means the first (empty is a 400)."""
+    raw = request.query.get(name, choices[0]).strip()
     if raw not in choices:
         raise ValidationError(f"expected one of {', '.join(choices)}, got {raw[:40]!r}", field=name)
     return raw

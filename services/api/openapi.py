@@ -111,8 +111,9 @@ def build_openapi(
             ok["content"] = content
         responses = op.setdefault("responses", {})
         success = int(meta.get("status", 200))
+        same_body = set(meta.get("same_body") or ())
         for status, text in (meta.get("responses") or {}).items():
-            if int(status) < 400:
+            if int(status) < 400 or int(status) in same_body:
                 responses[str(status)] = {**ok, "description": text}
             else:
                 responses[str(status)] = {"description": text, **error}

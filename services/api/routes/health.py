@@ -89,7 +89,8 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 @routes.get("/readyz")
-@doc(response=Readiness, tags=("operations",), responses={503: "a dependency is not ready"})
+@doc(response=Readiness, tags=("operations",), responses={503: "a dependency is not ready"},
+     same_body=(503,))
 async def readyz(request: web.Request) -> web.Response:
     """Readiness: NATS JetStream and S3 (the bucket) answer."""
     bus = request.app[BUS]
@@ -103,7 +104,7 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 @routes.get("/metrics")
-@doc(tags=("operations",))
+@doc(tags=("operations",), content={"text/plain": {"schema": {"type": "string"}}})
 async def metrics(request: web.Request) -> web.Response:
     """Prometheus metrics of this api instance (text exposition format)."""
     body = generate_latest(request.app[REGISTRY])
@@ -111,7 +112,7 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 @routes.get("/openapi.json")
-@doc(tags=("operations",))
+@doc(tags=("operations",), content={"application/json": {"schema": {"type": "object"}}})
 async def openapi_json(request: web.Request) -> web.Response:
     """This OpenAPI document, generated from the registered routes."""
     return json_response(request.app[OPENAPI])

@@ -140,7 +140,8 @@ class CancelAccepted(msgspec.Struct, frozen=True, kw_only=True):
     cancel_requested: bool
 
 
-SSE_CONTENT = {"text/event-stream": {"schema": {"type": "string"}}}
+SSE_CONTENT = {"text/event-stream": {"schema": {
+    "type": "object", "description": "one server-sent event: its event, id and data fields"}}}
 CSV_CONTENT = {"text/csv": {"schema": {"type": "string"}}}
 OBJECT_CONTENT = {"application/json": {"schema": {"type": "object"}}}
 
@@ -375,9 +376,13 @@ async def run_events(request: web.Request) -> web.StreamResponse:
     """Server-sent progress and state events of one run (resumable with ``Last-Event-ID``)."""
     run = await _run(request, request.match_info["run_id"])
     bus = request.app[BUS]
-    field = "Last-Event-ID" if request.headers.get("Last-Event-ID") else "last_event_id"
-    last_id = request.headers.get("Last-Event-ID") or request.query.get("last_event_id")
-    start_seq = parse_last_event_id(last_id, field) if last_id else None
+    header = request.headers.get("Last-Event-ID", "").strip()
+    if header:
+        start_seq: int | None = parse_last_event_id(header, "Last-Event-ID")
+    elif "last_event_id" in request.query:
+        start_seq = parse_last_event_id(request.query["last_event_id"], "last_event_id")
+    else:
+        start_seq = None
     streams: dict[str, int] = request.app[EVENT_STREAMS]
     if streams["open"] >= streams["limit"]:
         raise TooManyError(f"{streams['limit']} event streams are already open on this api; "

@@ -17,7 +17,13 @@ from typing import Annotated, Any, Literal
 import msgspec
 from aiohttp import web
 from cascade import subjects
-from cascade.errors import ConflictError, NotFoundError, TooLargeError, ValidationError
+from cascade.errors import (
+    ConflictError,
+    NotFoundError,
+    StorageError,
+    TooLargeError,
+    ValidationError,
+)
 from cascade.gpus import get_gpu, known_gpu_names
 from cascade.messages.trace import TraceCreated, TraceDeleted, TraceSealed, UploadReported
 from cascade.state import TraceRecord
@@ -48,6 +54,8 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
 )
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+S3_TOKEN = r'^[!#-~]+$'
+"""Printable ASCII without spaces or double quotes: S3 upload ids and ETags."""
 SCHEMA_MAX_UPLOAD = 64 * 1024**3
 """File size limit the OpenAPI document states (the default ``max_upload_bytes``)."""
 FileName = Annotated[str, msgspec.Meta(extra_json_schema={
@@ -123,14 +131,14 @@ class CompletedPart(msgspec.Struct, frozen=True, kw_only=True):
     """One uploaded part (its ETag from the PUT response)."""
 
     part_number: Annotated[int, msgspec.Meta(ge=1, le=MAX_PARTS)]
-    etag: Annotated[str, msgspec.Meta(min_length=1)]
+    etag: Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=S3_TOKEN)]
 
 
 class CompleteRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Body of POST /api/traces/{id}/uploads/complete."""
 
     name: FileName
-    upload_id: Annotated[str, msgspec.Meta(min_length=1)]
+    upload_id: Annotated[str, msgspec.Meta(min_length=1, max_length=1024, pattern=S3_TOKEN)]
     parts: Annotated[list[CompletedPart], msgspec.Meta(min_length=1, max_length=MAX_PARTS)]
 
 
@@ -164,6 +172,11 @@ class TraceList(msgspec.Struct, frozen=True, kw_only=True):
     """Answer of GET /api/traces."""
 
     traces: list[TraceRecord]
+
+
+#: S3 error codes of a complete-multipart call that are the client's fault, not the server's.
+_CLIENT_FAULTS = ("NoSuchUpload", "InvalidPart", "InvalidPartOrder", "MalformedXML",
+                  "EntityTooSmall", "InvalidArgument")
 
 
 def _storage(request: web.Request) -> Storage:
@@ -243,7 +256,9 @@ async def request_uploads(request: web.Request) -> web.Response:
             continue  # listed twice: one upload target (the first)
         seen.add(f.name)
         if f.size > settings.max_upload_bytes:
-            raise TooLargeError(f"files[{i}] ({f.name})", f.size, settings.max_upload_bytes)
+            raise ValidationError(f"{f.name} is declared as {f.size} bytes, over the limit of "
+                                  f"{settings.max_upload_bytes} bytes (max_upload_bytes)",
+                                  field=f"files[{i}].size")
     storage = _storage(request)
     ttl = settings.presign_ttl_s
     targets: list[UploadTarget] = []
@@ -292,10 +307,17 @@ async def complete_upload(request: web.Request) -> web.Response:
     await _store(request).require(tid)
     key = raw_key(tid, body.name)
     storage = _storage(request)
-    etag = await storage.complete_multipart(
-        key, body.upload_id,
-        [UploadedPart(part_number=p.part_number, etag=p.etag) for p in body.parts],
-    )
+    parts = {p.part_number: p for p in body.parts}  # a part listed twice: the last one
+    try:
+        etag = await storage.complete_multipart(
+            key, body.upload_id,
+            [UploadedPart(part_number=n, etag=parts[n].etag) for n in sorted(parts)],
+        )
+    except StorageError as exc:
+        if not any(code in str(exc) for code in _CLIENT_FAULTS):
+            raise
+        raise NotFoundError(f"upload_id: no such multipart upload of {body.name!r}, or its parts "
+                            f"do not match ({exc})") from None
     info = await storage.head(key)
     if info is None:
         raise NotFoundError(f"s3 object {key} is missing after completing its upload")
@@ -309,7 +331,7 @@ async def complete_upload(request: web.Request) -> web.Response:
 
 @routes.post("/api/traces/{trace_id}/uploaded")
 @doc(request=UploadedRequest, response=UploadedResponse, status=202, tags=("traces",),
-     responses={404: "no such trace or the object was not uploaded", 409: "ETag mismatch"})
+     responses={404: "no such trace", 409: "not uploaded yet, or ETag mismatch"})
 async def report_uploaded(request: web.Request) -> web.Response:
     """Upload callback: the object is checked with HEAD and handed to ingest."""
     tid = _trace_id(request)
@@ -319,7 +341,8 @@ async def report_uploaded(request: web.Request) -> web.Response:
     key = raw_key(tid, body.name)
     info = await _storage(request).head(key)
     if info is None:
-        raise NotFoundError(f"name: {body.name!r} has not been uploaded (no object {key})")
+        raise ConflictError(f"name: {body.name!r} has not been uploaded yet (no object {key})",
+                            state="not-uploaded")
     claimed = body.etag.strip('"')
     if claimed and claimed != info.etag:
         raise ConflictError(
@@ -375,7 +398,7 @@ async def get_trace(request: web.Request) -> web.Response:
     tid = _trace_id(request)
     store = _store(request)
     record = await store.require(tid)
-    details = request.query.get("details", "").lower() or "true"
+    details = request.query.get("details", "true").lower()
     if details not in ("true", "false", "1", "0"):
         raise ValidationError("expected true or false", field="details")
     if details in ("false", "0"):
@@ -429,7 +452,7 @@ async def list_kernels(request: web.Request) -> web.Response:
     offset = query_int(request, "offset", 0, 0, 2**31)
     limit = query_int(request, "limit", 100, 1, 1000)
     order = query_choice(request, "order", ("asc", "desc"))
-    sort = request.query.get("sort", "").strip() or "kernel_id"
+    sort = request.query.get("sort", "kernel_id").strip()
     store = _store(request)
     record = await store.require(tid)
     rows: list[dict[str, Any]]

@@ -578,7 +578,8 @@ async def _stream(request: web.Request, req: _Common, rid: str, created: int, mo
 
 # ---- answer shapes (documentation: the handlers build these as JSON directly) ----------------
 
-SSE_CONTENT = {"text/event-stream": {"schema": {"type": "string"}}}
+SSE_CONTENT = {"text/event-stream": {"schema": {
+    "type": "object", "description": "one server-sent event: its event, id and data fields"}}}
 
 
 class CascadeModelInfo(msgspec.Struct, kw_only=True):

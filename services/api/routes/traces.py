@@ -176,7 +176,7 @@ class TraceList(msgspec.Struct, frozen=True, kw_only=True):
 
 #: S3 error codes of a complete-multipart call that are the client's fault, not the server's.
 _CLIENT_FAULTS = ("NoSuchUpload", "InvalidPart", "InvalidPartOrder", "MalformedXML",
-                  "EntityTooSmall", "InvalidArgument")
+                  "EntityTooSmall", "InvalidArgument", "InvalidRequest", "NoSuchKey")
 
 
 def _storage(request: web.Request) -> Storage:
@@ -252,13 +252,13 @@ async def request_uploads(request: web.Request) -> web.Response:
     seen: set[str] = set()
     for i, f in enumerate(body.files):
         check_name(f.name, field=f"files[{i}].name")
-        if f.name in seen:
-            continue  # listed twice: one upload target (the first)
-        seen.add(f.name)
         if f.size > settings.max_upload_bytes:
             raise ValidationError(f"{f.name} is declared as {f.size} bytes, over the limit of "
                                   f"{settings.max_upload_bytes} bytes (max_upload_bytes)",
                                   field=f"files[{i}].size")
+        if f.name in seen:
+            continue  # listed twice: one upload target (the first)
+        seen.add(f.name)
     storage = _storage(request)
     ttl = settings.presign_ttl_s
     targets: list[UploadTarget] = []
@@ -298,7 +298,8 @@ async def _report(request: web.Request, tid: str, name: str, key: str, etag: str
 
 @routes.post("/api/traces/{trace_id}/uploads/complete")
 @doc(request=CompleteRequest, response=UploadedResponse, status=202, tags=("traces",),
-     responses={404: "no such trace or upload", 413: "file over max_upload_bytes"})
+     responses={404: "no such trace", 409: "no such upload in progress",
+                413: "file over max_upload_bytes"})
 async def complete_upload(request: web.Request) -> web.Response:
     """Assemble a multipart upload from its parts; counts as the upload callback too."""
     tid = _trace_id(request)
@@ -313,11 +314,11 @@ async def complete_upload(request: web.Request) -> web.Response:
             key, body.upload_id,
             [UploadedPart(part_number=n, etag=parts[n].etag) for n in sorted(parts)],
         )
-    except StorageError as exc:
-        if not any(code in str(exc) for code in _CLIENT_FAULTS):
+    except (StorageError, NotFoundError) as exc:
+        if isinstance(exc, StorageError) and not any(c in str(exc) for c in _CLIENT_FAULTS):
             raise
-        raise NotFoundError(f"upload_id: no such multipart upload of {body.name!r}, or its parts "
-                            f"do not match ({exc})") from None
+        raise ConflictError(f"upload_id: no multipart upload of {body.name!r} in progress with "
+                            f"these parts ({exc})", state="no-upload") from None
     info = await storage.head(key)
     if info is None:
         raise NotFoundError(f"s3 object {key} is missing after completing its upload")

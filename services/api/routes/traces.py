@@ -266,17 +266,16 @@ async def request_uploads(request: web.Request) -> web.Response:
         key = raw_key(tid, f.name)
         if f.size < settings.multipart_threshold_bytes:
             targets.append(UploadTarget(name=f.name, key=key, size=f.size,
-                                        url=await storage.presign_put(key, ttl=ttl)))
+                                        url=await storage.presign_put(key, ttl=ttl, size=f.size)))
             continue
         part_size = _part_size(f.size, settings.multipart_threshold_bytes)
         count = max(1, math.ceil(f.size / part_size))
         upload_id = await storage.create_multipart(key)
+        sizes = [min(part_size, f.size - (n - 1) * part_size) for n in range(1, count + 1)]
         parts = [
-            PartUrl(
-                part_number=n,
-                url=await storage.presign_upload_part(key, upload_id, n, ttl=ttl),
-                size=min(part_size, f.size - (n - 1) * part_size),
-            )
+            PartUrl(part_number=n, size=sizes[n - 1],
+                    url=await storage.presign_upload_part(key, upload_id, n, ttl=ttl,
+                                                          size=sizes[n - 1]))
             for n in range(1, count + 1)
         ]
         targets.append(UploadTarget(

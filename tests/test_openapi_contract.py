@@ -29,6 +29,8 @@ pytestmark = pytest.mark.integration
 
 TOKEN = "contract-token"
 EXAMPLES = int(os.environ.get("CASCADE_SCHEMATHESIS_EXAMPLES", "4"))
+MAX_TIME = os.environ.get("CASCADE_SCHEMATHESIS_MAX_TIME", "")
+"""Seconds to keep fuzzing past the example budget (empty: stop after the budget)."""
 
 
 @pytest.fixture
@@ -61,7 +63,7 @@ async def run_schemathesis(url: str, report: Path, *extra: str) -> tuple[int, st
             "--phases", "examples,coverage,fuzzing,stateful", "--max-examples", str(EXAMPLES),
             "--seed", "20", "--no-shrink", "--generation-database", "none",
             "--header", f"Authorization: Bearer {TOKEN}", "--request-timeout", "20",
-            "--workers", "1", "--max-time", "240", "--no-color", "--report", "ndjson",
+            "--workers", "1", *(["--max-time", MAX_TIME] if MAX_TIME else []), "--no-color", "--report", "ndjson",
             "--report-ndjson-path", str(report), "--suppress-health-check", "all",
             # POST /api/scenarios: its arrival/lengths/router/scheduler objects are open-ended
             # in the schema, so schema-valid bodies can still be refused; not yet described.

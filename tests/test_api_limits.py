@@ -105,3 +105,38 @@ async def test_post_config_refuses_implausible_specs(client: TestClient, field: 
     assert field in body["message"] and range_text in body["message"]
     listed = await (await client.get("/api/configs")).json()
     assert "IMPLAUSIBLE_X" not in {c["id"] for c in listed["configs"]}
+
+
+async def test_domain_metrics_cover_the_stack(client: TestClient, finished: FinishedSim,
+                                              bus: Bus) -> None:
+    import time
+
+    from cascade import subjects
+    from cascade.state import SimRecord
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from services.api.sim_models import SIM_MODELS
+
+    sims = await bus.kv(subjects.KV_SIMS)
+    now = time.time()
+    slow_id = f"{finished.run_id}-slow-r0"
+    await sims.put(slow_id, SimRecord(id=slow_id, run_id=finished.run_id, config="SM80_A100",
+                                      state="completed", started_at=now - 12.5, finished_at=now))
+    models = client.server.app[SIM_MODELS]
+    await models.wait_until(lambda: slow_id in models._sims, timeout=10.0)
+    text = await (await client.get("/metrics")).text()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+
+    def value(name: str, **labels: str) -> float:
+        return next(s.value for f in families.values() for s in f.samples
+                    if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+
+    assert value("cascade_runs", state="completed") >= 1
+    assert value("cascade_sims", state="completed") >= 2
+    assert value("cascade_sim_duration_max_seconds") >= 12.5
+    assert value("cascade_sim_duration_seconds_count") >= 1
+    assert {"cascade_queue_pending", "cascade_queue_in_flight"} <= set(families)
+    v1 = await client.post("/v1/completions", json={"model": finished.model, "prompt": [1, 2]})
+    assert v1.status == 200
+    text = await (await client.get("/metrics")).text()
+    assert 'cascade_http_request_seconds_count{method="POST",route="/v1/completions"}' in text

@@ -62,7 +62,7 @@ def build_openapi(
 ) -> dict[str, Any]:
     """The OpenAPI document for ``(method, path, handler, module)`` route definitions."""
     types: list[Any] = []
-    operations: list[tuple[str, str, dict[str, Any], Any, Any]] = []
+    operations: list[tuple[str, str, dict[str, Any], Any, Any, dict[str, Any]]] = []
     for method, path, handler, module in route_defs:
         if method in ("HEAD", "*"):
             continue

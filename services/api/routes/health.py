@@ -12,6 +12,8 @@ from cascade import __version__, subjects
 from cascade.errors import CascadeError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from services.api.domain_metrics import DOMAIN_METRICS
+from services.api.domain_metrics import install as install_domain_metrics
 from services.api.http import doc, json_response
 from services.api.keys import BUS, OPENAPI, REGISTRY, SERVICE_STATUS, STORAGE
 
@@ -106,7 +108,11 @@ async def readyz(request: web.Request) -> web.Response:
 @routes.get("/metrics")
 @doc(tags=("operations",), content={"text/plain": {"schema": {"type": "string"}}})
 async def metrics(request: web.Request) -> web.Response:
-    """Prometheus metrics of this api instance (text exposition format)."""
+    """Prometheus metrics: this api instance, plus runs/sims by state, sim durations and
+    queue depths of the whole stack (:mod:`services.api.domain_metrics`)."""
+    domain = request.app.get(DOMAIN_METRICS)
+    if domain is not None:
+        await domain.refresh()
     body = generate_latest(request.app[REGISTRY])
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -179,3 +185,8 @@ async def api_status(request: web.Request) -> web.Response:
             streams=streams,
         )
     )
+
+
+def setup(app: web.Application) -> None:
+    """Domain metrics on /metrics (runs, sims, durations, queues)."""
+    install_domain_metrics(app)

@@ -169,7 +169,7 @@ class GPUSpec(msgspec.Struct, frozen=True, kw_only=True):
 def field_bounds() -> dict[str, tuple[float, float]]:
     """(low, high) of every bounded :class:`GPUSpec` field (``tensor_tflops`` per dtype)."""
     out: dict[str, tuple[float, float]] = {}
-    for f in msgspec.inspect.type_info(GPUSpec).fields:  # type: ignore[union-attr]
+    for f in msgspec.inspect.type_info(GPUSpec).fields:  # type: ignore[attr-defined]
         t = f.type
         if isinstance(t, msgspec.inspect.DictType):
             t = t.value_type

@@ -51,6 +51,7 @@ from aiohttp import web
 from cascade import subjects
 from cascade.accelsimrun import discover_from, refuse_timeline_trace, require
 from cascade.errors import ConflictError, NotFoundError, TooManyError, ValidationError
+from cascade.gpus import known_gpu_names
 from cascade.messages.run import (
     RunCancelRequested,
     RunCompleted,
@@ -99,13 +100,17 @@ class CreateRun(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
 
     trace_id: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
     """A ready trace."""
-    configs: Annotated[list[str | dict[str, Any]], msgspec.Meta(min_length=1, max_length=64)]
+    configs: Annotated[list[str | dict[str, Any]], msgspec.Meta(
+        min_length=1, max_length=64, extra_json_schema={"items": {"anyOf": [
+            {"type": "string", "enum": known_gpu_names()},
+            {"$ref": "#/components/schemas/GPUSpec"}]}})]
     """GPU spec ids / aliases / custom spec names, or custom specs given inline."""
     replicas: Annotated[int, msgspec.Meta(ge=1, le=MAX_REPLICAS)] = 1
     """Independent simulations per configuration."""
     model: Model = "auto"
     """Kernel model."""
-    options: dict[str, Any] = {}
+    options: Annotated[dict[str, Any], msgspec.Meta(extra_json_schema={
+        "properties": {"chunk_delay_s": {"type": "number", "minimum": 0, "maximum": 60}}})] = {}
     """Model / replay options (``chunk_delay_s`` paces a simulation, for demos and tests)."""
     name: Annotated[str, msgspec.Meta(max_length=200)] = ""
     """Human label."""
@@ -210,11 +215,6 @@ async def create_run(request: web.Request) -> web.Response:
         refuse_rerun(body.trace_id)
         raise NotFoundError(f"no trace {body.trace_id!r}")
     trace = entry.value
-    _check_options(body.options)
-    if len(body.configs) * body.replicas > MAX_SIMS:
-        raise ValidationError(
-            f"{len(body.configs)} configs x {body.replicas} replicas is over the limit of "
-            f"{MAX_SIMS} simulations per run", field="replicas")
     if trace.provenance.read_only:
         raise ConflictError(
             trace.provenance.rerun_refusal
@@ -225,6 +225,11 @@ async def create_run(request: web.Request) -> web.Response:
             f"trace {trace.id} is {trace.state}, not ready: runs need a prepared bundle "
             f"({trace.kernels_prepared}/{trace.kernels_total or trace.expected_kernels or '?'} "
             "kernels prepared)", state=trace.state)
+    _check_options(body.options)
+    if len(body.configs) * body.replicas > MAX_SIMS:
+        raise ValidationError(
+            f"{len(body.configs)} configs x {body.replicas} replicas is over the limit of "
+            f"{MAX_SIMS} simulations per run", field="replicas")
     custom = await load_custom_specs(bus)
     resolved = [resolve_config(c, custom=custom, where=f"configs[{i}]") for i, c in enumerate(body.configs)]
     ids = [r.config_id for r in resolved]

@@ -15,6 +15,7 @@ from cascade.gpus import (
     default_registry,
     import_accelsim_config,
     load_spec_file,
+    spec_from_mapping,
 )
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -155,3 +156,46 @@ def test_unknown_gpu_suggests_the_closest_known_ones() -> None:
     assert err.value.suggestions[0] == "SM89_RTX4090"
     assert "closest: SM89_RTX4090" in str(err.value)
     assert err.value.to_dict()["suggestions"][0] == "SM89_RTX4090"
+
+
+def test_every_builtin_spec_is_within_the_plausibility_bounds() -> None:
+    from cascade.gpus.spec import field_bounds
+
+    bounds = field_bounds()
+    assert {"sms", "boost_clock_mhz", "launch_overhead_ns", "tensor_tflops", "memory_gb"} <= set(bounds)
+    specs = builtin_specs()
+    assert len(specs) >= len(REQUIRED)
+    for spec in specs:
+        data = __import__("msgspec").to_builtins(spec)
+        for name, (low, high) in bounds.items():
+            values = data[name].values() if isinstance(data[name], dict) else [data[name]]
+            for v in values:
+                assert low <= v <= high, (spec.id, name, v)
+
+
+@pytest.mark.parametrize(("field", "value", "range_text"), [
+    ("sms", 1_200_000, "from 1 to 1024"),
+    ("boost_clock_mhz", -3.4e16, "from 100 to 5000"),
+    ("launch_overhead_ns", 1e300, "from 10 to 1e+06"),
+    ("memory_bandwidth_gbps", float("inf"), "from 10 to 100000"),
+    ("dram_latency_ns", float("nan"), "from 10 to 100000"),
+    ("tensor_tflops", {"fp16": -1.0}, "from 0 to 1e+06"),
+])
+def test_implausible_spec_names_the_field_and_range(field: str, value: object, range_text: str) -> None:
+    base = __import__("msgspec").to_builtins(GPURegistry(builtin_specs()).get("SM90_H100"))
+    with pytest.raises(ConfigError) as err:
+        spec_from_mapping({**base, field: value}, "test")
+    assert field in str(err.value) and range_text in str(err.value)
+
+
+def test_builtin_specs_obey_the_cross_field_rules() -> None:
+    import msgspec
+    from cascade.gpus.spec import check_consistency
+
+    for spec in builtin_specs():
+        check_consistency(spec)
+    h100 = GPURegistry(builtin_specs()).get("SM90_H100")
+    with pytest.raises(ValueError, match="smem_per_block_kb"):
+        check_consistency(msgspec.structs.replace(h100, smem_per_block_kb=1000))
+    with pytest.raises(ValueError, match="sustained_clock_mhz"):
+        check_consistency(msgspec.structs.replace(h100, sustained_clock_mhz=4000))

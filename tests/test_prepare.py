@@ -143,3 +143,26 @@ async def test_worker_killed_mid_trace_another_finishes_without_duplicates(
     assert sorted(ids.tolist()) == list(range(1, count + 1))
     parts = [o async for o in stack.storage.list(f"traces/{tid}/parts/")]
     assert len(parts) == count
+
+
+async def test_gzip_bomb_timeline_fails_naming_the_file_and_the_limit(stack: TracesStack,
+                                                                      tmp_path: Path) -> None:
+    """The issue's hostile input: a small .json.gz holding one enormous string."""
+    import gzip
+
+    await _ensure_inprocess_prepare(stack)
+    bomb = tmp_path / "bomb.json.gz"
+    with gzip.open(bomb, "wb", compresslevel=9) as fh:
+        fh.write(b'{"traceEvents": [{"name": "')
+        for _ in range(80):
+            fh.write(b"A" * (1024 * 1024))
+        fh.write(b'"}]}')
+    assert bomb.stat().st_size < 1024 * 1024
+    async with stack.client() as api:
+        trace = await api.create_trace(name="bomb", source_gpu="SM90_H100", kind="timeline")
+        await api.upload_files(trace["id"], [bomb])
+        await api.seal(trace["id"])
+        failed = await api.wait_for_state(trace["id"], {"ready", "failed", "incomplete"}, timeout=90)
+    assert failed["state"] == "failed"
+    error = failed["kernels"][0]["error"]
+    assert error.startswith("bomb.json.gz: expected at most 100 decompressed bytes per compressed byte")

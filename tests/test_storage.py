@@ -236,3 +236,28 @@ def test_constructor_validates() -> None:
     with pytest.raises(ValidationError, match="part size"):
         Storage(endpoint="http://x", access_key="a", secret_key="b", bucket="c", part_size=1024)
 
+
+
+async def test_presigned_put_binds_the_declared_size(storage: Storage) -> None:
+    """A PUT URL signed for 237 bytes takes exactly 237 bytes (the issue's 5 MB upload is refused)."""
+    key = "traces/t-size/raw/stats.csv"
+    url = await storage.presign_put(key, ttl=60, size=237)
+    assert "content-length" in dict(parse_qsl(urlsplit(url).query))["X-Amz-SignedHeaders"]
+    async with aiohttp.ClientSession() as http:
+        for wrong in (b"x" * (5 * 1024 * 1024), b"x" * 236, b"x" * 238):
+            async with http.put(url, data=wrong) as resp:
+                assert resp.status == 403, (len(wrong), resp.status)
+        assert await storage.head(key) is None
+        async with http.put(url, data=b"y" * 237) as resp:
+            assert resp.status == 200, await resp.text()
+    info = await storage.head(key)
+    assert info is not None and info.size == 237
+    part_key = "traces/t-size/raw/kernel-1.trace"
+    upload_id = await storage.create_multipart(part_key)
+    part_url = await storage.presign_upload_part(part_key, upload_id, 1, ttl=60, size=1000)
+    async with aiohttp.ClientSession() as http:
+        async with http.put(part_url, data=b"z" * 2000) as resp:
+            assert resp.status == 403
+        async with http.put(part_url, data=b"z" * 1000) as resp:
+            assert resp.status == 200
+    await storage.abort_multipart(part_key, upload_id)

@@ -98,13 +98,13 @@ async def test_hostile_names_sizes_and_auth_are_refused(traces_stack: TracesStac
             assert err.value.body["field"] == "files[0].name"
         with pytest.raises(ApiError) as err:
             await api.request_uploads(tid, [("kernel-1.traceg", traces_stack.settings.max_upload_bytes + 1)])
-        assert err.value.http_status == 413
+        assert err.value.http_status == 400 and err.value.body["field"] == "files[0].size"
         with pytest.raises(ApiError) as err:
             await api.create_trace(name="x", source_gpu="NVIDIA GeForce Potato")
         assert err.value.http_status == 400 and "SM90_H100" in err.value.body["known"]
         with pytest.raises(ApiError) as err:
             await api.report_uploaded(tid, "kernel-7.traceg")
-        assert err.value.http_status == 404
+        assert err.value.http_status == 409 and err.value.body["state"] == "not-uploaded"
         with pytest.raises(ApiError) as err:
             await api.request("POST", f"/api/traces/{tid}/seal", json={"expected_kernels": -1})
         assert err.value.http_status == 400 and err.value.body["field"] == "expected_kernels"

@@ -50,7 +50,8 @@ class FinishedSim:
 
 
 async def make_finished_sim(bus: Bus, storage: Storage, *, config: str = "SM90_H100",
-                            workload: str = "facebook/opt-125m eager greedy generation") -> FinishedSim:
+                            workload: str = "facebook/opt-125m eager greedy generation",
+                            steps: list[object] | None = None) -> FinishedSim:
     """A completed sim of a new trace/run in KV, with result.json + kernels.npz in S3."""
     tag = uuid.uuid4().hex[:8]
     trace_id, run_id = f"tv1-{tag}", f"run-v1{tag}"
@@ -68,7 +69,7 @@ async def make_finished_sim(bus: Bus, storage: Storage, *, config: str = "SM90_H
         spec_id=config, spec_hash="test", table=table, predicted_ns=predicted, regime=regime,
         start_ns=start, end_ns=end, predicted_e2e_ns=e2e, created_at=time.time(),
         source_spec_id="SM90_H100", calibration=f"{cal.id}@{cal.version}",
-        accuracy=expected_accuracy(cal, "SM90_H100", config, "kernel"))
+        accuracy=expected_accuracy(cal, "SM90_H100", config, "kernel"), steps=steps)  # type: ignore[arg-type]
     key = await write_result(storage, result, kernels_with_predictions(table, predicted, regime, start, end))
     now = time.time()
     traces = await bus.kv(subjects.KV_TRACES)
@@ -195,7 +196,8 @@ async def test_models_lists_finished_sim_in_openai_shape(client: TestClient, fin
 async def test_completion_with_token_ids_is_exact_and_calibrated(client: TestClient,
                                                                  finished: FinishedSim) -> None:
     resp = await client.post("/v1/completions", json={
-        "model": finished.model, "prompt": [2, 31414, 6, 127, 766, 16], "max_tokens": 32})
+        "model": finished.model, "prompt": [2, 31414, 6, 127, 766, 16], "max_tokens": 32,
+        "cascade_itl": "full"})
     assert resp.status == 200, await resp.text()
     raw = await resp.read()
     shaped = msgspec.json.decode(raw, type=Completion)
@@ -266,7 +268,7 @@ async def test_chat_completion_shape(client: TestClient, finished: FinishedSim) 
     assert shaped.usage.completion_tokens == 10
     body = json.loads(raw)
     assert body["cascade"]["prompt_tokens_approximate"] is True
-    assert len(body["metrics"]["itl_ms"]) == 9
+    assert body["metrics"]["itl_count"] == 9 and "itl_ms" not in body["metrics"]
 
 
 async def test_stream_carries_per_token_timings(client: TestClient, finished: FinishedSim) -> None:
@@ -322,7 +324,7 @@ async def test_errors_use_openai_shape(client: TestClient, finished: FinishedSim
     assert resp.status == 400
     assert msgspec.json.decode(await resp.read(), type=ErrorResponse).error.param == "prompt"
     resp = await client.post("/v1/completions", json={"model": "gpt-4", "prompt": "x"})
-    assert resp.status == 400
+    assert resp.status == 404
     resp = await client.post("/v1/chat/completions", json={"model": finished.model, "messages": []})
     assert resp.status == 400
     assert msgspec.json.decode(await resp.read(), type=ErrorResponse).error.param == "messages"
@@ -415,7 +417,7 @@ async def test_repeated_answers_are_identical_but_for_id(client: TestClient, fin
     assert first["id"] != again["id"] and first["id"].startswith("cmpl-") and len(first["id"]) == 29
     for key in ("metrics", "cascade", "usage", "choices", "model", "object"):
         assert first[key] == again[key]
-    assert len(other["metrics"]["itl_ms"]) == 5 and len(first["metrics"]["itl_ms"]) == 4
+    assert other["metrics"]["itl_count"] == 5 and first["metrics"]["itl_count"] == 4
     approx = await (await client.post("/v1/completions", json={**req, "prompt": "a b c"})).json()
     assert approx["cascade"]["prompt_tokens_approximate"] is True
     assert first["cascade"]["prompt_tokens_approximate"] is False

@@ -24,7 +24,7 @@ from cascade.settings import Settings
 from prometheus_client import CollectorRegistry
 
 import services.api.routes as routes_pkg
-from services.api.http import auth_middleware, error_middleware, metrics_middleware
+from services.api.http import MAX_BODY_BYTES, auth_middleware, error_middleware, metrics_middleware
 from services.api.keys import (
     BUS,
     OPENAPI,
@@ -56,7 +56,7 @@ def create_app(
     storage: Any,
     registry: CollectorRegistry | None = None,
     service_status: Callable[[], dict[str, Any]] | None = None,
-    client_max_size: int = 64 * 1024 * 1024,
+    client_max_size: int = MAX_BODY_BYTES,
 ) -> web.Application:
     """Build the api application around the given collaborators.
 

@@ -30,6 +30,8 @@ T = TypeVar("T")
 HandlerT = TypeVar("HandlerT", bound=Callable[..., Awaitable[web.StreamResponse]])
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+#: Largest request body the api reads (JSON only: uploads go to S3 directly); over it is a 413.
+MAX_BODY_BYTES = 8 * 1024 * 1024
 _ENCODER = msgspec.json.Encoder()
 log = get_logger("cascade.api")
 
@@ -46,7 +48,7 @@ def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
     return {"error": code, "message": message, **extra}
 
 
-async def read_json(request: web.Request, type_: type[T], *, max_bytes: int = 16 * 1024 * 1024) -> T:
+async def read_json(request: web.Request, type_: type[T], *, max_bytes: int = MAX_BODY_BYTES) -> T:
     """Decode the request body as ``type_``; :class:`ValidationError` names what is wrong."""
     if request.content_length is not None and request.content_length > max_bytes:
         from cascade.errors import TooLargeError
@@ -55,12 +57,24 @@ async def read_json(request: web.Request, type_: type[T], *, max_bytes: int = 16
     body = await request.read()
     if not body:
         raise ValidationError("request body is empty: expected a JSON object", field="body")
+    return decode_json(body, type_)
+
+
+def decode_json(body: bytes, type_: type[T]) -> T:
+    """Decode ``body`` as ``type_`` (integral floats accepted for integers, as JSON Schema does)."""
     try:
         return msgspec.json.decode(body, type=type_)
     except msgspec.ValidationError as exc:
-        raise ValidationError(str(exc), field=_path_of(str(exc))) from None
+        first = exc
     except msgspec.DecodeError as exc:
         raise ValidationError(f"malformed JSON: {exc}", field="body") from None
+    if b"." in body or b"e" in body or b"E" in body:
+        try:
+            again = _ENCODER.encode(integral_floats(msgspec.json.decode(body)))
+            return msgspec.json.decode(again, type=type_)
+        except msgspec.ValidationError:
+            pass
+    raise ValidationError(str(first), field=_path_of(str(first))) from None
 
 
 def _path_of(message: str) -> str:
@@ -84,9 +98,22 @@ def doc(
     tags: tuple[str, ...] = (),
     description: str | None = None,
     responses: dict[int, str] | None = None,
-    query: dict[str, str] | None = None,
+    query: dict[str, str | tuple[str, dict[str, Any]]] | None = None,
+    status: int = 200,
+    request_required: bool = True,
+    content: dict[str, Any] | None = None,
+    same_body: tuple[int, ...] = (),
 ) -> Callable[[HandlerT], HandlerT]:
-    """Attach OpenAPI details to a handler (summary defaults to its docstring's first line)."""
+    """Attach OpenAPI details to a handler (summary defaults to its docstring's first line).
+
+    ``response`` is the JSON body of the success answer, sent with ``status``;
+    ``content`` adds or replaces media types of that answer (``{"text/event-stream":
+    {"schema": {"type": "string"}}}``). ``responses`` describes other statuses: error
+    statuses get the error schema, other success statuses the success body. ``query``
+    maps a parameter to its description or ``(description, JSON schema)``.
+    ``request_required=False`` documents an optional request body; ``same_body`` lists
+    error statuses answered with the success body (``/readyz``'s 503).
+    """
 
     def wrap(handler: HandlerT) -> HandlerT:
         handler.__cascade_doc__ = {  # type: ignore[attr-defined]
@@ -97,10 +124,48 @@ def doc(
             "description": description,
             "responses": responses or {},
             "query": query or {},
+            "status": status,
+            "request_required": request_required,
+            "content": content or {},
+            "same_body": same_body,
         }
         return handler
 
     return wrap
+
+
+def query_int(request: web.Request, name: str, default: int, low: int, high: int) -> int:
+    """An integer query parameter in [low, high]; absent means ``default`` (empty is a 400)."""
+    if name not in request.query:
+        return default
+    raw = request.query[name].strip()
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValidationError(f"expected an integer from {low} to {high}, got {raw[:40]!r}",
+                              field=name) from None
+    if not low <= value <= high:
+        raise ValidationError(f"expected an integer from {low} to {high}, got {value}", field=name)
+    return value
+
+
+def query_choice(request: web.Request, name: str, choices: tuple[str, ...]) -> str:
+    """A query parameter among ``choices``; absent means the first (empty is a 400)."""
+    raw = request.query.get(name, choices[0]).strip()
+    if raw not in choices:
+        raise ValidationError(f"expected one of {', '.join(choices)}, got {raw[:40]!r}", field=name)
+    return raw
+
+
+def integral_floats(value: Any) -> Any:
+    """``value`` with integral floats (``2558.0``) as ints: JSON Schema's integers include them."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and abs(value) <= 2**53 else value
+    if isinstance(value, list):
+        return [integral_floats(v) for v in value]
+    if isinstance(value, dict):
+        return {k: integral_floats(v) for k, v in value.items()}
+    return value
 
 
 def _token_ok(request: web.Request) -> bool:
@@ -143,15 +208,41 @@ _HTTP_CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 40
                422: "unprocessable", 429: "too_many_requests", 503: "unavailable"}
 
 
+_OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                 404: "not_found_error", 405: "invalid_request_error", 409: "invalid_request_error",
+                 413: "invalid_request_error", 415: "invalid_request_error",
+                 429: "rate_limit_error"}
+
+
+def is_openai_path(path: str) -> bool:
+    """True for the OpenAI-style routes (``/v1`` and below), which answer errors in OpenAI's shape."""
+    return path == "/v1" or path.startswith("/v1/")
+
+
+def openai_error_body(status: int, message: str, *, param: str | None = None,
+                      code: str | None = None) -> dict[str, Any]:
+    """OpenAI's error shape: ``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": _OPENAI_TYPES.get(status, "server_error"),
+                      "param": param, "code": code}}
+
+
 @web.middleware
 async def error_middleware(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
-    """Domain errors -> JSON with their status; anything unexpected -> JSON 500 (logged)."""
+    """Domain errors -> JSON with their status; anything unexpected -> JSON 500 (logged).
+
+    Under ``/v1`` every error (401, unrouted 404, 405, 413, 500) is in OpenAI's shape.
+    """
+    openai = is_openai_path(request.path)
     try:
         return await handler(request)
     except CascadeError as exc:
         headers = {"WWW-Authenticate": 'Bearer realm="cascade"'} if exc.http_status == 401 else None
+        if openai:
+            return json_response(openai_error_body(exc.http_status, str(exc),
+                                                   param=getattr(exc, "field", None), code=exc.code),
+                                 status=exc.http_status, headers=headers)
         return json_response(exc.to_dict(), status=exc.http_status, headers=headers)
     except web.HTTPException as exc:
         if exc.status < 400 or exc.content_type == "application/json":
@@ -164,10 +255,18 @@ async def error_middleware(
         else:
             message = exc.reason
         headers = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
+        if exc.status == 413:
+            message = exc.text or "request body too large"
+        if openai:
+            return json_response(openai_error_body(exc.status, message, code=code),
+                                 status=exc.status, headers=headers or None)
         return json_response(error_body(code, message), status=exc.status, headers=headers or None)
     except Exception:
         request_id = uuid.uuid4().hex[:12]
         log.exception("unhandled error", method=request.method, path=request.path, request_id=request_id)
+        if openai:
+            return json_response(openai_error_body(500, f"internal server error (request {request_id})",
+                                                   code="internal"), status=500)
         return json_response(
             error_body("internal", "internal server error", request_id=request_id), status=500
         )

@@ -24,9 +24,28 @@ _PARAM = re.compile(r"\{([^}:]+)(:[^}]*)?\}")
 ERROR_SCHEMA = {
     "type": "object",
     "required": ["error", "message"],
-    "properties": {"error": {"type": "string"}, "message": {"type": "string"}},
+    "properties": {"error": {"type": "string"}, "message": {"type": "string"},
+                   "field": {"type": "string"}},
     "additionalProperties": True,
 }
+OPENAI_ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {"error": {
+        "type": "object",
+        "required": ["message", "type", "param", "code"],
+        "properties": {"message": {"type": "string"}, "type": {"type": "string"},
+                       "param": {"type": ["string", "null"]},
+                       "code": {"type": ["string", "null"]}},
+        "additionalProperties": True,
+    }},
+    "additionalProperties": False,
+}
+
+
+def _error_ref(path: str) -> dict[str, Any]:
+    name = "OpenAIError" if path == "/v1" or path.startswith("/v1/") else "Error"
+    return {"$ref": f"#/components/schemas/{name}"}
 
 
 def _summary(handler: Any, meta: dict[str, Any]) -> tuple[str, str]:
@@ -43,7 +62,7 @@ def build_openapi(
 ) -> dict[str, Any]:
     """The OpenAPI document for ``(method, path, handler, module)`` route definitions."""
     types: list[Any] = []
-    operations: list[tuple[str, str, dict[str, Any], Any, Any]] = []
+    operations: list[tuple[str, str, dict[str, Any], Any, Any, dict[str, Any]]] = []
     for method, path, handler, module in route_defs:
         if method in ("HEAD", "*"):
             continue
@@ -61,48 +80,52 @@ def build_openapi(
             {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
             for name, _ in _PARAM.findall(path)
         ]
-        params += [
-            {"name": name, "in": "query", "required": False, "schema": {"type": "string"},
-             "description": text}
-            for name, text in (meta.get("query") or {}).items()
-        ]
+        for name, spec in (meta.get("query") or {}).items():
+            text, schema = spec if isinstance(spec, tuple) else (spec, {"type": "string"})
+            params.append({"name": name, "in": "query", "required": False, "schema": schema,
+                           "description": text})
         if params:
             op["parameters"] = params
         if method not in SAFE_METHODS and not getattr(handler, "__cascade_public__", False) and auth_enabled:
             op["security"] = [{"bearerAuth": []}]
         request_t, response_t = meta.get("request"), meta.get("response")
         types.extend(t for t in (request_t, response_t) if t is not None)
-        operations.append((clean_path, method.lower(), op, request_t, response_t))
-        for status, text in (meta.get("responses") or {}).items():
-            op.setdefault("responses", {})[str(status)] = {
-                "description": text,
-                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-            }
+        operations.append((clean_path, method.lower(), op, request_t, response_t, meta))
 
     schemas, components = msgspec.json.schema_components(types, ref_template="#/components/schemas/{name}")
     schema_of = dict(zip(map(id, types), schemas, strict=True))
     paths: dict[str, dict[str, Any]] = {}
-    for path, method, op, request_t, response_t in operations:
+    for path, method, op, request_t, response_t, meta in operations:
+        error = {"content": {"application/json": {"schema": _error_ref(path)}}}
         if request_t is not None:
             op["requestBody"] = {
-                "required": True,
+                "required": bool(meta.get("request_required", True)),
                 "content": {"application/json": {"schema": schema_of[id(request_t)]}},
             }
         ok: dict[str, Any] = {"description": "OK"}
+        content: dict[str, Any] = {}
         if response_t is not None:
-            ok["content"] = {"application/json": {"schema": schema_of[id(response_t)]}}
+            content["application/json"] = {"schema": schema_of[id(response_t)]}
+        content.update(meta.get("content") or {})
+        if content:
+            ok["content"] = content
         responses = op.setdefault("responses", {})
-        responses.setdefault("200", ok)
-        responses.setdefault("default", {
-            "description": "Error",
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-        })
+        success = int(meta.get("status", 200))
+        same_body = set(meta.get("same_body") or ())
+        for status, text in (meta.get("responses") or {}).items():
+            if int(status) < 400 or int(status) in same_body:
+                responses[str(status)] = {**ok, "description": text}
+            else:
+                responses[str(status)] = {"description": text, **error}
+        responses.setdefault(str(success), ok)
+        responses.setdefault("default", {"description": "Error", **error})
         paths.setdefault(path, {})[method] = op
     for item in extra:
         item = dict(item)
         path, method = item.pop("path"), str(item.pop("method")).lower()
         paths.setdefault(path, {}).setdefault(method, {}).update(item)
     components["Error"] = ERROR_SCHEMA
+    components["OpenAIError"] = OPENAI_ERROR_SCHEMA
     return {
         "openapi": "3.1.0",
         "info": {

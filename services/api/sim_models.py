@@ -26,6 +26,7 @@ from cascade import subjects
 from cascade.errors import CascadeError, ConflictError, NotFoundError, ValidationError
 from cascade.log import get_logger
 from cascade.results import SimResult, read_kernels, read_result, steps_to_records
+from cascade.serving.contexts import context_length
 from cascade.state import RunRecord, SimRecord, TraceRecord
 from cascade.stepmodels import (
     SimStepModel,
@@ -66,10 +67,17 @@ class ModelEntry:
     run: RunRecord
     fingerprint: str = ""
     """:func:`sim_fingerprint` of ``sim`` (computed on creation when not given)."""
+    workload: str = ""
+    """The trace's workload text (names the model, hence its context window)."""
 
     def __post_init__(self) -> None:
         if not self.fingerprint:
             object.__setattr__(self, "fingerprint", sim_fingerprint(self.sim))
+
+    @property
+    def context_length(self) -> int:
+        """Most tokens (prompt + output) one request may hold: the model's context window."""
+        return context_length(self.workload)[0]
 
     @property
     def created(self) -> int:
@@ -85,6 +93,7 @@ def _usable(sim: SimRecord, run: RunRecord | None) -> bool:
 
 _SIM_DEC = msgspec.json.Decoder(SimRecord)
 _RUN_DEC = msgspec.json.Decoder(RunRecord)
+_TRACE_DEC = msgspec.json.Decoder(TraceRecord)
 
 
 class SimModels:
@@ -98,6 +107,8 @@ class SimModels:
         self.cache = StepModelCache()
         self._sims: dict[str, SimRecord] = {}
         self._runs: dict[str, RunRecord] = {}
+        self._traces: dict[str, TraceRecord] = {}
+        """Trace records by id (a sim of a deleted trace is not servable)."""
         self._unusable: dict[str, str] = {}
         """sim id -> fingerprint whose fit failed (left out of the model list)."""
         self._tasks: list[asyncio.Task[None]] = []
@@ -106,16 +117,19 @@ class SimModels:
         self._by_id: dict[str, ModelEntry] = {}
         """Model id -> entry, rebuilt with :meth:`entries`."""
         self._changed = asyncio.Condition()
-        self._loaded = {"sims": asyncio.Event(), "runs": asyncio.Event()}
+        self._loaded = {"sims": asyncio.Event(), "runs": asyncio.Event(),
+                        "traces": asyncio.Event()}
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
         """Start watching the sims and runs buckets; returns once their current values are in."""
         sims = await self.bus.kv(subjects.KV_SIMS)
         runs = await self.bus.kv(subjects.KV_RUNS)
+        traces = await self.bus.kv(subjects.KV_TRACES)
         self._tasks = [
             asyncio.create_task(self._watch(sims.raw, "sims"), name="models:sims"),
             asyncio.create_task(self._watch(runs.raw, "runs"), name="models:runs"),
+            asyncio.create_task(self._watch(traces.raw, "traces"), name="models:traces"),
         ]
         await asyncio.wait_for(asyncio.gather(*(e.wait() for e in self._loaded.values())), 30.0)
 
@@ -151,17 +165,19 @@ class SimModels:
                         await watcher.stop()
 
     def _apply(self, what: str, entry: Any) -> None:
-        self._entries = None
         key = entry.key
+        if what == "traces" and "." in key:
+            return  # per-file records of a trace, not the trace itself
+        self._entries = None
         deleted = entry.operation in ("DEL", "PURGE") or not entry.value
-        table: dict[str, Any] = self._sims if what == "sims" else self._runs
+        table: dict[str, Any] = self._table(what)
         if deleted:
             table.pop(key, None)
             if what == "sims":
                 self.cache.invalidate(key)
             return
         try:
-            value = (_SIM_DEC if what == "sims" else _RUN_DEC).decode(entry.value)
+            value = _DECODERS[what].decode(entry.value)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             log.warning("skipping unreadable record", bucket=what, key=key, error=str(exc))
             return
@@ -170,6 +186,9 @@ class SimModels:
             old = self.cache.peek(key, sim_fingerprint(value))
             if old is None:
                 self.cache.invalidate(key)
+
+    def _table(self, what: str) -> dict[str, Any]:
+        return {"sims": self._sims, "runs": self._runs, "traces": self._traces}[what]
 
     async def wait_until(self, predicate: Any, timeout: float = 10.0) -> None:
         """Wait (bounded) until ``predicate()`` holds after KV changes reach the index."""
@@ -190,11 +209,15 @@ class SimModels:
             run = self._runs.get(sim.run_id)
             if run is None or not _usable(sim, run):
                 continue
+            trace = self._traces.get(run.trace_id)
+            if trace is None:
+                continue  # the trace was deleted: nothing to describe the model by
             fp = sim_fingerprint(sim)
             if self._unusable.get(sim.id) == fp:
                 continue
             entry = ModelEntry(id=model_id(run.trace_id, sim.config), trace_id=run.trace_id,
-                               config=sim.config, sim=sim, run=run, fingerprint=fp)
+                               config=sim.config, sim=sim, run=run, fingerprint=fp,
+                               workload=_workload_of(trace))
             prev = best.get(entry.id)
             if prev is None or (entry.sim.finished_at or 0, entry.sim.id) > (
                     prev.sim.finished_at or 0, prev.sim.id):
@@ -203,10 +226,14 @@ class SimModels:
 
     async def _refresh(self) -> None:
         """Read both buckets now (a miss right after a write may beat the watch)."""
-        for what, bucket, dec in (("sims", subjects.KV_SIMS, _SIM_DEC), ("runs", subjects.KV_RUNS, _RUN_DEC)):
+        for what, bucket in (("sims", subjects.KV_SIMS), ("runs", subjects.KV_RUNS),
+                             ("traces", subjects.KV_TRACES)):
             kv = await self.bus.kv(bucket)
-            table: dict[str, Any] = self._sims if what == "sims" else self._runs
+            table = self._table(what)
+            dec = _DECODERS[what]
             for key in await kv.keys("*"):
+                if what == "traces" and "." in key:
+                    continue
                 try:
                     entry = await kv.raw.get(key)
                     table[key] = dec.decode(entry.value or b"")
@@ -252,8 +279,10 @@ class SimModels:
                                 "synthetic replica instead", state="recorded")
         if sim.state != "completed":
             raise ConflictError(f"sim {sim_id!r} is {sim.state}, not completed", state=sim.state)
+        trace = self._traces.get(run.trace_id)
         return ModelEntry(id=model_id(run.trace_id, sim.config), trace_id=run.trace_id,
-                          config=sim.config, sim=sim, run=run)
+                          config=sim.config, sim=sim, run=run,
+                          workload=_workload_of(trace) if trace else "")
 
     async def by_run(self, run_id: str, config: str | None, *, field: str = "run") -> ModelEntry:
         """The latest finished sim of ``run_id`` on ``config`` (config optional for one-config runs)."""
@@ -280,6 +309,29 @@ class SimModels:
         return await self.by_sim(best.id, field=field)
 
     # -- step models -----------------------------------------------------------------------
+    async def servable(self, *, concurrency: int = 4) -> list[ModelEntry]:
+        """:meth:`entries` whose step model can be built (fitting, once, those not yet tried).
+
+        A sim without per-step results fails its fit once and is then left out of
+        :meth:`entries` too, so ``GET /v1/models`` lists only models that can answer.
+        """
+        gate = asyncio.Semaphore(concurrency)
+
+        async def ok(entry: ModelEntry) -> bool:
+            if self.cache.peek(entry.sim.id, entry.fingerprint) is not None:
+                return True
+            async with gate:
+                try:
+                    await self.step_model(entry)
+                except CascadeError as exc:
+                    log.info("model not servable", model=entry.id, error=str(exc))
+                    return False
+            return True
+
+        entries = list(self.entries())
+        flags = await asyncio.gather(*(ok(e) for e in entries))
+        return [e for e, good in zip(entries, flags, strict=True) if good]
+
     async def step_model(self, entry: ModelEntry) -> SimStepModel:
         """The fitted step model of an entry's sim (memory, else S3 cache, else fit)."""
         fp = entry.fingerprint
@@ -333,6 +385,14 @@ class SimModels:
         kv = await self.bus.kv(subjects.KV_TRACES)
         entry = await kv.get(subjects.kv_key(trace_id), TraceRecord)
         return entry.value if entry else None
+
+
+_DECODERS: dict[str, msgspec.json.Decoder[Any]] = {
+    "sims": _SIM_DEC, "runs": _RUN_DEC, "traces": _TRACE_DEC}
+
+
+def _workload_of(trace: TraceRecord) -> str:
+    return " ".join(x for x in (trace.workload, trace.name) if x)
 
 
 def kernel_provenance(result: SimResult) -> dict[str, Any]:

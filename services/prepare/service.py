@@ -49,6 +49,7 @@ from cascade.tracefiles import bundle_prefix, check_name, part_key, raw_prefix, 
 from cascade.traces.bundle import KERNELS_NAME, MANIFEST_NAME, BundleBuilder, table_to_npz
 from cascade.traces.parse import KernelFeatures, KernelTraceParser
 from cascade.traces.timeline import import_timeline
+from cascade.traces.xzstream import BoundedDecompressor
 from cascade.tracestore import FileRecord, TraceStore, UnitRecord, assess, capped, replace
 
 #: KernelTable columns copied into a unit's progress record.
@@ -228,10 +229,17 @@ class PrepareService:
 
     async def _import_timeline(self, key: str, name: str) -> KernelTable:
         with tempfile.TemporaryDirectory(prefix="cascade-timeline-") as tmp:
-            path = Path(tmp) / name
+            gz = name.endswith(".gz")
+            path = Path(tmp) / (name[:-3] if gz else name)
+            # A .gz is decompressed here, bounded (size and ratio: compression bombs fail the
+            # file naming the limit), so the reader only ever sees plain bytes.
+            bounded = BoundedDecompressor(name, "gzip") if gz else None
             with path.open("wb") as fh:
                 async for chunk in self.storage.get_stream(key):
-                    await asyncio.to_thread(fh.write, chunk)
+                    data = await asyncio.to_thread(bounded.feed, chunk) if bounded else chunk
+                    await asyncio.to_thread(fh.write, data)
+            if bounded is not None:
+                bounded.finish()
             try:
                 return await asyncio.to_thread(import_timeline, path)
             except TraceFormatError as exc:

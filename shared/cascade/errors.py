@@ -97,6 +97,20 @@ class TooLargeError(CascadeError, ValueError):
         super().__init__(f"{what} is {size} bytes, over the limit of {limit} bytes")
 
 
+class TooManyError(CascadeError, RuntimeError):
+    """A concurrency limit is reached (e.g. open event streams); retry later."""
+
+    http_status = 429
+    code = "too_many_requests"
+
+    def __init__(self, message: str, *, limit: int) -> None:
+        self.limit = limit
+        super().__init__(message)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"error": self.code, "message": str(self), "limit": self.limit}
+
+
 class UnknownGPUError(CascadeError, KeyError):
     """A GPU spec id or device name that Cascade does not know."""
 

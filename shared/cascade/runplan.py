@@ -21,9 +21,10 @@ from typing import Any
 import msgspec
 
 from cascade import subjects
-from cascade.errors import ConflictError, UnknownGPUError, ValidationError
+from cascade.errors import ConfigError, ConflictError, UnknownGPUError, ValidationError
 from cascade.gpus import GPURegistry, GPUSpec, default_registry, normalize_name, spec_from_mapping
 from cascade.gpus.registry import suggest_gpus
+from cascade.log import get_logger
 
 #: Kernel models a run may ask for (``auto`` lets the engine pick).
 MODELS: tuple[str, ...] = ("auto", "analytical", "scaled", "roofline", "accel-sim")
@@ -70,7 +71,12 @@ async def load_custom_specs(bus: Any) -> dict[str, GPUSpec]:
     raw = await kv.values(dict, f"{CUSTOM_SPEC_PREFIX}.>")
     out: dict[str, GPUSpec] = {}
     for key, data in raw.items():
-        spec = spec_from_mapping(data, f"KV {subjects.KV_META}/{key}")
+        try:
+            spec = spec_from_mapping(data, f"KV {subjects.KV_META}/{key}")
+        except ConfigError as exc:  # stored before the plausibility bounds: skip, say why
+            get_logger("cascade.runplan").warning("skipping implausible custom spec", key=key,
+                                                  error=str(exc))
+            continue
         out[spec.id] = spec
     return out
 

@@ -638,17 +638,27 @@ class Storage:
         """A URL that lets anyone GET ``key`` for ``ttl`` seconds."""
         return await self._presign("get_object", {"Key": _check_key(key)}, ttl)
 
-    async def presign_put(self, key: str, ttl: int = 900) -> str:
-        """A URL that lets anyone PUT ``key`` (one request, up to 5 GiB) for ``ttl`` seconds."""
-        return await self._presign("put_object", {"Key": _check_key(key)}, ttl)
+    async def presign_put(self, key: str, ttl: int = 900, *, size: int | None = None) -> str:
+        """A URL that lets anyone PUT ``key`` (one request, up to 5 GiB) for ``ttl`` seconds.
+
+        With ``size`` the Content-Length is signed: a body of any other length is refused
+        by S3 servers that check signed headers (AWS, MinIO, SeaweedFS).
+        """
+        params: dict[str, Any] = {"Key": _check_key(key)}
+        if size is not None:
+            params["ContentLength"] = size
+        return await self._presign("put_object", params, ttl)
 
     async def presign_upload_part(
-        self, key: str, upload_id: str, part_number: int, ttl: int = 900
+        self, key: str, upload_id: str, part_number: int, ttl: int = 900, *,
+        size: int | None = None,
     ) -> str:
-        """A URL that lets anyone PUT one part of an open multipart upload."""
-        params = {
+        """A URL that lets anyone PUT one part of an open multipart upload (``size``: signed)."""
+        params: dict[str, Any] = {
             "Key": _check_key(key),
             "UploadId": upload_id,
             "PartNumber": _check_part_number(part_number),
         }
+        if size is not None:
+            params["ContentLength"] = size
         return await self._presign("upload_part", params, ttl)

@@ -37,6 +37,10 @@ _TIMELINE = re.compile(
     r"^[A-Za-z0-9][A-Za-z0-9._\-]*\.(json|json\.gz|jsonl|csv|csv\.gz|parquet|sqlite)$")
 _SAFE = re.compile(r"^[A-Za-z0-9._\-]+$")
 
+#: JSON Schema pattern of the names :func:`check_name` accepts (for the OpenAPI document).
+NAME_PATTERN = (r"^(kernel-[0-9]+(-ctx_0x[0-9a-fA-F]+)?\.trace(g)?(\.xz)?|kernelslist(\.g)?|stats\.csv"
+                r"|[A-Za-z0-9]([A-Za-z0-9_-]|\.(?!\.))*\.(json|json\.gz|jsonl|csv|sqlite))$")
+
 ACCEPTED_FORMS = (
     "kernel-N[-ctx_0x...].trace[g][.xz], kernelslist[.g], stats.csv, or a timeline file "
     "(*.json[.gz] Chrome trace, *.csv[.gz] / *.parquet / *.jsonl Cascade timeline, *.sqlite "

@@ -18,7 +18,7 @@ from cascade.errors import NotFoundError, ValidationError
 from cascade.gpus import ARCHES, GPUSpec, default_registry, normalize_name, spec_from_mapping
 from cascade.runplan import MODELS, load_custom_specs, save_custom_spec
 
-from services.api.http import doc, json_response
+from services.api.http import doc, integral_floats, json_response
 from services.api.keys import BUS, SETTINGS
 
 routes = web.RouteTableDef()
@@ -122,8 +122,21 @@ async def list_configs(request: web.Request) -> web.Response:
                                     accelsim=availability(setup)))
 
 
+class ConfigDetail(msgspec.Struct, frozen=True, kw_only=True):
+    """Answer of GET /api/configs/{id}: the summary and the full spec."""
+
+    config: ConfigSummary
+    spec: GPUSpec
+
+
+class ConfigStored(msgspec.Struct, frozen=True, kw_only=True):
+    """Answer of POST /api/configs."""
+
+    config: ConfigSummary
+
+
 @routes.get("/api/configs/{config_id}")
-@doc(response=ConfigSummary, tags=("configs",), responses={404: "unknown configuration"})
+@doc(response=ConfigDetail, tags=("configs",), responses={404: "unknown configuration"})
 async def get_config(request: web.Request) -> web.Response:
     """One GPU configuration (by id or alias) with its full spec."""
     name = request.match_info["config_id"]
@@ -139,7 +152,7 @@ async def get_config(request: web.Request) -> web.Response:
         known = [*default_registry().ids(), *(await load_custom_specs(request.app[BUS]))]
         raise NotFoundError(f"unknown GPU config {name!r}; known: {', '.join(known)}")
     setup = await accelsim_setup(request)
-    return json_response({"config": summary(spec, custom=custom, setup=setup), "spec": spec})
+    return json_response(ConfigDetail(config=summary(spec, custom=custom, setup=setup), spec=spec))
 
 
 _FIELD_PATH = re.compile(r"\s*-?\s*at `\$\.([A-Za-z0-9_]+)[^`]*`")
@@ -170,7 +183,7 @@ _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
 @routes.post("/api/configs")
-@doc(request=GPUSpec, response=ConfigSummary, tags=("configs",),
+@doc(request=GPUSpec, response=ConfigStored, status=201, tags=("configs",),
      responses={201: "stored", 400: "invalid spec", 409: "id taken by a built-in spec"})
 async def add_config(request: web.Request) -> web.Response:
     """Add (or replace) a custom GPU spec; validated like a spec file, stored in KV."""
@@ -181,6 +194,6 @@ async def add_config(request: web.Request) -> web.Response:
         raise ValidationError(f"malformed JSON: {exc}", field="body") from None
     if not isinstance(data, dict):
         raise ValidationError("expected a JSON object with the GPU spec fields", field="body")
-    spec = spec_from_mapping(_checked_fields(data), "request body")
+    spec = spec_from_mapping(_checked_fields(integral_floats(data)), "request body", strict=True)
     await save_custom_spec(request.app[BUS], spec)
-    return json_response({"config": summary(spec, custom=True)}, status=201)
+    return json_response(ConfigStored(config=summary(spec, custom=True)), status=201)

@@ -12,6 +12,8 @@ from cascade import __version__, subjects
 from cascade.errors import CascadeError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from services.api.domain_metrics import DOMAIN_METRICS
+from services.api.domain_metrics import install as install_domain_metrics
 from services.api.http import doc, json_response
 from services.api.keys import BUS, OPENAPI, REGISTRY, SERVICE_STATUS, STORAGE
 
@@ -89,7 +91,8 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 @routes.get("/readyz")
-@doc(response=Readiness, tags=("operations",), responses={503: "a dependency is not ready"})
+@doc(response=Readiness, tags=("operations",), responses={503: "a dependency is not ready"},
+     same_body=(503,))
 async def readyz(request: web.Request) -> web.Response:
     """Readiness: NATS JetStream and S3 (the bucket) answer."""
     bus = request.app[BUS]
@@ -103,15 +106,19 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 @routes.get("/metrics")
-@doc(tags=("operations",))
+@doc(tags=("operations",), content={"text/plain": {"schema": {"type": "string"}}})
 async def metrics(request: web.Request) -> web.Response:
-    """Prometheus metrics of this api instance (text exposition format)."""
+    """Prometheus metrics: this api instance, plus runs/sims by state, sim durations and
+    queue depths of the whole stack (:mod:`services.api.domain_metrics`)."""
+    domain = request.app.get(DOMAIN_METRICS)
+    if domain is not None:
+        await domain.refresh()
     body = generate_latest(request.app[REGISTRY])
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 @routes.get("/openapi.json")
-@doc(tags=("operations",))
+@doc(tags=("operations",), content={"application/json": {"schema": {"type": "object"}}})
 async def openapi_json(request: web.Request) -> web.Response:
     """This OpenAPI document, generated from the registered routes."""
     return json_response(request.app[OPENAPI])
@@ -178,3 +185,8 @@ async def api_status(request: web.Request) -> web.Response:
             streams=streams,
         )
     )
+
+
+def setup(app: web.Application) -> None:
+    """Domain metrics on /metrics (runs, sims, durations, queues)."""
+    install_domain_metrics(app)

@@ -50,7 +50,8 @@ import nats.errors
 from aiohttp import web
 from cascade import subjects
 from cascade.accelsimrun import discover_from, refuse_timeline_trace, require
-from cascade.errors import ConflictError, NotFoundError, ValidationError
+from cascade.errors import ConflictError, NotFoundError, TooManyError, ValidationError
+from cascade.gpus import known_gpu_names
 from cascade.messages.run import (
     RunCancelRequested,
     RunCompleted,
@@ -82,7 +83,7 @@ from cascade.state import TERMINAL_RUN_STATES, RunRecord, SimRecord, TraceRecord
 from cascade.tableio import write_csv_text
 from nats.js import api as jsapi
 
-from services.api.http import doc, json_response, read_json
+from services.api.http import doc, json_response, query_choice, query_int, read_json
 from services.api.keys import BUS, SETTINGS, STORAGE
 
 routes = web.RouteTableDef()
@@ -99,13 +100,17 @@ class CreateRun(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
 
     trace_id: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
     """A ready trace."""
-    configs: Annotated[list[str | dict[str, Any]], msgspec.Meta(min_length=1, max_length=64)]
+    configs: Annotated[list[str | dict[str, Any]], msgspec.Meta(
+        min_length=1, max_length=64, extra_json_schema={"items": {"anyOf": [
+            {"type": "string", "enum": known_gpu_names()},
+            {"$ref": "#/components/schemas/GPUSpec"}]}})]
     """GPU spec ids / aliases / custom spec names, or custom specs given inline."""
     replicas: Annotated[int, msgspec.Meta(ge=1, le=MAX_REPLICAS)] = 1
     """Independent simulations per configuration."""
     model: Model = "auto"
     """Kernel model."""
-    options: dict[str, Any] = {}
+    options: Annotated[dict[str, Any], msgspec.Meta(extra_json_schema={
+        "properties": {"chunk_delay_s": {"type": "number", "minimum": 0, "maximum": 60}}})] = {}
     """Model / replay options (``chunk_delay_s`` paces a simulation, for demos and tests)."""
     name: Annotated[str, msgspec.Meta(max_length=200)] = ""
     """Human label."""
@@ -117,6 +122,33 @@ class RunAccepted(msgspec.Struct, frozen=True, kw_only=True):
     id: str
     state: str
     run: RunRecord
+
+
+class RunList(msgspec.Struct, frozen=True, kw_only=True):
+    """Answer of GET /api/runs: every run, newest first."""
+
+    runs: list[RunRecord]
+
+
+class RunDetail(msgspec.Struct, frozen=True, kw_only=True):
+    """Answer of GET /api/runs/{id}: the run and each of its sims."""
+
+    run: RunRecord
+    sims: list[SimRecord]
+
+
+class CancelAccepted(msgspec.Struct, frozen=True, kw_only=True):
+    """Answer of POST /api/runs/{id}/cancel."""
+
+    id: str
+    state: str
+    cancel_requested: bool
+
+
+SSE_CONTENT = {"text/event-stream": {"schema": {
+    "type": "object", "description": "one server-sent event: its event, id and data fields"}}}
+CSV_CONTENT = {"text/csv": {"schema": {"type": "string"}}}
+OBJECT_CONTENT = {"application/json": {"schema": {"type": "object"}}}
 
 
 # --------------------------------------------------------------------------- helpers
@@ -164,7 +196,7 @@ def _check_options(options: dict[str, Any]) -> None:
 
 
 @routes.post("/api/runs")
-@doc(request=CreateRun, tags=("runs",),
+@doc(request=CreateRun, response=RunAccepted, status=202, tags=("runs",),
      responses={202: "accepted", 400: "invalid request, unknown config (lists the known ones), or "
                 "accel-sim asked where it is not configured (names the setting and the "
                 "configs that can run it) or on a timeline-only trace",
@@ -173,11 +205,6 @@ async def create_run(request: web.Request) -> web.Response:
     """Simulate a ready trace on GPU configurations x replicas."""
     body = await read_json(request, CreateRun)
     bus = request.app[BUS]
-    _check_options(body.options)
-    if len(body.configs) * body.replicas > MAX_SIMS:
-        raise ValidationError(
-            f"{len(body.configs)} configs x {body.replicas} replicas is over the limit of "
-            f"{MAX_SIMS} simulations per run", field="replicas")
     traces = await bus.kv(subjects.KV_TRACES)
     try:
         subjects.check_token(body.trace_id, "trace_id")
@@ -198,6 +225,11 @@ async def create_run(request: web.Request) -> web.Response:
             f"trace {trace.id} is {trace.state}, not ready: runs need a prepared bundle "
             f"({trace.kernels_prepared}/{trace.kernels_total or trace.expected_kernels or '?'} "
             "kernels prepared)", state=trace.state)
+    _check_options(body.options)
+    if len(body.configs) * body.replicas > MAX_SIMS:
+        raise ValidationError(
+            f"{len(body.configs)} configs x {body.replicas} replicas is over the limit of "
+            f"{MAX_SIMS} simulations per run", field="replicas")
     custom = await load_custom_specs(bus)
     resolved = [resolve_config(c, custom=custom, where=f"configs[{i}]") for i, c in enumerate(body.configs)]
     ids = [r.config_id for r in resolved]
@@ -234,24 +266,25 @@ async def create_run(request: web.Request) -> web.Response:
 
 
 @routes.get("/api/runs")
-@doc(tags=("runs",))
+@doc(response=RunList, tags=("runs",))
 async def list_runs(request: web.Request) -> web.Response:
     """Every run, newest first: ``{"runs": [...]}``."""
     kv = await request.app[BUS].kv(subjects.KV_RUNS)
     runs = sorted((await kv.values(RunRecord)).values(), key=lambda r: r.created_at, reverse=True)
-    return json_response({"runs": runs})
+    return json_response(RunList(runs=runs))
 
 
 @routes.get("/api/runs/{run_id}")
-@doc(tags=("runs",), responses={404: "no such run"})
+@doc(response=RunDetail, tags=("runs",), responses={404: "no such run"})
 async def get_run(request: web.Request) -> web.Response:
     """One run and every sim: state, percent, kernels done/total, ETA, attempts, error."""
     run = await _run(request, request.match_info["run_id"])
-    return json_response({"run": run, "sims": await _sims(request, run)})
+    return json_response(RunDetail(run=run, sims=await _sims(request, run)))
 
 
 @routes.post("/api/runs/{run_id}/cancel")
-@doc(tags=("runs",), responses={202: "cancel requested", 404: "no such run",
+@doc(response=CancelAccepted, status=202, tags=("runs",),
+     responses={202: "cancel requested", 404: "no such run",
                                 409: "the run already finished, or is a read-only sample"})
 async def cancel_run(request: web.Request) -> web.Response:
     """Cancel a run: queued and running sims stop, the run ends ``cancelled``."""
@@ -274,7 +307,7 @@ async def cancel_run(request: web.Request) -> web.Response:
     await bus.publish(subjects.run_event(run_id, "cancel"), RunCancelRequested(run_id=run_id),
                       msg_id=f"{run_id}:cancel")
     state = updated.state if updated is not None else run.state
-    return json_response({"id": run_id, "state": state, "cancel_requested": True}, status=202)
+    return json_response(CancelAccepted(id=run_id, state=state, cancel_requested=True), status=202)
 
 
 # --------------------------------------------------------------------------- events (SSE)
@@ -339,18 +372,51 @@ def _frame(event: str, data: Any, event_id: int | None = None) -> bytes:
 
 
 @routes.get("/api/runs/{run_id}/events")
-@doc(tags=("runs",), responses={200: "text/event-stream", 404: "no such run"})
+@doc(tags=("runs",), content=SSE_CONTENT,
+     responses={200: "server-sent events", 400: "bad Last-Event-ID", 404: "no such run",
+                429: "too many open event streams"},
+     query={"last_event_id": ("resume after this event id (as the Last-Event-ID header)",
+                              {"type": "string", "pattern": "^[0-9]{1,18}$"})})
 async def run_events(request: web.Request) -> web.StreamResponse:
     """Server-sent progress and state events of one run (resumable with ``Last-Event-ID``)."""
     run = await _run(request, request.match_info["run_id"])
     bus = request.app[BUS]
-    last_id = request.headers.get("Last-Event-ID") or request.query.get("last_event_id")
-    start_seq: int | None = None
-    if last_id:
-        try:
-            start_seq = int(last_id) + 1
-        except ValueError:
-            raise ValidationError("expected a stream sequence number", field="Last-Event-ID") from None
+    header = request.headers.get("Last-Event-ID", "").strip()
+    if header:
+        start_seq: int | None = parse_last_event_id(header, "Last-Event-ID")
+    elif "last_event_id" in request.query:
+        start_seq = parse_last_event_id(request.query["last_event_id"], "last_event_id")
+    else:
+        start_seq = None
+    streams: dict[str, int] = request.app[EVENT_STREAMS]
+    if streams["open"] >= streams["limit"]:
+        raise TooManyError(f"{streams['limit']} event streams are already open on this api; "
+                           "retry later", limit=streams["limit"])
+    streams["open"] += 1
+    try:
+        return await _stream_events(request, bus, run, start_seq)
+    finally:
+        streams["open"] -= 1
+
+
+#: Largest Last-Event-ID accepted (JetStream sequences are unsigned 64-bit; one less, +1 fits).
+MAX_EVENT_ID = 2**63 - 2
+#: Event streams one api process serves at once (each holds a JetStream consumer).
+MAX_EVENT_STREAMS = 256
+EVENT_STREAMS = web.AppKey("run_event_streams", dict)
+
+
+def parse_last_event_id(value: str, field: str = "Last-Event-ID") -> int:
+    """The stream sequence to resume from (``value + 1``); 400 naming the range otherwise."""
+    text = value.strip()
+    if not (text.isascii() and text.isdigit()) or len(text) > 19 or int(text) > MAX_EVENT_ID:
+        raise ValidationError(f"expected an event id from this stream: an integer from 0 to "
+                              f"{MAX_EVENT_ID}, got {value[:40]!r}", field=field)
+    return int(text) + 1
+
+
+async def _stream_events(request: web.Request, bus: Any, run: RunRecord,
+                         start_seq: int | None) -> web.StreamResponse:
     filters = [subjects.run_events(run.id), *(subjects.sim_events(s) for s in run.sim_ids)]
     config = jsapi.ConsumerConfig(
         ack_policy=jsapi.AckPolicy.NONE,
@@ -442,8 +508,9 @@ async def _result(request: web.Request, run_id: str, sim_id: str) -> SimResult:
 
 
 def setup(app: web.Application) -> None:
-    """Per-app result cache (results are immutable once written)."""
+    """Per-app result cache (results are immutable once written) and event-stream count."""
     app[RESULT_CACHE] = OrderedDict()
+    app[EVENT_STREAMS] = {"open": 0, "limit": MAX_EVENT_STREAMS}
 
 
 def _ms(ns: float | None) -> float | None:
@@ -548,13 +615,13 @@ RESULT_CSV_COLUMNS = (
 
 
 @routes.get("/api/runs/{run_id}/results")
-@doc(tags=("runs",), query={"format": "json (default) or csv"}, responses={404: "no such run"})
+@doc(tags=("runs",), content={**OBJECT_CONTENT, **CSV_CONTENT},
+     query={"format": ("json (default) or csv", {"type": "string", "enum": ["json", "csv"]})},
+     responses={404: "no such run"})
 async def run_results(request: web.Request) -> web.Response:
     """Per configuration and replica: predicted e2e and per-step times, baseline/error, top kernels."""
     run = await _run(request, request.match_info["run_id"])
-    fmt = request.query.get("format", "json")
-    if fmt not in ("json", "csv"):
-        raise ValidationError("expected json or csv", field="format")
+    fmt = query_choice(request, "format", ("json", "csv"))
     sims = await _sims(request, run)
     completed = [s for s in sims if s.state == "completed"]
     loaded = await asyncio.gather(*(_result(request, run.id, s.id) for s in completed),
@@ -610,8 +677,10 @@ KERNEL_COLUMNS = ("kernel_id", "name", "stream", "step", "step_kind", "op", "dty
 
 
 @routes.get("/api/runs/{run_id}/results/{sim_id}/kernels")
-@doc(tags=("runs",), query={"offset": "first row (default 0)", "limit": "rows (default 100, max 10000)",
-                            "format": "json (default) or csv"},
+@doc(tags=("runs",), content={**OBJECT_CONTENT, **CSV_CONTENT}, query={
+    "offset": ("first row (default 0)", {"type": "integer", "minimum": 0, "maximum": 2**31}),
+    "limit": ("rows (default 100, max 10000)", {"type": "integer", "minimum": 1, "maximum": 10000}),
+    "format": ("json (default) or csv", {"type": "string", "enum": ["json", "csv"]})},
      responses={404: "no such run, sim or result"})
 async def sim_kernels(request: web.Request) -> web.Response:
     """One sim's per-kernel predictions, paged (source and predicted ns, regime, start/end,
@@ -622,16 +691,9 @@ async def sim_kernels(request: web.Request) -> web.Response:
     sim_id = request.match_info["sim_id"]
     if sim_id not in run.sim_ids:
         raise NotFoundError(f"run {run.id} has no sim {sim_id!r}")
-    try:
-        offset = int(request.query.get("offset", "0"))
-        limit = int(request.query.get("limit", "100"))
-    except ValueError:
-        raise ValidationError("offset and limit must be integers", field="offset") from None
-    if offset < 0 or not 1 <= limit <= 10000:
-        raise ValidationError("expected offset >= 0 and 1 <= limit <= 10000", field="limit")
-    fmt = request.query.get("format", "json")
-    if fmt not in ("json", "csv"):
-        raise ValidationError("expected json or csv", field="format")
+    offset = query_int(request, "offset", 0, 0, 2**31)
+    limit = query_int(request, "limit", 100, 1, 10000)
+    fmt = query_choice(request, "format", ("json", "csv"))
     table = await read_kernels(request.app[STORAGE], run.id, sim_id)
     page = table.take(slice(offset, offset + limit))
     columns = KERNEL_COLUMNS + (("sim_cycles",) if "sim_cycles" in table else ())

@@ -60,6 +60,7 @@ from services.api.keys import BUS, get_storage
 from services.api.sim_models import ModelEntry, install, sim_models
 
 routes = web.RouteTableDef()
+OBJECT_CONTENT = {"application/json": {"schema": {"type": "object"}}}
 log = get_logger("cascade.api.scenarios")
 
 #: Scenarios with more requests than this run as background jobs.
@@ -316,12 +317,17 @@ async def _entry(request: web.Request, req: ScenarioRequest) -> ModelEntry:
     if req.config is not None and req.run is None:
         raise ValidationError("config goes with run", field="config")
     models = sim_models(request.app)
-    if req.sim is not None:
-        return await models.by_sim(req.sim)
-    if req.run is not None:
-        return await models.by_run(req.run, req.config)
-    assert req.model is not None
-    return await models.by_model(req.model)
+    try:
+        if req.sim is not None:
+            return await models.by_sim(req.sim)
+        if req.run is not None:
+            return await models.by_run(req.run, req.config)
+        assert req.model is not None
+        return await models.by_model(req.model)
+    except ValidationError as exc:
+        if exc.field not in ("sim", "run", "model"):
+            raise
+        raise NotFoundError(str(exc)) from None  # a malformed id names nothing that exists
 
 
 def _work(req: ScenarioRequest, scenario: Scenario) -> int:
@@ -378,16 +384,29 @@ def response_body(entry: ModelEntry, result: ScenarioResult, cap: CapacityResult
 
 async def _prepare(request: web.Request, req: ScenarioRequest, tmpdir: Path
                    ) -> tuple[ModelEntry, Scenario, Any, KVConfig]:
-    scenario = build_scenario(req, tmpdir)
     entry = await _entry(request, req)
+    scenario = build_scenario(req, tmpdir)
     models = sim_models(request.app)
     sm = await models.step_model(entry)
     kv = kv_config(req.kv, entry, sm.stored.workload)
     return entry, scenario, sm.model, kv
 
 
+def _one_of(name: str) -> dict[str, Any]:
+    others = [n for n in ("sim", "run", "model") if n != name]
+    props: dict[str, Any] = {name: {"type": "string"}, **{n: {"type": "null"} for n in others}}
+    if name != "run":
+        props["config"] = {"type": "null"}
+    return {"required": [name], "properties": props}
+
+
+#: The request schema also says that exactly one of sim, run (+ config) or model is given.
+SCENARIO_REQUEST = Annotated[ScenarioRequest, msgspec.Meta(extra_json_schema={
+    "oneOf": [_one_of("sim"), _one_of("run"), _one_of("model")]})]
+
+
 @routes.post("/api/scenarios")
-@doc(request=ScenarioRequest, tags=("scenarios",),
+@doc(request=SCENARIO_REQUEST, tags=("scenarios",), content=OBJECT_CONTENT,
      responses={202: "queued as a background job", 400: "invalid field", 404: "unknown sim/run/model"})
 async def post_scenario(request: web.Request) -> web.Response:
     """Simulate serving traffic on replicas of a finished sim; metrics as `vllm bench serve` names them."""
@@ -511,10 +530,14 @@ async def _update(meta: Any, job_id: str, **changes: Any) -> None:
 
 
 @routes.get("/api/scenarios/{id}")
-@doc(tags=("scenarios",), responses={404: "unknown scenario job"})
+@doc(tags=("scenarios",), content=OBJECT_CONTENT, responses={404: "unknown scenario job"})
 async def get_scenario(request: web.Request) -> web.Response:
     """A background scenario's progress, and its answer once completed (under ``response``)."""
-    job_id = subjects.check_token(request.match_info["id"], "id")
+    job_id = request.match_info["id"]
+    try:
+        subjects.check_token(job_id, "id")
+    except ValidationError:
+        raise NotFoundError(f"no scenario job {job_id[:80]!r}") from None
     meta = await request.app[BUS].kv(subjects.KV_META)
     entry = await meta.get(_job_key(job_id), JobRecord)
     if entry is None:

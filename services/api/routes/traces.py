@@ -18,13 +18,21 @@ import msgspec
 import numpy as np
 from aiohttp import web
 from cascade import subjects
-from cascade.errors import ConflictError, NotFoundError, TooLargeError, ValidationError
-from cascade.gpus import default_registry
+from cascade.errors import (
+    ConflictError,
+    NotFoundError,
+    StorageError,
+    TooLargeError,
+    ValidationError,
+)
+from cascade.gpus import default_registry, known_gpu_names
 from cascade.messages.trace import TraceCreated, TraceDeleted, TraceSealed, UploadReported
 from cascade.runplan import load_custom_specs, resolve_config
 from cascade.state import TraceRecord
 from cascade.storage import MAX_PARTS, MIN_PART_SIZE, Storage, UploadedPart
 from cascade.tracefiles import (
+    MAX_NAME_LENGTH,
+    NAME_PATTERN,
     bundles_prefix,
     check_name,
     raw_key,
@@ -32,7 +40,7 @@ from cascade.tracefiles import (
 )
 from cascade.tracestore import ExpectedSet, TraceStore, capped, replace
 
-from services.api.http import doc, json_response, read_json
+from services.api.http import doc, json_response, query_choice, query_int, read_json
 from services.api.keys import BUS, SETTINGS, STORAGE
 
 routes = web.RouteTableDef()
@@ -48,6 +56,14 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
 )
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+S3_TOKEN = r'^[!#-~]+$'
+"""Printable ASCII without spaces or double quotes: S3 upload ids and ETags."""
+SCHEMA_MAX_UPLOAD = 64 * 1024**3
+"""File size limit the OpenAPI document states (the default ``max_upload_bytes``)."""
+FileName = Annotated[str, msgspec.Meta(extra_json_schema={
+    "pattern": NAME_PATTERN, "minLength": 1, "maxLength": MAX_NAME_LENGTH})]
+"""A raw file name (validated by :func:`cascade.tracefiles.check_name`; the schema says which)."""
+JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
 
 
 class CreateTrace(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -55,7 +71,8 @@ class CreateTrace(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
     name: Name
     """Human name of the trace."""
-    source_gpu: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+    source_gpu: Annotated[str, msgspec.Meta(min_length=1, max_length=200,
+                                            extra_json_schema={"enum": known_gpu_names()})]
     """GPU spec id (SM90_H100) or the device name a driver reports (NVIDIA H100 80GB HBM3)."""
     workload: Annotated[str, msgspec.Meta(max_length=4000)] = ""
     """Free-form workload description."""
@@ -66,8 +83,8 @@ class CreateTrace(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 class UploadFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One file the client wants to upload."""
 
-    name: str
-    size: Annotated[int, msgspec.Meta(ge=0)]
+    name: FileName
+    size: Annotated[int, msgspec.Meta(ge=0, extra_json_schema={"maximum": SCHEMA_MAX_UPLOAD})]
 
 
 class UploadsRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -116,21 +133,21 @@ class CompletedPart(msgspec.Struct, frozen=True, kw_only=True):
     """One uploaded part (its ETag from the PUT response)."""
 
     part_number: Annotated[int, msgspec.Meta(ge=1, le=MAX_PARTS)]
-    etag: Annotated[str, msgspec.Meta(min_length=1)]
+    etag: Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=S3_TOKEN)]
 
 
 class CompleteRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Body of POST /api/traces/{id}/uploads/complete."""
 
-    name: str
-    upload_id: Annotated[str, msgspec.Meta(min_length=1)]
+    name: FileName
+    upload_id: Annotated[str, msgspec.Meta(min_length=1, max_length=1024, pattern=S3_TOKEN)]
     parts: Annotated[list[CompletedPart], msgspec.Meta(min_length=1, max_length=MAX_PARTS)]
 
 
 class UploadedRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Body of POST /api/traces/{id}/uploaded."""
 
-    name: str
+    name: FileName
     etag: str = ""
     """ETag the client got from S3 (checked against the object when given)."""
 
@@ -147,7 +164,7 @@ class UploadedResponse(msgspec.Struct, frozen=True, kw_only=True):
 class SealRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Body of POST /api/traces/{id}/seal: nothing more is coming."""
 
-    expected_files: list[str] | None = None
+    expected_files: list[FileName] | None = None
     """Every file of the trace (else kernelslist[.g] says which kernels to expect)."""
     expected_kernels: Annotated[int, msgspec.Meta(ge=0)] | None = None
     """Number of kernels traced."""
@@ -161,6 +178,11 @@ class TraceList(msgspec.Struct, frozen=True, kw_only=True):
     """Answer of GET /api/traces."""
 
     traces: list[TraceRecord]
+
+
+#: S3 error codes of a complete-multipart call that are the client's fault, not the server's.
+_CLIENT_FAULTS = ("NoSuchUpload", "InvalidPart", "InvalidPartOrder", "MalformedXML",
+                  "EntityTooSmall", "InvalidArgument", "InvalidRequest", "NoSuchKey")
 
 
 def _storage(request: web.Request) -> Storage:
@@ -193,7 +215,7 @@ def _part_size(size: int, threshold: int) -> int:
 
 
 @routes.post("/api/traces")
-@doc(request=CreateTrace, response=TraceRecord, tags=("traces",),
+@doc(request=CreateTrace, response=TraceRecord, status=201, tags=("traces",),
      responses={400: "invalid body or unknown source GPU (the answer lists the known ones)"})
 async def create_trace(request: web.Request) -> web.Response:
     """Register a new trace (an upload session); returns its record with the new id."""
@@ -239,11 +261,13 @@ async def request_uploads(request: web.Request) -> web.Response:
     seen: set[str] = set()
     for i, f in enumerate(body.files):
         check_name(f.name, field=f"files[{i}].name")
-        if f.name in seen:
-            raise ValidationError(f"{f.name!r} is listed twice", field=f"files[{i}].name")
-        seen.add(f.name)
         if f.size > settings.max_upload_bytes:
-            raise TooLargeError(f"files[{i}] ({f.name})", f.size, settings.max_upload_bytes)
+            raise ValidationError(f"{f.name} is declared as {f.size} bytes, over the limit of "
+                                  f"{settings.max_upload_bytes} bytes (max_upload_bytes)",
+                                  field=f"files[{i}].size")
+        if f.name in seen:
+            continue  # listed twice: one upload target (the first)
+        seen.add(f.name)
     storage = _storage(request)
     ttl = settings.presign_ttl_s
     targets: list[UploadTarget] = []
@@ -251,17 +275,16 @@ async def request_uploads(request: web.Request) -> web.Response:
         key = raw_key(tid, f.name)
         if f.size < settings.multipart_threshold_bytes:
             targets.append(UploadTarget(name=f.name, key=key, size=f.size,
-                                        url=await storage.presign_put(key, ttl=ttl)))
+                                        url=await storage.presign_put(key, ttl=ttl, size=f.size)))
             continue
         part_size = _part_size(f.size, settings.multipart_threshold_bytes)
         count = max(1, math.ceil(f.size / part_size))
         upload_id = await storage.create_multipart(key)
+        sizes = [min(part_size, f.size - (n - 1) * part_size) for n in range(1, count + 1)]
         parts = [
-            PartUrl(
-                part_number=n,
-                url=await storage.presign_upload_part(key, upload_id, n, ttl=ttl),
-                size=min(part_size, f.size - (n - 1) * part_size),
-            )
+            PartUrl(part_number=n, size=sizes[n - 1],
+                    url=await storage.presign_upload_part(key, upload_id, n, ttl=ttl,
+                                                          size=sizes[n - 1]))
             for n in range(1, count + 1)
         ]
         targets.append(UploadTarget(
@@ -282,7 +305,9 @@ async def _report(request: web.Request, tid: str, name: str, key: str, etag: str
 
 
 @routes.post("/api/traces/{trace_id}/uploads/complete")
-@doc(request=CompleteRequest, response=UploadedResponse, tags=("traces",))
+@doc(request=CompleteRequest, response=UploadedResponse, status=202, tags=("traces",),
+     responses={404: "no such trace", 409: "no such upload in progress",
+                413: "file over max_upload_bytes"})
 async def complete_upload(request: web.Request) -> web.Response:
     """Assemble a multipart upload from its parts; counts as the upload callback too."""
     tid = _trace_id(request)
@@ -291,10 +316,17 @@ async def complete_upload(request: web.Request) -> web.Response:
     await _store(request).require(tid)
     key = raw_key(tid, body.name)
     storage = _storage(request)
-    etag = await storage.complete_multipart(
-        key, body.upload_id,
-        [UploadedPart(part_number=p.part_number, etag=p.etag) for p in body.parts],
-    )
+    parts = {p.part_number: p for p in body.parts}  # a part listed twice: the last one
+    try:
+        etag = await storage.complete_multipart(
+            key, body.upload_id,
+            [UploadedPart(part_number=n, etag=parts[n].etag) for n in sorted(parts)],
+        )
+    except (StorageError, NotFoundError) as exc:
+        if isinstance(exc, StorageError) and not any(c in str(exc) for c in _CLIENT_FAULTS):
+            raise
+        raise ConflictError(f"upload_id: no multipart upload of {body.name!r} in progress with "
+                            f"these parts ({exc})", state="no-upload") from None
     info = await storage.head(key)
     if info is None:
         raise NotFoundError(f"s3 object {key} is missing after completing its upload")
@@ -307,8 +339,8 @@ async def complete_upload(request: web.Request) -> web.Response:
 
 
 @routes.post("/api/traces/{trace_id}/uploaded")
-@doc(request=UploadedRequest, response=UploadedResponse, tags=("traces",),
-     responses={404: "no such trace or the object was not uploaded", 409: "ETag mismatch"})
+@doc(request=UploadedRequest, response=UploadedResponse, status=202, tags=("traces",),
+     responses={404: "no such trace", 409: "not uploaded yet, or ETag mismatch"})
 async def report_uploaded(request: web.Request) -> web.Response:
     """Upload callback: the object is checked with HEAD and handed to ingest."""
     tid = _trace_id(request)
@@ -318,7 +350,8 @@ async def report_uploaded(request: web.Request) -> web.Response:
     key = raw_key(tid, body.name)
     info = await _storage(request).head(key)
     if info is None:
-        raise NotFoundError(f"name: {body.name!r} has not been uploaded (no object {key})")
+        raise ConflictError(f"name: {body.name!r} has not been uploaded yet (no object {key})",
+                            state="not-uploaded")
     claimed = body.etag.strip('"')
     if claimed and claimed != info.etag:
         raise ConflictError(
@@ -330,7 +363,8 @@ async def report_uploaded(request: web.Request) -> web.Response:
 
 
 @routes.post("/api/traces/{trace_id}/seal")
-@doc(request=SealRequest, response=TraceRecord, tags=("traces",))
+@doc(request=SealRequest, response=TraceRecord, status=202, request_required=False,
+     tags=("traces",), responses={404: "no such trace"})
 async def seal_trace(request: web.Request) -> web.Response:
     """Declare the upload complete (optionally listing every file or the kernel count)."""
     tid = _trace_id(request)
@@ -370,8 +404,9 @@ async def seal_trace(request: web.Request) -> web.Response:
 
 
 @routes.get("/api/traces/{trace_id}")
-@doc(tags=("traces",), responses={404: "no such trace"},
-     query={"details": "false: the record only, without per-file and per-kernel lists"})
+@doc(tags=("traces",), responses={404: "no such trace"}, content=JSON_OBJECT,
+     query={"details": ("false: the record only, without per-file and per-kernel lists",
+                        {"type": "string", "enum": ["true", "false", "1", "0"]})})
 async def get_trace(request: web.Request) -> web.Response:
     """The trace record with per-file and per-kernel progress and errors."""
     tid = _trace_id(request)
@@ -412,6 +447,9 @@ async def get_trace(request: web.Request) -> web.Response:
 
 #: Bundle columns listed besides the summary ones (the step a kernel belongs to, its op).
 BUNDLE_EXTRA_COLUMNS: tuple[str, ...] = ("step", "step_kind", "op")
+#: Columns the kernel list sorts by (progress rows, bundle rows and their family).
+KERNEL_SORT_COLUMNS: tuple[str, ...] = (*SUMMARY_COLUMNS, *BUNDLE_EXTRA_COLUMNS, "family",
+                                        "state", "unit", "error")
 
 #: Instruction-count columns summed into a trace's instruction mix.
 INSTRUCTION_COLUMNS: tuple[str, ...] = (
@@ -469,28 +507,23 @@ def _sort_key(column: str, value: Any) -> tuple[int, Any]:
 
 
 @routes.get("/api/traces/{trace_id}/kernels")
-@doc(tags=("traces",), query={
-    "offset": "first row (default 0)", "limit": "rows per page (default 100, max 1000)",
-    "sort": "column to sort by (default kernel_id)", "order": "asc or desc",
-    "q": "only kernels whose name (or family) contains this text, case-insensitive",
+@doc(tags=("traces",), content=JSON_OBJECT, responses={404: "no such trace"}, query={
+    "offset": ("first row (default 0)", {"type": "integer", "minimum": 0, "maximum": 2**31}),
+    "limit": ("rows per page (default 100, max 1000)",
+              {"type": "integer", "minimum": 1, "maximum": 1000}),
+    "sort": ("column to sort by (default kernel_id)",
+             {"type": "string", "enum": list(KERNEL_SORT_COLUMNS)}),
+    "order": ("asc or desc", {"type": "string", "enum": ["asc", "desc"]}),
+    "q": ("only kernels whose name (or family) contains this text, case-insensitive",
+          {"type": "string", "maxLength": 200}),
 })
 async def list_kernels(request: web.Request) -> web.Response:
     """Paged, sortable per-kernel summaries (from the bundle once ready, else from progress)."""
     tid = _trace_id(request)
-    q = request.query
-    try:
-        offset = int(q.get("offset", "0"))
-        limit = int(q.get("limit", "100"))
-    except ValueError:
-        raise ValidationError("offset and limit must be integers", field="offset") from None
-    if offset < 0:
-        raise ValidationError("must be >= 0", field="offset")
-    if not 1 <= limit <= 1000:
-        raise ValidationError("must be between 1 and 1000", field="limit")
-    order = q.get("order", "asc")
-    if order not in ("asc", "desc"):
-        raise ValidationError("expected asc or desc", field="order")
-    sort = q.get("sort", "kernel_id")
+    offset = query_int(request, "offset", 0, 0, 2**31)
+    limit = query_int(request, "limit", 100, 1, 1000)
+    order = query_choice(request, "order", ("asc", "desc"))
+    sort = request.query.get("sort", "kernel_id").strip()
     store = _store(request)
     record = await store.require(tid)
     rows: list[dict[str, Any]]
@@ -506,9 +539,9 @@ async def list_kernels(request: web.Request) -> web.Response:
         ]
         columns = [*SUMMARY_COLUMNS, "state", "unit", "error"]
         source = "progress"
-    if sort not in columns:
+    if sort not in columns and sort not in KERNEL_SORT_COLUMNS:
         raise ValidationError(f"unknown column {sort!r}; known: {', '.join(columns)}", field="sort")
-    needle = q.get("q", "").strip().lower()
+    needle = request.query.get("q", "").strip().lower()
     if len(needle) > 200:
         raise ValidationError("at most 200 characters", field="q")
     if needle:
@@ -563,7 +596,8 @@ async def _bundle_rows(request: web.Request, record: TraceRecord) -> tuple[list[
 
 
 @routes.delete("/api/traces/{trace_id}")
-@doc(tags=("traces",), responses={404: "no such trace", 409: "read-only sample trace"})
+@doc(tags=("traces",), content=JSON_OBJECT,
+     responses={404: "no such trace", 409: "read-only sample trace"})
 async def delete_trace(request: web.Request) -> web.Response:
     """Delete the trace: its raw files, prepared parts, bundles and state."""
     tid = _trace_id(request)

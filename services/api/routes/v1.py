@@ -4,12 +4,16 @@
   "cascade/<trace>/<config>", object: "model", created, owned_by: "cascade"}]}``.
 - ``POST /v1/completions`` / ``POST /v1/chat/completions``: OpenAI requests (``model``,
   ``prompt`` as a string, a list of strings, a token-id list or a list of those /
-  ``messages``; ``max_tokens``; ``stream``; ``n`` = 1) answered in OpenAI's shape with
+  ``messages``; ``max_tokens``; ``stream``; ``n`` = 1; ``temperature`` in [0, 2],
+  ``top_p`` in [0, 1], ``presence_penalty`` / ``frequency_penalty`` in [-2, 2], checked
+  and otherwise ignored) answered in OpenAI's shape with
   empty text (Cascade predicts time, not tokens) and ``finish_reason: "length"``, plus:
 
-  - ``metrics``: ``ttft_ms``, ``tpot_ms``, ``itl_ms`` (the list of every inter-token
-    gap, ``max_tokens - 1`` values), ``itl_mean_ms``, ``e2e_ms``, ``queue_ms`` (0: the
-    request is alone on an idle replica);
+  - ``metrics``: ``ttft_ms``, ``tpot_ms``, ``itl_mean_ms``, the inter-token gaps
+    summarised (``itl_count``, ``itl_min_ms``, ``itl_p50_ms``, ``itl_p90_ms``,
+    ``itl_p99_ms``, ``itl_max_ms``), ``e2e_ms``, ``queue_ms`` (0: the request is alone on
+    an idle replica); ``itl_ms``, the list of every gap (``max_tokens - 1`` values), only
+    with ``cascade_itl: "full"``;
   - ``cascade``: ``config``, ``sim``, ``run``, ``trace``, ``extrapolated``,
     ``extrapolation`` (dimension -> ``{value, low, high, beyond, ratio}``),
     ``calibration_range``, ``kernels`` (how the sim's kernel times were predicted: model,
@@ -28,6 +32,12 @@
   the last with ``finish_reason``, ``metrics`` and ``cascade``, then ``data: [DONE]``.
   ``cascade_pace: true`` sends each chunk at its simulated time (real-time pacing).
 
+Limits: prompt tokens + ``max_tokens`` must fit the model's context window (from the
+trace's workload, :func:`cascade.serving.contexts.context_length`; listed as
+``max_model_len`` on the model card); over it is a 400 with code
+``context_length_exceeded`` saying the limit. Estimates of long answers and their
+encoding run in a worker thread; streams are written in batches of chunks.
+
 Errors use OpenAI's shape ``{error: {message, type, param, code}}``; an unknown
 model is a 404 whose message lists the known ones (also in ``error.known``).
 """
@@ -40,15 +50,16 @@ import os
 import re
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import msgspec
+import numpy as np
 from aiohttp import web
 from cascade.errors import CascadeError, NotFoundError, ValidationError
 from cascade.log import get_logger
 from cascade.stepmodels import DEFAULT_TOKEN_BUDGET, RequestEstimate, SimStepModel
 
-from services.api.http import doc
+from services.api.http import decode_json, doc
 from services.api.keys import SETTINGS
 from services.api.sim_models import ModelEntry, install, sim_models
 
@@ -56,9 +67,16 @@ routes = web.RouteTableDef()
 log = get_logger("cascade.api.v1")
 
 DEFAULT_MAX_TOKENS = 16
-MAX_OUTPUT_TOKENS = 1_000_000
-MAX_PROMPT_TOKENS = 10_000_000
 MAX_PACE_S = 600.0
+#: Output tokens x prompts above which estimating and encoding run in a worker thread.
+OFFLOAD_TOKENS = 512
+#: Stream chunks encoded and written per ``write`` (and per turn of the event loop).
+STREAM_BATCH = 64
+#: Sampling parameters: (low, high) accepted; checked, then ignored (timing is the same).
+SAMPLING_RANGES: dict[str, tuple[float, float]] = {
+    "temperature": (0.0, 2.0), "top_p": (0.0, 1.0),
+    "presence_penalty": (-2.0, 2.0), "frequency_penalty": (-2.0, 2.0),
+}
 TOKENIZER_ENV = "CASCADE_TOKENIZER"
 
 _ENCODER = msgspec.json.Encoder()
@@ -191,29 +209,62 @@ def _count_messages(messages: Any, counter: PromptCounter) -> int:
 
 # ---- requests -------------------------------------------------------------------------------
 
+class StreamOptions(msgspec.Struct, kw_only=True):
+    include_usage: bool = False
+
+
 class _Common(msgspec.Struct, kw_only=True):
     model: str
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
+    """A model id from GET /v1/models (an unknown one is a 404)."""
+    max_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """Output tokens (default 16); prompt + max_tokens must fit the model's max_model_len."""
+    max_completion_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
     stream: bool = False
-    stream_options: dict[str, Any] | None = None
-    n: int = 1
+    stream_options: StreamOptions | None = None
+    n: Annotated[int, msgspec.Meta(ge=1, le=1)] = 1
     cascade_pace: bool = False
-    cascade_token_budget: int = DEFAULT_TOKEN_BUDGET
+    cascade_token_budget: Annotated[int, msgspec.Meta(ge=1, le=1 << 20)] = DEFAULT_TOKEN_BUDGET
     """Token budget of one engine step (chunked prefill); vLLM's max_num_batched_tokens."""
+    cascade_itl: Literal["summary", "full"] = "summary"
+    """'full' adds ``metrics.itl_ms``, every inter-token gap, to the answer."""
+    temperature: Annotated[float, msgspec.Meta(extra_json_schema={"minimum": 0, "maximum": 2})] | None = None
+    top_p: Annotated[float, msgspec.Meta(extra_json_schema={"minimum": 0, "maximum": 1})] | None = None
+    presence_penalty: Annotated[float, msgspec.Meta(
+        extra_json_schema={"minimum": -2, "maximum": 2})] | None = None
+    frequency_penalty: Annotated[float, msgspec.Meta(
+        extra_json_schema={"minimum": -2, "maximum": 2})] | None = None
+
+
+PROMPT_SCHEMA: dict[str, Any] = {"anyOf": [
+    {"type": "string"},
+    {"type": "array", "minItems": 1, "items": {"type": "string"}},
+    {"type": "array", "minItems": 1, "items": {"type": "integer"}},
+    {"type": "array", "minItems": 1,
+     "items": {"type": "array", "minItems": 1, "items": {"type": "integer"}}},
+]}
 
 
 class CompletionRequest(_Common, kw_only=True):
     """OpenAI completions request (other OpenAI fields are accepted and ignored)."""
 
-    prompt: msgspec.Raw = msgspec.Raw(b"")
-    """The prompt's JSON, counted by :func:`count_prompt_json` (empty when absent)."""
+    prompt: Annotated[msgspec.Raw, msgspec.Meta(extra_json_schema=PROMPT_SCHEMA)]
+    """The prompt's JSON, counted by :func:`count_prompt_json`."""
+
+
+MESSAGES_SCHEMA: dict[str, Any] = {
+    "type": "array", "minItems": 1, "items": {
+        "type": "object", "required": ["role"], "properties": {
+            "role": {"type": "string"},
+            "content": {"anyOf": [
+                {"type": "string"}, {"type": "null"},
+                {"type": "array", "items": {"type": "object", "properties": {
+                    "type": {"type": "string"}, "text": {"type": "string"}}}}]}}}}
 
 
 class ChatRequest(_Common, kw_only=True):
     """OpenAI chat completions request (other OpenAI fields are accepted and ignored)."""
 
-    messages: Any = None
+    messages: Annotated[Any, msgspec.Meta(extra_json_schema=MESSAGES_SCHEMA)]
 
 
 class OpenAIError(Exception):
@@ -272,24 +323,14 @@ def openai_errors(handler: Handler) -> Handler:
     return wrapped
 
 
-_DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {}
-
-
 async def _decode(request: web.Request, type_: type[Any]) -> Any:
     body = await request.read()
     if not body:
         raise OpenAIError(400, "request body is empty: expected a JSON object", param="body")
-    decoder = _DECODERS.get(type_)
-    if decoder is None:
-        decoder = _DECODERS[type_] = msgspec.json.Decoder(type_)
     try:
-        return decoder.decode(body)
-    except msgspec.ValidationError as exc:
-        text = str(exc)
-        param = text.split("at `$.", 1)[1].split("`", 1)[0] if "at `$." in text else None
-        raise OpenAIError(400, text, param=param) from None
-    except msgspec.DecodeError as exc:
-        raise OpenAIError(400, f"malformed JSON: {exc}", param="body") from None
+        return decode_json(body, type_)
+    except ValidationError as exc:
+        raise OpenAIError(400, str(exc), param=exc.field) from None
 
 
 def _max_tokens(req: _Common) -> int:
@@ -297,12 +338,35 @@ def _max_tokens(req: _Common) -> int:
     if value is None:
         return DEFAULT_MAX_TOKENS
     param = "max_tokens" if req.max_tokens is not None else "max_completion_tokens"
-    if value < 1 or value > MAX_OUTPUT_TOKENS:
-        raise OpenAIError(400, f"{param} must be between 1 and {MAX_OUTPUT_TOKENS}", param=param)
+    if value < 1:
+        raise OpenAIError(400, f"{param} must be >= 1, got {value}", param=param)
     return value
 
 
+def check_context(entry: ModelEntry, prompt_counts: list[int], output: int, *,
+                  param_prompt: str = "prompt", param_output: str = "max_tokens") -> None:
+    """400 ``context_length_exceeded`` unless every prompt + ``output`` fits the model."""
+    limit = entry.context_length
+    if output >= limit:
+        raise OpenAIError(400, f"{param_output} is {output}, but this model's maximum context "
+                               f"length is {limit} tokens (prompt included): {param_output} "
+                               f"must be at most {limit - 1}",
+                          param=param_output, code="context_length_exceeded")
+    for count in prompt_counts:
+        if count + output > limit:
+            raise OpenAIError(400, f"This model's maximum context length is {limit} tokens. "
+                                   f"However, you requested {count + output} tokens ({count} in "
+                                   f"the prompt, {output} in the completion). Please reduce the "
+                                   "prompt or the completion length.",
+                              param=param_prompt, code="context_length_exceeded")
+
+
 def _check_common(req: _Common) -> None:
+    for name, (low, high) in SAMPLING_RANGES.items():
+        value = getattr(req, name)
+        if value is not None and not (low <= value <= high):
+            raise OpenAIError(400, f"{name} must be between {low:g} and {high:g}, got {value:g}",
+                              param=name, code="invalid_value")
     if req.n != 1:
         raise OpenAIError(400, "only n=1 is supported (every choice would be the same estimate)",
                           param="n")
@@ -312,12 +376,26 @@ def _check_common(req: _Common) -> None:
 
 # ---- answers --------------------------------------------------------------------------------
 
-def metrics_of(est: RequestEstimate) -> dict[str, Any]:
-    """The ``metrics`` object of one estimate."""
+def metrics_of(est: RequestEstimate, *, full: bool = False) -> dict[str, Any]:
+    """The ``metrics`` object of one estimate (``itl_ms`` itself only when ``full``)."""
     itl = est.itl_ms
-    return {"ttft_ms": est.ttft_ms, "tpot_ms": est.tpot_ms, "itl_ms": itl,
-            "itl_mean_ms": (sum(itl) / len(itl)) if itl else 0.0,
-            "e2e_ms": est.e2e_ms, "queue_ms": est.queue_ms}
+    out: dict[str, Any] = {"ttft_ms": est.ttft_ms, "tpot_ms": est.tpot_ms,
+                           "itl_mean_ms": (sum(itl) / len(itl)) if itl else 0.0,
+                           **itl_summary(itl), "e2e_ms": est.e2e_ms, "queue_ms": est.queue_ms}
+    if full:
+        out["itl_ms"] = itl
+    return out
+
+
+def itl_summary(itl: list[float]) -> dict[str, Any]:
+    """Count, min, p50, p90, p99 and max of the inter-token gaps (0 when there are none)."""
+    if not itl:
+        return {"itl_count": 0, "itl_min_ms": 0.0, "itl_p50_ms": 0.0, "itl_p90_ms": 0.0,
+                "itl_p99_ms": 0.0, "itl_max_ms": 0.0}
+    arr = np.asarray(itl, dtype=float)
+    p50, p90, p99 = (float(v) for v in np.percentile(arr, [50, 90, 99]))
+    return {"itl_count": len(itl), "itl_min_ms": float(arr.min()), "itl_p50_ms": p50,
+            "itl_p90_ms": p90, "itl_p99_ms": p99, "itl_max_ms": float(arr.max())}
 
 
 def cascade_of(entry: ModelEntry, est: RequestEstimate, sm: SimStepModel, approximate: bool,
@@ -333,18 +411,34 @@ def cascade_of(entry: ModelEntry, est: RequestEstimate, sm: SimStepModel, approx
             "idle_replica": True}
 
 
+async def resolve_model(request: web.Request, model: str) -> ModelEntry:
+    """The entry of a /v1 model id; any unknown or malformed id is a 404 ``model_not_found``."""
+    models = sim_models(request.app)
+    entry = models.find(model)
+    if entry is not None:
+        return entry
+    try:
+        return await models.by_model(model)
+    except ValidationError as exc:
+        raise OpenAIError(404, str(exc), param="model", code="model_not_found") from None
+
+
 async def _estimates(request: web.Request, req: _Common, prompt_counts: list[int],
                      output: int) -> tuple[ModelEntry, SimStepModel, list[RequestEstimate]]:
     models = sim_models(request.app)
-    entry = models.find(req.model)
-    if entry is None:
-        entry = await models.by_model(req.model)
+    entry = await resolve_model(request, req.model)
+    check_context(entry, prompt_counts, output,
+                  param_prompt="messages" if isinstance(req, ChatRequest) else "prompt",
+                  param_output="max_tokens" if req.max_tokens is not None or
+                  req.max_completion_tokens is None else "max_completion_tokens")
     sm = await models.step_model(entry)
-    for count in prompt_counts:
-        if count > MAX_PROMPT_TOKENS:
-            raise OpenAIError(400, f"prompt of {count} tokens is over {MAX_PROMPT_TOKENS}",
-                              param="prompt")
-    ests = [sm.estimate(p, output, token_budget=req.cascade_token_budget) for p in prompt_counts]
+
+    def run() -> list[RequestEstimate]:
+        return [sm.estimate(p, output, token_budget=req.cascade_token_budget)
+                for p in prompt_counts]
+
+    heavy = output * len(prompt_counts) > OFFLOAD_TOKENS
+    ests = await asyncio.to_thread(run) if heavy else run()
     return entry, sm, ests
 
 
@@ -357,18 +451,18 @@ FRAGMENT_MEMO = 4096
 
 
 def _fragments(entry: ModelEntry, sm: SimStepModel, est: RequestEstimate, approximate: bool,
-               token_budget: int) -> tuple[msgspec.Raw, msgspec.Raw]:
+               token_budget: int, full: bool = False) -> tuple[msgspec.Raw, msgspec.Raw]:
     """The JSON of ``metrics_of(est)`` and ``cascade_of(...)``, encoded once per request shape.
 
     Estimates are pure functions of the shape and the sim, so the fragments are memoised on
     the sim's step model (which is replaced when the sim's result changes).
     """
     memo = sm.answers
-    key = (est.prompt_tokens, est.output_tokens, token_budget, approximate)
+    key = (est.prompt_tokens, est.output_tokens, token_budget, approximate, full)
     hit = memo.get(key)
     if hit is not None and hit[0] is est:
         return hit[1], hit[2]
-    metrics = msgspec.Raw(_ENCODER.encode(metrics_of(est)))
+    metrics = msgspec.Raw(_ENCODER.encode(metrics_of(est, full=full)))
     extra = msgspec.Raw(_ENCODER.encode(cascade_of(entry, est, sm, approximate,
                                                    token_budget)))
     if len(memo) >= FRAGMENT_MEMO:
@@ -395,7 +489,22 @@ async def _answer(request: web.Request, req: _Common, prompt_counts: list[int], 
         extra = cascade_of(entry, ests[0], sm, approximate, req.cascade_token_budget)
         return await _stream(request, req, rid, created, entry.id, ests[0], extra, chat,
                              approximate)
-    frags = [_fragments(entry, sm, e, approximate, req.cascade_token_budget) for e in ests]
+    full = req.cascade_itl == "full"
+    heavy = output * len(ests) > OFFLOAD_TOKENS
+
+    def encode() -> bytes:
+        frags = [_fragments(entry, sm, e, approximate, req.cascade_token_budget, full)
+                 for e in ests]
+        return _ENCODER.encode(_completion_body(frags, rid, created, entry.id, chat,
+                                                prompt_counts, output))
+
+    body = await asyncio.to_thread(encode) if heavy else encode()
+    return web.Response(body=body, headers=_JSON_HEADERS)
+
+
+def _completion_body(frags: list[tuple[msgspec.Raw, msgspec.Raw]], rid: str, created: int,
+                     model: str, chat: bool, prompt_counts: list[int],
+                     output: int) -> dict[str, Any]:
     choices: list[dict[str, Any]] = []
     for i, (metrics, extra) in enumerate(frags):
         choice: dict[str, Any] = {"index": i, "logprobs": None, "finish_reason": "length"}
@@ -403,17 +512,16 @@ async def _answer(request: web.Request, req: _Common, prompt_counts: list[int], 
             choice["message"] = {"role": "assistant", "content": ""}
         else:
             choice["text"] = ""
-        if len(ests) > 1:
+        if len(frags) > 1:
             choice["metrics"] = metrics
             choice["cascade"] = extra
         choices.append(choice)
-    body = {
+    return {
         "id": rid, "object": "chat.completion" if chat else "text_completion", "created": created,
-        "model": entry.id, "choices": choices,
+        "model": model, "choices": choices,
         "usage": _usage(sum(prompt_counts), output * len(prompt_counts)),
         "metrics": frags[0][0], "cascade": frags[0][1],
     }
-    return web.Response(body=_ENCODER.encode(body), headers=_JSON_HEADERS)
 
 
 async def _stream(request: web.Request, req: _Common, rid: str, created: int, model: str,
@@ -428,12 +536,16 @@ async def _stream(request: web.Request, req: _Common, rid: str, created: int, mo
     obj = "chat.completion.chunk" if chat else "text_completion"
     times = est.token_times_ms
     started = time.perf_counter()
-    include_usage = bool(req.stream_options and req.stream_options.get("include_usage"))
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    pending: list[bytes] = []
     for i, t_ms in enumerate(times):
         last = i == len(times) - 1
         if req.cascade_pace:
             delay = t_ms / 1000 - (time.perf_counter() - started)
             if delay > 0:
+                if pending:
+                    await resp.write(b"".join(pending))
+                    pending.clear()
                 await asyncio.sleep(delay)
         choice: dict[str, Any] = {"index": 0, "logprobs": None,
                                   "finish_reason": "length" if last else None}
@@ -447,9 +559,14 @@ async def _stream(request: web.Request, req: _Common, rid: str, created: int, mo
                               "gap_ms": t_ms if i == 0 else t_ms - times[i - 1]},
         }
         if last:
-            chunk["metrics"] = metrics_of(est)
+            chunk["metrics"] = metrics_of(est, full=req.cascade_itl == "full")
             chunk["cascade"] = extra
-        await resp.write(b"data: " + _ENCODER.encode(chunk) + b"\n\n")
+        pending.append(b"data: " + _ENCODER.encode(chunk) + b"\n\n")
+        if len(pending) >= STREAM_BATCH:
+            await resp.write(b"".join(pending))  # yields to the loop between batches
+            pending.clear()
+    if pending:
+        await resp.write(b"".join(pending))
     if include_usage:
         usage_chunk = {"id": rid, "object": obj, "created": created, "model": model, "choices": [],
                        "usage": _usage(est.prompt_tokens, est.output_tokens)}
@@ -459,47 +576,154 @@ async def _stream(request: web.Request, req: _Common, rid: str, created: int, mo
     return resp
 
 
+# ---- answer shapes (documentation: the handlers build these as JSON directly) ----------------
+
+SSE_CONTENT = {"text/event-stream": {"schema": {
+    "type": "object", "description": "one server-sent event: its event, id and data fields"}}}
+
+
+class CascadeModelInfo(msgspec.Struct, kw_only=True):
+    trace: str
+    config: str
+    sim: str
+    run: str
+
+
+class ModelCard(msgspec.Struct, kw_only=True):
+    """An OpenAI model object (plus ``max_model_len``, the context window, and ``cascade``)."""
+
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+    max_model_len: int
+    cascade: CascadeModelInfo
+
+
+class ModelListBody(msgspec.Struct, kw_only=True):
+    object: Literal["list"]
+    data: list[ModelCard]
+
+
+class UsageBody(msgspec.Struct, kw_only=True):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class MetricsBody(msgspec.Struct, kw_only=True):
+    """Simulated timings of the request (``itl_ms`` only with ``cascade_itl: "full"``)."""
+
+    ttft_ms: float
+    tpot_ms: float
+    itl_mean_ms: float
+    itl_count: int
+    itl_min_ms: float
+    itl_p50_ms: float
+    itl_p90_ms: float
+    itl_p99_ms: float
+    itl_max_ms: float
+    e2e_ms: float
+    queue_ms: float
+    itl_ms: list[float] | None = None
+
+
+class CompletionChoiceBody(msgspec.Struct, kw_only=True):
+    index: int
+    text: str
+    logprobs: None
+    finish_reason: Literal["length"]
+    metrics: MetricsBody | None = None
+    cascade: dict[str, Any] | None = None
+
+
+class CompletionBody(msgspec.Struct, kw_only=True):
+    id: str
+    object: Literal["text_completion"]
+    created: int
+    model: str
+    choices: list[CompletionChoiceBody]
+    usage: UsageBody
+    metrics: MetricsBody
+    cascade: dict[str, Any]
+
+
+class AssistantMessage(msgspec.Struct, kw_only=True):
+    role: Literal["assistant"]
+    content: str
+
+
+class ChatChoiceBody(msgspec.Struct, kw_only=True):
+    index: int
+    message: AssistantMessage
+    logprobs: None
+    finish_reason: Literal["length"]
+    metrics: MetricsBody | None = None
+    cascade: dict[str, Any] | None = None
+
+
+class ChatCompletionBody(msgspec.Struct, kw_only=True):
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    choices: list[ChatChoiceBody]
+    usage: UsageBody
+    metrics: MetricsBody
+    cascade: dict[str, Any]
+
+
 # ---- routes ---------------------------------------------------------------------------------
 
 @routes.get("/v1/models")
-@doc(tags=("v1",))
+@doc(tags=("v1",), response=ModelListBody)
 @openai_errors
 async def list_models(request: web.Request) -> web.Response:
     """Finished sims usable as models (OpenAI list shape)."""
-    data = [{"id": e.id, "object": "model", "created": e.created, "owned_by": "cascade",
-             "cascade": {"trace": e.trace_id, "config": e.config, "sim": e.sim.id, "run": e.run.id}}
-            for e in sim_models(request.app).entries()]
+    data = [model_card(e) for e in await sim_models(request.app).servable()]
     return web.Response(body=_ENCODER.encode({"object": "list", "data": data}),
                         content_type="application/json")
 
 
-@routes.get("/v1/models/{trace}/{config}")
-@doc(tags=("v1",))
+def model_card(e: ModelEntry) -> dict[str, Any]:
+    """The OpenAI model object of one entry (plus ``max_model_len`` and ``cascade``)."""
+    return {"id": e.id, "object": "model", "created": e.created, "owned_by": "cascade",
+            "max_model_len": e.context_length,
+            "cascade": {"trace": e.trace_id, "config": e.config, "sim": e.sim.id, "run": e.run.id}}
+
+
+@routes.get(r"/v1/models/{model:.+}")
+@doc(tags=("v1",), response=ModelCard, responses={404: "unknown model"})
 @openai_errors
 async def get_model(request: web.Request) -> web.Response:
-    """One model (``/v1/models/cascade/<trace>/<config>`` minus the ``cascade/``)."""
-    model = f"cascade/{request.match_info['trace']}/{request.match_info['config']}"
-    e = await sim_models(request.app).by_model(model)
-    body = {"id": e.id, "object": "model", "created": e.created, "owned_by": "cascade"}
-    return web.Response(body=_ENCODER.encode(body), content_type="application/json")
+    """One model by its id ``cascade/<trace>/<config>`` (``cascade/`` may be left out)."""
+    model = request.match_info["model"]
+    if not model.startswith("cascade/"):
+        model = f"cascade/{model}"
+    e = await resolve_model(request, model)
+    return web.Response(body=_ENCODER.encode(model_card(e)), content_type="application/json")
 
 
 @routes.post("/v1/completions")
-@doc(tags=("v1",), responses={404: "unknown model"})
+@doc(tags=("v1",), request=CompletionRequest, response=CompletionBody, content=SSE_CONTENT,
+     responses={400: "invalid request (over the context, out of range)", 404: "unknown model"})
 @openai_errors
 async def completions(request: web.Request) -> web.StreamResponse:
     """Estimate one completion request alone on an idle replica (OpenAI response shape)."""
     req: CompletionRequest = await _decode(request, CompletionRequest)
+    await resolve_model(request, req.model)
     counts, approximate = count_prompt_json(req.prompt, request.app[PROMPT_COUNTER])
     return await _answer(request, req, counts, approximate, chat=False)
 
 
 @routes.post("/v1/chat/completions")
-@doc(tags=("v1",), responses={404: "unknown model"})
+@doc(tags=("v1",), request=ChatRequest, response=ChatCompletionBody, content=SSE_CONTENT,
+     responses={400: "invalid request (over the context, out of range)", 404: "unknown model"})
 @openai_errors
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     """Estimate one chat request alone on an idle replica (OpenAI response shape)."""
     req: ChatRequest = await _decode(request, ChatRequest)
+    await resolve_model(request, req.model)
     count = _count_messages(req.messages, request.app[PROMPT_COUNTER])
     return await _answer(request, req, [count], True, chat=True)
 

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from cascade.errors import ConfigError, DuplicateNameError, UnknownGPUError
-from cascade.gpus.spec import ARCHES, GPUSpec
+from cascade.gpus.spec import ARCHES, GPUSpec, plausibility_error
 
 
 def normalize_name(name: str) -> str:
@@ -22,12 +22,21 @@ def normalize_name(name: str) -> str:
     return re.sub(r"[\s_\-]+", " ", name.strip().lower())
 
 
-def spec_from_mapping(data: dict[str, Any], source: str = "<mapping>") -> GPUSpec:
-    """Validate a decoded TOML/JSON mapping into a :class:`GPUSpec` (errors name the source)."""
+def spec_from_mapping(data: dict[str, Any], source: str = "<mapping>", *,
+                      strict: bool = False) -> GPUSpec:
+    """Validate a decoded TOML/JSON mapping into a :class:`GPUSpec` (errors name the source).
+
+    ``strict`` refuses strings for numbers (JSON from clients); files are lenient.
+    """
     data = {k: v for k, v in data.items() if k != "notes"}
     try:
-        spec = msgspec.convert(data, GPUSpec, strict=False)
+        spec = msgspec.convert(data, GPUSpec, strict=strict)
     except msgspec.ValidationError as exc:
+        bounds = plausibility_error(str(exc), data)
+        if bounds is not None:
+            field, expected, value = bounds
+            raise ConfigError(f"GPU spec {source} ({data.get('id', '?')}): {field}",
+                              value, expected) from None
         raise ConfigError(f"GPU spec {source}", data.get("id", "?"), str(exc)) from None
     if spec.arch not in ARCHES:
         raise ConfigError(f"GPU spec {source}: arch", spec.arch, f"one of {', '.join(ARCHES)}")
@@ -180,3 +189,9 @@ def default_registry() -> GPURegistry:
 def get_gpu(name: str | GPUSpec) -> GPUSpec:
     """Shortcut for ``default_registry().get(name)``."""
     return default_registry().get(name)
+
+
+def known_gpu_names() -> list[str]:
+    """Every built-in spec id and alias (what ``get_gpu`` resolves), sorted."""
+    names = {n for s in default_registry() for n in (s.id, *s.aliases)}
+    return sorted(names)

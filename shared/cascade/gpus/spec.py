@@ -35,9 +35,10 @@ class GPUSpec(msgspec.Struct, frozen=True, kw_only=True):
     built-in ones also obey the cross-field rules of :func:`check_consistency`.
     """
 
-    id: Annotated[str, msgspec.Meta(extra_json_schema={"pattern": "^[A-Za-z0-9_-]{1,200}$"})]
-    """Registry id, e.g. ``SM90_H100`` (letters, digits, ``_``, ``-``)."""
-    name: str
+    id: Annotated[str, msgspec.Meta(pattern="^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")]
+    """Registry id, e.g. ``SM90_H100`` (a letter or digit, then letters, digits, ``_``, ``-``;
+    at most 64)."""
+    name: Annotated[str, msgspec.Meta(pattern=r"\S", max_length=200)]
     """Marketing name, e.g. ``NVIDIA H100 SXM5 80GB``."""
     arch: Annotated[str, msgspec.Meta(extra_json_schema={"enum": list(ARCHES)})]
     """Architecture generation: one of :data:`ARCHES`."""

@@ -235,6 +235,19 @@ async def test_three_configs_two_replicas_local_backend(s3_server: Any, nats_url
         h200 = next(s["id"] for s in detail["sims"] if s["config"] == "SM90_H200")
         flagged = await get(stack.base, f"/api/runs/{run_id}/results/{h200}/kernels?limit=50")
         assert all(k["extrapolation"] & 1 for k in flagged["kernels"])  # target not calibrated
+        # the same page as CSV and as Parquet: same rows, same values
+        import io as _io
+
+        import pyarrow.parquet as pq
+
+        base_url = f"{stack.base}/api/runs/{run_id}/results/{h200}/kernels?limit=50"
+        async with aiohttp.ClientSession() as s, s.get(base_url + "&format=parquet") as r:
+            assert r.status == 200 and r.content_type == "application/vnd.apache.parquet"
+            parquet = pq.read_table(_io.BytesIO(await r.read())).to_pydict()
+        assert parquet["kernel_id"] == [k["kernel_id"] for k in flagged["kernels"]]
+        assert parquet["predicted_ns"] == [k["predicted_ns"] for k in flagged["kernels"]]
+        csv_page = await get(stack.base, f"/api/runs/{run_id}/results/{h200}/kernels?limit=50&format=csv")
+        assert len(csv_page.strip().splitlines()) == 51
 
         # resume: replaying from the middle gives exactly the later events
         mid = events[len(events) // 2]["id"]

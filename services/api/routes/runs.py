@@ -8,7 +8,7 @@ Endpoints:
 - ``POST /api/runs/{id}/cancel`` -> 202 ``{id, state, cancel_requested}``.
 - ``GET /api/runs/{id}/events`` -> ``text/event-stream`` (see below).
 - ``GET /api/runs/{id}/results[?format=csv]`` -> per configuration and replica.
-- ``GET /api/runs/{id}/results/{sim}/kernels?offset=&limit=[&format=csv]`` -> paged kernels.
+- ``GET /api/runs/{id}/results/{sim}/kernels?offset=&limit=[&format=csv|parquet]`` -> paged kernels.
 
 Progress events
 ---------------
@@ -80,7 +80,7 @@ from cascade.runplan import (
 )
 from cascade.samples import is_recorded_run, list_samples, load_reference, refuse_rerun
 from cascade.state import TERMINAL_RUN_STATES, RunRecord, SimRecord, TraceRecord
-from cascade.tableio import write_csv_text
+from cascade.tableio import write_csv_text, write_table
 from nats.js import api as jsapi
 
 from services.api.http import doc, json_response, query_choice, query_int, read_json
@@ -148,6 +148,8 @@ class CancelAccepted(msgspec.Struct, frozen=True, kw_only=True):
 SSE_CONTENT = {"text/event-stream": {"schema": {
     "type": "object", "description": "one server-sent event: its event, id and data fields"}}}
 CSV_CONTENT = {"text/csv": {"schema": {"type": "string"}}}
+PARQUET_CONTENT = {"application/vnd.apache.parquet": {"schema": {"type": "string",
+                                                                 "format": "binary"}}}
 OBJECT_CONTENT = {"application/json": {"schema": {"type": "object"}}}
 
 
@@ -677,10 +679,11 @@ KERNEL_COLUMNS = ("kernel_id", "name", "stream", "step", "step_kind", "op", "dty
 
 
 @routes.get("/api/runs/{run_id}/results/{sim_id}/kernels")
-@doc(tags=("runs",), content={**OBJECT_CONTENT, **CSV_CONTENT}, query={
+@doc(tags=("runs",), content={**OBJECT_CONTENT, **CSV_CONTENT, **PARQUET_CONTENT}, query={
     "offset": ("first row (default 0)", {"type": "integer", "minimum": 0, "maximum": 2**31}),
     "limit": ("rows (default 100, max 10000)", {"type": "integer", "minimum": 1, "maximum": 10000}),
-    "format": ("json (default) or csv", {"type": "string", "enum": ["json", "csv"]})},
+    "format": ("json (default), csv or parquet",
+               {"type": "string", "enum": ["json", "csv", "parquet"]})},
      responses={404: "no such run, sim or result"})
 async def sim_kernels(request: web.Request) -> web.Response:
     """One sim's per-kernel predictions, paged (source and predicted ns, regime, start/end,
@@ -693,10 +696,17 @@ async def sim_kernels(request: web.Request) -> web.Response:
         raise NotFoundError(f"run {run.id} has no sim {sim_id!r}")
     offset = query_int(request, "offset", 0, 0, 2**31)
     limit = query_int(request, "limit", 100, 1, 10000)
-    fmt = query_choice(request, "format", ("json", "csv"))
+    fmt = query_choice(request, "format", ("json", "csv", "parquet"))
     table = await read_kernels(request.app[STORAGE], run.id, sim_id)
     page = table.take(slice(offset, offset + limit))
     columns = KERNEL_COLUMNS + (("sim_cycles",) if "sim_cycles" in table else ())
+    if fmt == "parquet":
+        buf = io.BytesIO()
+        await asyncio.to_thread(write_table, page, buf, columns, "parquet")
+        return web.Response(body=buf.getvalue(), content_type="application/vnd.apache.parquet",
+                            headers={"X-Total-Count": str(len(table)),
+                                     "Content-Disposition":
+                                         f'attachment; filename="{sim_id}-kernels.parquet"'})
     if fmt == "csv":
         out = io.StringIO()
         write_csv_text(page, out, columns)

@@ -7,34 +7,18 @@ services write one (:func:`tests.test_v1.make_finished_sim`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp.test_utils import TestClient
 from cascade.bus import Bus
-from cascade.settings import Settings
-from cascade.storage import Storage
 
 from services.api.http import MAX_BODY_BYTES
 from services.api.routes.runs import EVENT_STREAMS, MAX_EVENT_ID, parse_last_event_id
-from tests.test_v1 import FinishedSim, make_finished_sim, start_client
+from tests.test_v1 import FinishedSim
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-async def finished(bus: Bus, storage: Storage) -> FinishedSim:
-    return await make_finished_sim(bus, storage)
-
-
-@pytest.fixture
-async def client(bus: Bus, bus_settings: Settings, storage: Storage,
-                 finished: FinishedSim) -> AsyncIterator[TestClient]:
-    c = await start_client(bus_settings.replace(samples=False), bus, storage)
-    try:
-        yield c
-    finally:
-        await c.close()
 
 
 @pytest.mark.parametrize("value", ["-5", "99999999999999999999999", "1.5", "abc", "²", " ",

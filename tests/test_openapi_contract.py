@@ -14,16 +14,12 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from aiohttp.test_utils import TestClient
-from cascade.bus import Bus
-from cascade.settings import Settings
-from cascade.storage import Storage
 
-from tests.test_v1 import FinishedSim, make_finished_sim, start_client
+from tests.test_v1 import FinishedSim
 
 pytestmark = pytest.mark.integration
 
@@ -34,18 +30,8 @@ MAX_TIME = os.environ.get("CASCADE_SCHEMATHESIS_MAX_TIME", "")
 
 
 @pytest.fixture
-async def finished(bus: Bus, storage: Storage) -> FinishedSim:
-    return await make_finished_sim(bus, storage)
-
-
-@pytest.fixture
-async def client(bus: Bus, bus_settings: Settings, storage: Storage,
-                 finished: FinishedSim) -> AsyncIterator[TestClient]:
-    c = await start_client(bus_settings.replace(samples=False, api_tokens=[TOKEN]), bus, storage)
-    try:
-        yield c
-    finally:
-        await c.close()
+def api_tokens() -> list[str]:
+    return [TOKEN]
 
 
 def schemathesis_cli() -> list[str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -94,19 +93,6 @@ async def start_client(settings: Settings, bus: Bus, storage: Storage) -> TestCl
     return client
 
 
-@pytest.fixture
-async def finished(bus: Bus, storage: Storage) -> FinishedSim:
-    return await make_finished_sim(bus, storage)
-
-
-@pytest.fixture
-async def client(bus: Bus, bus_settings: Settings, storage: Storage,
-                 finished: FinishedSim) -> AsyncIterator[TestClient]:
-    c = await start_client(bus_settings.replace(samples=False), bus, storage)
-    try:
-        yield c
-    finally:
-        await c.close()
 
 
 # ---- OpenAI response shapes (strict mirrors of the documented schema) ------------------------

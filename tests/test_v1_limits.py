@@ -6,19 +6,16 @@ workload is OPT-125m, whose context window is 2,048 tokens.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import openai
 import pytest
 from aiohttp.test_utils import TestClient
 from cascade import subjects
 from cascade.bus import Bus
 from cascade.serving.contexts import DEFAULT_CONTEXT_TOKENS, context_length
-from cascade.settings import Settings
 from cascade.storage import Storage
 
 from services.api.sim_models import SIM_MODELS
-from tests.test_v1 import FinishedSim, make_finished_sim, start_client
+from tests.test_v1 import FinishedSim, make_finished_sim
 
 pytestmark = pytest.mark.integration
 
@@ -27,18 +24,8 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.fixture
-async def finished(bus: Bus, storage: Storage) -> FinishedSim:
-    return await make_finished_sim(bus, storage)
-
-
-@pytest.fixture
-async def client(bus: Bus, bus_settings: Settings, storage: Storage,
-                 finished: FinishedSim) -> AsyncIterator[TestClient]:
-    c = await start_client(bus_settings.replace(samples=False, api_tokens=[TOKEN]), bus, storage)
-    try:
-        yield c
-    finally:
-        await c.close()
+def api_tokens() -> list[str]:
+    return [TOKEN]
 
 
 def sdk(client: TestClient, key: str = TOKEN) -> openai.AsyncOpenAI:

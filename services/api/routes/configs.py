@@ -16,6 +16,7 @@ from cascade.accelsimrun import MODEL as ACCELSIM
 from cascade.accelsimrun import AccelSimSetup, discover_from
 from cascade.errors import NotFoundError, ValidationError
 from cascade.gpus import ARCHES, GPUSpec, default_registry, normalize_name, spec_from_mapping
+from cascade.gpus.spec import plausibility_error
 from cascade.runplan import MODELS, load_custom_specs, save_custom_spec
 
 from services.api.http import doc, integral_floats, json_response
@@ -167,6 +168,11 @@ def _checked_fields(data: dict[str, Any]) -> dict[str, Any]:
         spec = msgspec.convert(body, GPUSpec, strict=False)
     except msgspec.ValidationError as exc:
         text = str(exc)
+        bounded = plausibility_error(text, body)
+        if bounded is not None:  # the documented physical range (gpus.spec), beside the field
+            path, expected, value = bounded
+            raise ValidationError(f"expected {expected}, got {value!r}",
+                                  field=path.split("[", 1)[0].split(".", 1)[0]) from None
         found = _FIELD_PATH.search(text) or _MISSING.search(text)
         message = _FIELD_PATH.sub("", text).strip() if found else text
         raise ValidationError(message or text, field=found.group(1) if found else "body") from None

@@ -8,9 +8,8 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from tests.test_v1 import FinishedSim, client, finished
+from tests.test_v1 import FinishedSim
 
-__all__ = ["client", "finished"]  # the /v1 tests' fixtures: a finished sim and an api client
 
 pytestmark = pytest.mark.integration
 

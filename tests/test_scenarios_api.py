@@ -10,7 +10,6 @@ from aiohttp.test_utils import TestClient
 
 from tests.test_v1 import FinishedSim
 
-
 pytestmark = pytest.mark.integration
 
 

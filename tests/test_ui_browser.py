@@ -355,7 +355,7 @@ async def test_custom_spec_field_error_and_save(stack: Stack, browser: Any) -> N
     await form.locator("button[type=submit]").click()
     err = form.locator("input[name=sms] + .field-error")
     await err.wait_for(timeout=10_000)
-    assert ">= 1" in await err.inner_text()
+    assert "from 1 to 1024" in await err.inner_text()  # the documented physical range
     assert await form.locator("input[name=sms]").get_attribute("aria-invalid") == "true"
     await shot(p, "gpus-field-error-1280")
     await form.locator("input[name=sms]").fill("200")

@@ -182,7 +182,7 @@ def iter_parquet(path: Path, batch_rows: int | None) -> Iterator[tuple[KernelTab
         pf = pq.ParquetFile(path)
         if "name" not in pf.schema_arrow.names:
             raise TraceFormatError(file, None, "a 'name' column", ",".join(pf.schema_arrow.names))
-        if batch_rows is None:
+        if batch_rows is None or pf.metadata.num_rows == 0:  # an empty file is one empty batch
             yield _from_arrow(pf.read(), file)
             return
         for batch in pf.iter_batches(batch_size=batch_rows):

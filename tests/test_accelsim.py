@@ -10,14 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cascade.accelsimrun import (
-    BIN_VAR,
-    CONFIGS_VAR,
-    discover,
-    refuse_timeline_trace,
-    require,
-    run_accelsim,
-)
+
 from cascade.engine import predict
 from cascade.engine.accelsim import (
     AccelSimConfig,
@@ -27,7 +20,14 @@ from cascade.engine.accelsim import (
 from cascade.engine.perf import NOT_SIMULATED
 from cascade.errors import AccelSimError, JobTimeoutError, ValidationError
 from cascade.kerneltable import KernelTable
-
+from cascade.platform.accelsim import (
+    BIN_VAR,
+    CONFIGS_VAR,
+    discover,
+    refuse_timeline_trace,
+    require,
+    run_accelsim,
+)
 from tests.accelsim_helpers import make_binary, make_config, pids_alive
 from tests.accelsim_standin import cycles_of
 
@@ -233,7 +233,7 @@ def test_unsimulated_kernels_use_the_builtin_model_flagged() -> None:
 
 
 def test_blocking_runner_timeout_kills_the_group(tmp_path: Path) -> None:
-    from cascade.accelsimrun import run_accelsim_blocking
+    from cascade.platform.accelsim import run_accelsim_blocking
 
     pids = tmp_path / "pids"
     pids.mkdir()

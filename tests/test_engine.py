@@ -9,6 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from cascade.engine import (
     get_model,
     model_names,
@@ -25,8 +28,6 @@ from cascade.engine.perf import roofline_ns
 from cascade.errors import DuplicateNameError, TraceFormatError, UnknownNameError, ValidationError
 from cascade.gpus import default_registry
 from cascade.kerneltable import KernelTable
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 LOG = DATA / "accelsim-log" / "vectoradd-100-32.accelsim_log.txt"
@@ -132,6 +133,7 @@ def test_scaled_on_own_source_reproduces_measured_times() -> None:
 
 def test_scaled_carries_a_memory_bound_gemms_deviation_and_not_a_compute_bound_ones() -> None:
     import msgspec
+
     from cascade.calibration import Calibration, Transfer, load_calibration
 
     rows = (gemm_rows(m=1, n=8192, k=8192, duration_ns=90_000.0, name="decode_linear")  # weight streaming

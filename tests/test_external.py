@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from cascade.calibration import external, load_calibration
 from cascade.errors import TraceFormatError, UnknownGPUError
 from cascade.gpus import default_registry

@@ -7,11 +7,12 @@ import io
 from pathlib import Path
 
 import pytest
-from cascade.cli import main
+
 from cascade.engine.io import load_kernel_table
 from cascade.errors import TraceFormatError
 from cascade.kerneltable import KernelTable
 from cascade.traces.bundle import BundleBuilder, write_bundle
+from programs.cli import main
 
 REAL_TRACE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces" / "matrixmul-32x32-sm61"
 

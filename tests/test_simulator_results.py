@@ -6,12 +6,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from cascade.bench._runbed import generate_timeline
+
 from cascade.engine import predict
 from cascade.errors import ConflictError, UnknownGPUError
 from cascade.gpus import get_gpu
 from cascade.kerneltable import KernelTable
-from cascade.results import (
+from cascade.platform.state import TraceRecord
+from cascade.runs.plan import plan_sims, resolve_config, sim_id, spec_mapping
+from cascade.runs.results import (
     build_result,
     kernels_with_predictions,
     read_kernels,
@@ -20,10 +22,8 @@ from cascade.results import (
     steps_to_records,
     write_result,
 )
-from cascade.runplan import plan_sims, resolve_config, sim_id, spec_mapping
 from cascade.serving.stepmodel import StepRecord
-from cascade.state import TraceRecord
-
+from programs.bench._runbed import generate_timeline
 from services.simulator.engine import baseline_for, replay_timeline
 
 

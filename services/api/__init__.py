@@ -6,10 +6,10 @@ import asyncio
 from typing import Any
 
 from aiohttp import web
-from cascade.bus import Bus
-from cascade.runtime import ServiceContext, serve
-from cascade.settings import Settings
 
+from cascade.platform.bus import Bus
+from cascade.platform.runtime import ServiceContext, serve
+from cascade.platform.settings import Settings
 from services.api.app import create_app
 
 NAME = "api"

@@ -31,14 +31,14 @@ from typing import Any
 
 import msgspec
 from aiohttp import web
-from cascade import subjects
-from cascade.errors import CascadeError, ConflictError
-from cascade.log import get_logger
-from cascade.samples import DEFAULT_SAMPLE, Sample, load_sample
-from cascade.state import Provenance, RunRecord, SimRecord, TraceRecord
-from cascade.tracefiles import bundle_prefix
-from cascade.traces.bundle import KERNELS_NAME, MANIFEST_NAME, BundleBuilder
 
+from cascade.errors import CascadeError, ConflictError
+from cascade.platform import subjects
+from cascade.platform.log import get_logger
+from cascade.platform.samples import DEFAULT_SAMPLE, Sample, load_sample
+from cascade.platform.state import Provenance, RunRecord, SimRecord, TraceRecord
+from cascade.platform.tracefiles import bundle_prefix
+from cascade.traces.bundle import KERNELS_NAME, MANIFEST_NAME, BundleBuilder
 from services.api.keys import BUS, SETTINGS, STORAGE
 
 log = get_logger("cascade.api.samples")

@@ -6,7 +6,7 @@ replicas each keep their own view, all fed by the same KV). A model is one finis
 sim, named ``cascade/<trace>/<config>``; when a trace was simulated on a config
 several times, the most recently finished sim wins.
 
-Fitted step models are cached per sim (:class:`cascade.stepmodels.StepModelCache`)
+Fitted step models are cached per sim (:class:`cascade.runs.estimates.StepModelCache`)
 and refitted when the sim's record changes (a new result: new fingerprint). The
 S3 copy at ``results/{run}/{sim}/stepmodel.json`` saves the refit after a restart.
 """
@@ -22,13 +22,12 @@ from typing import Any
 import msgspec
 import nats.js.errors
 from aiohttp import web
-from cascade import subjects
+
 from cascade.errors import CascadeError, ConflictError, NotFoundError, ValidationError
-from cascade.log import get_logger
-from cascade.results import SimResult, read_kernels, read_result, steps_to_records
-from cascade.serving.contexts import context_length
-from cascade.state import RunRecord, SimRecord, TraceRecord
-from cascade.stepmodels import (
+from cascade.platform import subjects
+from cascade.platform.log import get_logger
+from cascade.platform.state import RunRecord, SimRecord, TraceRecord
+from cascade.runs.estimates import (
     SimStepModel,
     StepModelCache,
     engine_predictor,
@@ -36,6 +35,8 @@ from cascade.stepmodels import (
     load_or_fit,
     sim_fingerprint,
 )
+from cascade.runs.results import SimResult, read_kernels, read_result, steps_to_records
+from cascade.serving.contexts import context_length
 
 log = get_logger("cascade.api.models")
 

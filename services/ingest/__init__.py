@@ -5,10 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from cascade.bus import Bus
-from cascade.runtime import ServiceContext, serve
-from cascade.settings import Settings
-
+from cascade.platform.bus import Bus
+from cascade.platform.runtime import ServiceContext, serve
+from cascade.platform.settings import Settings
 from services.ingest.service import IngestService
 
 NAME = "ingest"

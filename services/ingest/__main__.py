@@ -2,8 +2,7 @@
 
 import sys
 
-from cascade.runtime import main
-
+from cascade.platform.runtime import main
 from services.ingest import run
 
 sys.exit(main("ingest", run))

@@ -20,21 +20,20 @@ import asyncio
 import time
 from typing import Any
 
-from cascade import subjects
-from cascade.bus import Delivery
 from cascade.errors import CascadeError, NotFoundError, ValidationError
-from cascade.messages.jobs import BundleJob, PrepareJob
-from cascade.messages.trace import (
+from cascade.platform import subjects
+from cascade.platform.bus import Delivery
+from cascade.platform.messages.jobs import BundleJob, PrepareJob
+from cascade.platform.messages.trace import (
     FileReceived,
     TraceSealed,
     TraceStateChanged,
     UploadReported,
 )
-from cascade.profiler.baseline import read_baseline
-from cascade.runtime import ServiceContext
-from cascade.state import TraceRecord
-from cascade.tracefiles import check_name, kernel_stems, raw_prefix, split_raw_key
-from cascade.tracestore import (
+from cascade.platform.runtime import ServiceContext
+from cascade.platform.state import TraceRecord
+from cascade.platform.tracefiles import check_name, kernel_stems, raw_prefix, split_raw_key
+from cascade.platform.tracestore import (
     ExpectedSet,
     FileRecord,
     FileSource,
@@ -44,7 +43,7 @@ from cascade.tracestore import (
     capped,
     replace,
 )
-
+from cascade.traces.baseline import read_baseline
 from services.ingest.s3events import S3Notification, created_objects
 
 #: Traces in these states are reconciled against their S3 listing.
@@ -62,7 +61,7 @@ def grace_period_s(reconcile_interval_s: float) -> float:
 class IngestService:
     """The ingest service's handlers, wired to the bus by :meth:`start`.
 
-    Collaborators come from the :class:`~cascade.runtime.ServiceContext`
+    Collaborators come from the :class:`~cascade.platform.runtime.ServiceContext`
     (bus, storage, settings, stop event, exit stack), so tests can pass their own.
     """
 

@@ -34,10 +34,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import msgspec
+
 from cascade.errors import ConfigError, DuplicateNameError, UnknownNameError
-from cascade.log import get_logger
-from cascade.messages.jobs import SimJob
-from cascade.settings import Settings, env_var
+from cascade.platform.log import get_logger
+from cascade.platform.messages.jobs import SimJob
+from cascade.platform.settings import Settings, env_var
 
 log = get_logger("cascade.orchestrator.backends")
 

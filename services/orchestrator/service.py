@@ -28,11 +28,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from cascade import subjects
-from cascade.bus import Delivery
 from cascade.errors import CascadeError, ConflictError
-from cascade.messages.jobs import SimJob
-from cascade.messages.run import (
+from cascade.platform import subjects
+from cascade.platform.bus import Delivery
+from cascade.platform.messages.jobs import SimJob
+from cascade.platform.messages.run import (
     RunCancelRequested,
     RunCompleted,
     RunEvent,
@@ -40,7 +40,7 @@ from cascade.messages.run import (
     RunRequested,
     RunStateChanged,
 )
-from cascade.messages.sim import (
+from cascade.platform.messages.sim import (
     SimCancelled,
     SimCompleted,
     SimEvent,
@@ -49,10 +49,9 @@ from cascade.messages.sim import (
     SimQueued,
     SimStarted,
 )
-from cascade.runplan import load_custom_specs, plan_sims, resolve_config
-from cascade.runtime import ServiceContext
-from cascade.state import TERMINAL_RUN_STATES, RunRecord, SimRecord, TraceRecord
-
+from cascade.platform.runtime import ServiceContext
+from cascade.platform.state import TERMINAL_RUN_STATES, RunRecord, SimRecord, TraceRecord
+from cascade.runs.plan import load_custom_specs, plan_sims, resolve_config
 from services.orchestrator.backends import Backend, SimRef, create_backend
 
 TERMINAL_SIM_STATES = frozenset({"completed", "failed", "cancelled"})
@@ -71,7 +70,7 @@ class SimTrack:
 class OrchestratorService:
     """The orchestrator's handlers, wired to the bus by :meth:`start`.
 
-    Collaborators come from the :class:`~cascade.runtime.ServiceContext`
+    Collaborators come from the :class:`~cascade.platform.runtime.ServiceContext`
     (bus, storage, settings, stop event, exit stack); ``backend`` overrides the
     one named by ``settings.orchestrator_backend`` (tests pass their own).
     """

@@ -11,8 +11,7 @@ import argparse
 import functools
 import sys
 
-from cascade.runtime import main
-
+from cascade.platform.runtime import main
 from services.simulator import run
 
 parser = argparse.ArgumentParser(prog="python -m services.simulator", description=__doc__)

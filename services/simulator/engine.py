@@ -15,14 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from cascade.engine import predict
 from cascade.engine.perf import FLAGS_DTYPE, REGIMES
 from cascade.engine.replay import replay
 from cascade.gpus import GPURegistry, GPUSpec, default_registry
 from cascade.kerneltable import KernelTable
-from cascade.results import StepResult, step_sequences
-from cascade.runplan import MODELS
-from cascade.state import TraceRecord
+from cascade.platform.state import TraceRecord
+from cascade.runs.plan import MODELS
+from cascade.runs.results import StepResult, step_sequences
 from cascade.traces.bundle import load_bundle
 
 _REGIME_NAMES = np.asarray(REGIMES, dtype=object)

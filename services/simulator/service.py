@@ -6,7 +6,7 @@ consumer ``sim-jobs``, explicit ack, in-progress heartbeats while it works,
 
 1. skips the job if its sim is already final or its run was cancelled;
 2. publishes ``SimStarted``; loads the bundle from the local content-addressed
-   cache (:func:`cascade.bundlecache.fetch_bundle` downloads only what is
+   cache (:func:`cascade.platform.bundlecache.fetch_bundle` downloads only what is
    missing); resolves the target spec (built-in id or inline custom spec);
 3. predicts kernel durations in chunks (in a worker thread), publishing
    ``SimProgress`` after every chunk that crosses a percent and at least once
@@ -39,9 +39,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
-from cascade import subjects
-from cascade.bundlecache import cache_dir_for, fetch_bundle
-from cascade.bus import Delivery
+from nats.js import api as jsapi
+
 from cascade.engine.perf import FLAGS_DTYPE
 from cascade.errors import (
     AccelSimError,
@@ -54,13 +53,21 @@ from cascade.errors import (
     ValidationError,
 )
 from cascade.gpus.registry import GPURegistry, default_registry
-from cascade.messages.jobs import SimJob, decode_job
-from cascade.messages.sim import SimCancelled, SimCompleted, SimFailed, SimProgress, SimStarted
-from cascade.results import build_result, kernels_with_predictions, write_result
-from cascade.runplan import load_custom_specs, spec_of_job_config
-from cascade.runtime import ServiceContext
-from cascade.state import RunRecord, SimRecord, TraceRecord
-from nats.js import api as jsapi
+from cascade.platform import subjects
+from cascade.platform.bundlecache import cache_dir_for, fetch_bundle
+from cascade.platform.bus import Delivery
+from cascade.platform.messages.jobs import SimJob, decode_job
+from cascade.platform.messages.sim import (
+    SimCancelled,
+    SimCompleted,
+    SimFailed,
+    SimProgress,
+    SimStarted,
+)
+from cascade.platform.runtime import ServiceContext
+from cascade.platform.state import RunRecord, SimRecord, TraceRecord
+from cascade.runs.plan import load_custom_specs, spec_of_job_config
+from cascade.runs.results import build_result, kernels_with_predictions, write_result
 
 if TYPE_CHECKING:
     from services.simulator.engine import SimulationInputs
@@ -299,7 +306,6 @@ class SimulatorService:
         # The engine is imported after the first progress event (start-up latency), and its
         # built-in models are registered here, not from two worker threads at once.
         from cascade.engine import model_names
-
         from services.simulator.engine import load_inputs
 
         model_names()

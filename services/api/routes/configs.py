@@ -12,13 +12,13 @@ from typing import Any
 
 import msgspec
 from aiohttp import web
-from cascade.accelsimrun import MODEL as ACCELSIM
-from cascade.accelsimrun import AccelSimSetup, discover_from
+
 from cascade.errors import NotFoundError, ValidationError
 from cascade.gpus import ARCHES, GPUSpec, default_registry, normalize_name, spec_from_mapping
 from cascade.gpus.spec import plausibility_error
-from cascade.runplan import MODELS, load_custom_specs, save_custom_spec
-
+from cascade.platform.accelsim import MODEL as ACCELSIM
+from cascade.platform.accelsim import AccelSimSetup, discover_from
+from cascade.runs.plan import MODELS, load_custom_specs, save_custom_spec
 from services.api.http import doc, integral_floats, json_response
 from services.api.keys import BUS, SETTINGS
 

@@ -48,11 +48,13 @@ from typing import Annotated, Any, Literal
 import msgspec
 import nats.errors
 from aiohttp import web
-from cascade import subjects
-from cascade.accelsimrun import discover_from, refuse_timeline_trace, require
+from nats.js import api as jsapi
+
 from cascade.errors import ConflictError, NotFoundError, TooManyError, ValidationError
 from cascade.gpus import known_gpu_names
-from cascade.messages.run import (
+from cascade.platform import subjects
+from cascade.platform.accelsim import discover_from, refuse_timeline_trace, require
+from cascade.platform.messages.run import (
     RunCancelRequested,
     RunCompleted,
     RunFailed,
@@ -60,7 +62,7 @@ from cascade.messages.run import (
     RunStateChanged,
     decode_run_event,
 )
-from cascade.messages.sim import (
+from cascade.platform.messages.sim import (
     SimCancelled,
     SimCompleted,
     SimFailed,
@@ -69,8 +71,9 @@ from cascade.messages.sim import (
     SimStarted,
     decode_sim_event,
 )
-from cascade.results import SimResult, read_kernels, read_result
-from cascade.runplan import (
+from cascade.platform.samples import is_recorded_run, list_samples, load_reference, refuse_rerun
+from cascade.platform.state import TERMINAL_RUN_STATES, RunRecord, SimRecord, TraceRecord
+from cascade.runs.plan import (
     MAX_REPLICAS,
     MAX_SIMS,
     load_custom_specs,
@@ -78,11 +81,8 @@ from cascade.runplan import (
     plan_sims,
     resolve_config,
 )
-from cascade.samples import is_recorded_run, list_samples, load_reference, refuse_rerun
-from cascade.state import TERMINAL_RUN_STATES, RunRecord, SimRecord, TraceRecord
+from cascade.runs.results import SimResult, read_kernels, read_result
 from cascade.tableio import write_csv_text, write_table
-from nats.js import api as jsapi
-
 from services.api.http import doc, json_response, query_choice, query_int, read_json
 from services.api.keys import BUS, SETTINGS, STORAGE
 

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 import numpy as np
 from aiohttp import web
-from cascade import subjects
+
 from cascade.errors import (
     ConflictError,
     NotFoundError,
@@ -26,11 +26,11 @@ from cascade.errors import (
     ValidationError,
 )
 from cascade.gpus import default_registry, known_gpu_names
-from cascade.messages.trace import TraceCreated, TraceDeleted, TraceSealed, UploadReported
-from cascade.runplan import load_custom_specs, resolve_config
-from cascade.state import TraceRecord
-from cascade.storage import MAX_PARTS, MIN_PART_SIZE, Storage, UploadedPart
-from cascade.tracefiles import (
+from cascade.platform import subjects
+from cascade.platform.messages.trace import TraceCreated, TraceDeleted, TraceSealed, UploadReported
+from cascade.platform.state import TraceRecord
+from cascade.platform.storage import MAX_PARTS, MIN_PART_SIZE, Storage, UploadedPart
+from cascade.platform.tracefiles import (
     MAX_NAME_LENGTH,
     NAME_PATTERN,
     bundles_prefix,
@@ -38,8 +38,8 @@ from cascade.tracefiles import (
     raw_key,
     trace_prefix,
 )
-from cascade.tracestore import ExpectedSet, TraceStore, capped, replace
-
+from cascade.platform.tracestore import ExpectedSet, TraceStore, capped, replace
+from cascade.runs.plan import load_custom_specs, resolve_config
 from services.api.http import doc, json_response, query_choice, query_int, read_json
 from services.api.keys import BUS, SETTINGS, STORAGE
 
@@ -62,7 +62,7 @@ SCHEMA_MAX_UPLOAD = 64 * 1024**3
 """File size limit the OpenAPI document states (the default ``max_upload_bytes``)."""
 FileName = Annotated[str, msgspec.Meta(extra_json_schema={
     "pattern": NAME_PATTERN, "minLength": 1, "maxLength": MAX_NAME_LENGTH})]
-"""A raw file name (validated by :func:`cascade.tracefiles.check_name`; the schema says which)."""
+"""A raw file name (validated by :func:`cascade.platform.tracefiles.check_name`; the schema says which)."""
 JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
 
 
@@ -569,7 +569,7 @@ async def trace_summary_route(request: web.Request) -> web.Response:
     if record.state != "ready" or not record.bundle_key:
         return json_response({"trace_id": tid, "ready": False, "kernels": 0, "time_ns": 0.0,
                               "families": {}, "steps": [], "instruction_mix": {}})
-    from cascade.bundlecache import fetch_bundle, load_kernel_table
+    from cascade.platform.bundlecache import fetch_bundle, load_kernel_table
 
     settings = request.app[SETTINGS]
     directory = await fetch_bundle(_storage(request), record, settings.data_path / "cache" / "bundles")
@@ -578,7 +578,7 @@ async def trace_summary_route(request: web.Request) -> web.Response:
 
 
 async def _bundle_rows(request: web.Request, record: TraceRecord) -> tuple[list[dict[str, Any]], list[str]]:
-    from cascade.bundlecache import fetch_bundle, load_kernel_table
+    from cascade.platform.bundlecache import fetch_bundle, load_kernel_table
 
     settings = request.app[SETTINGS]
     directory = await fetch_bundle(_storage(request), record, settings.data_path / "cache" / "bundles")

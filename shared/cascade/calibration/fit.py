@@ -147,7 +147,7 @@ def _build_calibration(x: np.ndarray, layout: _Layout, tiles: dict[str, dict[str
             "clock_tau_ns": base.globals.clock_tau_ns, "wave_quant": base.globals.wave_quant,
             "split_k": base.globals.split_k,
             "sustained_clock_scale": base.globals.sustained_clock_scale}
-    for value, name in zip(x, layout.names):
+    for value, name in zip(x, layout.names, strict=True):
         match name:
             case ("spec", sid, "family_bw", fam):
                 specs.setdefault(sid, {}).setdefault("family_bw", {})[fam] = float(np.exp(value))  # type: ignore[index]

@@ -8,7 +8,7 @@ kernels onto a kernel table; rows Accel-Sim did not simulate use the ``analytica
 carry the :data:`cascade.engine.perf.NOT_SIMULATED` extrapolation bit.
 
 Running the simulator (subprocess, process group, cancel, timeout) is platform work, in
-:mod:`cascade.accelsimrun`; this module does no I/O.
+:mod:`cascade.platform.accelsim`; this module does no I/O.
 """
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ class AccelSimModel:
     """Cycle-level simulation by Accel-Sim; kernels it did not report use ``analytical``.
 
     The simulator service streams the binary's output itself
-    (:func:`cascade.accelsimrun.run_accelsim`) and calls :func:`predictions_from_simulation`;
+    (:func:`cascade.platform.accelsim.run_accelsim`) and calls :func:`predictions_from_simulation`;
     this ``predict`` (for ``cascade predict`` and scripts) runs it to completion first.
     """
 
@@ -215,7 +215,7 @@ class AccelSimModel:
             raise ValidationError("the accel-sim model needs AccelSimConfig(binary=..., trace_dir=..., "
                                   "config_files=[...]) (the simulator service sets them from "
                                   "CASCADE_ACCELSIM_BIN and CASCADE_ACCELSIM_CONFIGS)", field="config")
-        from cascade.accelsimrun import run_accelsim_blocking
+        from cascade.platform.accelsim import run_accelsim_blocking
 
         sims = run_accelsim_blocking(cfg.binary, cfg.trace_dir, list(cfg.config_files),
                                      timeout_s=cfg.timeout_s)

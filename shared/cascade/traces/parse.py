@@ -313,7 +313,7 @@ class KernelTraceParser:
             lines = lines[start:]
             base += start
         if not self._format:
-            for idx, line in enumerate(lines):
+            for line in lines:
                 s = line.strip()
                 if not s or s.startswith(b"#"):
                     if s == b"#BEGIN_TB":
@@ -715,7 +715,7 @@ class KernelTraceParser:
         return _Pattern(self._pattern_ids, offs, max(offs) if offs else 0, stride, n, width, wide,
                         aligned, min(0, span), max(0, span) + width - 1)
 
-    def _fast_memory(
+    def _fast_memory(  # noqa: C901 - one inlined hot path per memory-op shape, kept flat for speed
         self, head: tuple[str, int, int, int, int, int], tail: bytes, c: int, check: int = -1
     ) -> int | None:
         """Address features of a mode 1/2 memory line from its cached address pattern.

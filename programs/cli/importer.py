@@ -1,0 +1,330 @@
+"""``cascade import PATH --app URL``: upload an existing trace folder or timeline file.
+
+Uses the same presigned flow as the profiler: create the trace (or reuse the
+one this PATH was imported into before), upload what has not arrived yet with
+a progress bar, report each upload, then seal with the full file list.
+Resumable: the trace id of every (app, PATH) pair is kept in a state file
+(``.cascade-import.json`` next to the data, or under ``~/.cascade/`` when that
+folder is read-only), and a rerun skips files the api already holds with the
+same size and ETag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from cascade.errors import NotFoundError, ValidationError
+from cascade.platform.client import ApiError, CascadeClient, md5_etag
+from cascade.platform.tracefiles import check_name
+
+STATE_NAME = ".cascade-import.json"
+TOKEN_ENV = "CASCADE_API_TOKEN"
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``import`` sub-command."""
+    p = subparsers.add_parser(
+        "import", help="upload an existing trace folder or timeline file to a running app",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("path", type=Path, help="trace folder (kernel-N.trace[g][.xz], kernelslist, "
+                   "stats.csv, timeline files) or one timeline file")
+    p.add_argument("--app", required=True, help="api URL, e.g. http://127.0.0.1:8080")
+    p.add_argument("--token", default=None, help=f"bearer token (default: ${TOKEN_ENV})")
+    p.add_argument("--name", default=None, help="trace name (default: the folder or file name)")
+    p.add_argument("--source-gpu", default=None,
+                   help="GPU the trace was captured on: spec id or driver device name "
+                        "(default: the GPU its timeline files name; required otherwise)")
+    p.add_argument("--force-source-gpu", action="store_true",
+                   help="use --source-gpu even where the trace's files name another GPU")
+    p.add_argument("--kind", choices=("instructions", "timeline", "both"), default=None,
+                   help="what the trace holds (default: from the files found)")
+    p.add_argument("--workload", default="", help="free-form workload description")
+    p.add_argument("--trace-id", default=None, help="continue this trace instead of the remembered one")
+    p.add_argument("--state-file", type=Path, default=None,
+                   help=f"where the PATH -> trace id mapping is kept (default: PATH's folder/{STATE_NAME})")
+    p.add_argument("--no-seal", action="store_true", help="upload only; do not seal the trace")
+    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                   help="after sealing, wait up to SECONDS for the trace to be ready")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=main)
+
+
+def sniff(path: Path) -> str:
+    """Why a file with a trace-file name is not one ('' when its content looks right): a JSON
+    that is no Chrome trace (nvprof / Nsight Compute output), a CSV that is no Cascade kernel
+    table (an Accel-Sim log), a JSONL without kernel rows, an SQLite that is no database."""
+    import gzip
+
+    tf = check_name(path.name)
+    if tf.kind != "timeline":
+        return ""
+    name = path.name.lower()
+    try:
+        if name.endswith(".gz"):
+            with gzip.open(path, "rb") as fh:
+                head = fh.read(1 << 16)
+        else:
+            with path.open("rb") as fh:
+                head = fh.read(1 << 16)
+    except (OSError, EOFError) as exc:
+        return f"unreadable: {exc}"
+    text = head.decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
+    if name.endswith((".json", ".json.gz")):
+        if '"traceEvents"' in text or (text.startswith("[") and '"ph"' in text):
+            return ""
+        return "JSON but not a Chrome trace (no traceEvents): e.g. nvprof or Nsight Compute output"
+    if name.endswith(".parquet"):
+        return "" if head.startswith(b"PAR1") else "not a Parquet file (no PAR1 magic)"
+    if name.endswith((".csv", ".csv.gz")):
+        header = [h.strip().strip('"') for h in text.splitlines()[0].split(",")] if text else []
+        if "name" in header:
+            return ""
+        return "CSV without a 'name' column: not a Cascade kernel table (e.g. an Accel-Sim log)"
+    if name.endswith(".jsonl"):
+        first = text.splitlines()[0] if text else ""
+        try:
+            row = json.loads(first)
+        except ValueError:
+            return "not JSON lines (the first line is not a JSON object)"
+        return "" if isinstance(row, dict) and "name" in row else \
+            "JSON lines without a 'name' field: not a Cascade timeline"
+    if name.endswith(".sqlite"):
+        return "" if head.startswith(b"SQLite format 3\x00") else "not an SQLite database"
+    return ""
+
+
+def classify_files(path: Path) -> tuple[list[Path], dict[str, str]]:
+    """The trace files under ``path`` and every other file with the reason it is skipped."""
+    if path.is_file():
+        check_name(path.name, field=str(path))
+        why = sniff(path)
+        if why:
+            raise ValidationError(f"{path.name}: {why}", field=str(path))
+        return [path], {}
+    if not path.is_dir():
+        raise NotFoundError(f"{path}: no such file or folder")
+    files: list[Path] = []
+    skipped: dict[str, str] = {}
+    for entry in sorted(path.iterdir()):
+        if entry.name.startswith("."):
+            continue
+        if not entry.is_file():
+            skipped[entry.name] = "a folder or special file, not a trace file"
+            continue
+        try:
+            check_name(entry.name)
+        except ValidationError:
+            skipped[entry.name] = ("not a trace file name (kernel-N.trace[g][.xz], kernelslist[.g], "
+                                   "stats.csv, *.json[.gz] / *.csv / *.jsonl / *.sqlite timelines)")
+            continue
+        why = sniff(entry)
+        if why:
+            skipped[entry.name] = why
+            continue
+        files.append(entry)
+    if not files:
+        raise ValidationError(f"{path} holds no trace files (kernel-N.trace[g][.xz], kernelslist, "
+                              "stats.csv or timeline files)"
+                              + (f"; skipped: {', '.join(sorted(skipped))}" if skipped else ""),
+                              field="path")
+    return files, skipped
+
+
+def collect_files(path: Path) -> list[Path]:
+    """The trace files under ``path`` (a folder: its accepted files; a file: itself)."""
+    return classify_files(path)[0]
+
+
+def named_device(files: list[Path]) -> tuple[str, Path | None]:
+    """The GPU name the first timeline file that records one names ('' if none does)."""
+    from cascade.traces.timeline import timeline_device
+
+    for f in files:
+        if check_name(f.name).kind == "timeline":
+            device, _sm = timeline_device(f)
+            if device:
+                return device, f
+    return "", None
+
+
+def source_gpu_for(files: list[Path], given: str | None, *, force: bool = False) -> str:
+    """The ``source_gpu`` of a new trace: ``given``, else the GPU its timeline files name.
+
+    A ``given`` GPU that contradicts the files' one (both known) is an error naming both,
+    unless ``force``."""
+    from cascade.gpus import default_registry
+
+    device, where = named_device(files)
+    if not given:
+        if not device:
+            raise ValidationError("a new trace needs --source-gpu (spec id or device name): "
+                                  "none of its files names the GPU it was recorded on",
+                                  field="--source-gpu")
+        return device
+    if device and not force:
+        reg = default_registry()
+        named, chosen = reg.resolve(device), reg.resolve(given)
+        if named is not None and chosen is not None and named.id != chosen.id:
+            raise ValidationError(
+                f"{where} was recorded on {named.id} ({device!r}) but --source-gpu {given!r} "
+                f"is {chosen.id}; drop --source-gpu to use the trace's GPU, or pass "
+                "--force-source-gpu to import it as captured on " + chosen.id,
+                field="--source-gpu")
+    return given
+
+
+def infer_kind(files: list[Path]) -> str:
+    """instructions, timeline or both, from the file names."""
+    kinds = {check_name(f.name).kind for f in files}
+    has_kernels = "kernel" in kinds
+    has_timeline = "timeline" in kinds
+    if has_kernels and has_timeline:
+        return "both"
+    return "timeline" if has_timeline else "instructions"
+
+
+def state_file_for(path: Path, override: Path | None) -> Path:
+    """The state file to use: next to the data when writable, else ~/.cascade/imports.json."""
+    if override is not None:
+        return override
+    folder = path if path.is_dir() else path.parent
+    if os.access(folder, os.W_OK):
+        return folder / STATE_NAME
+    return Path.home() / ".cascade" / "imports.json"
+
+
+def _load_state(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _save_state(path: Path, state: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(state, indent=2, sort_keys=True))
+    tmp.replace(path)
+
+
+def already_there(local: Path, remote: dict[str, Any] | None, part_size: int | None) -> bool:
+    """True when the api holds ``local`` already (same size and ETag)."""
+    if remote is None or remote.get("state") != "received":
+        return False
+    if int(remote.get("size", -1)) != local.stat().st_size:
+        return False
+    etag = str(remote.get("etag", ""))
+    if "-" in etag:
+        return part_size is not None and md5_etag(local, part_size) == etag
+    return md5_etag(local) == etag
+
+
+async def run_import(args: argparse.Namespace) -> dict[str, Any]:
+    """Do the import; returns a summary (trace id, uploaded, skipped, final state)."""
+    path: Path = args.path.resolve()
+    files, skipped_files = classify_files(path)
+    if not getattr(args, "quiet", False):
+        for name, why in skipped_files.items():
+            print(f"skipped {name}: {why}")
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    state_path = state_file_for(path, args.state_file)
+    state = _load_state(state_path)
+    entry_key = f"{args.app.rstrip('/')} {path}"
+    entry: dict[str, Any] = dict(state.get(entry_key) or {})
+    async with CascadeClient(args.app, token) as api:
+        trace_id = args.trace_id or entry.get("trace_id")
+        trace: dict[str, Any] | None = None
+        if trace_id:
+            try:
+                trace = await api.get_trace(trace_id)
+            except ApiError as exc:
+                if exc.http_status != 404 or args.trace_id:
+                    raise
+                trace = None
+        if trace is None:
+            source_gpu = source_gpu_for(files, args.source_gpu,
+                                        force=bool(getattr(args, "force_source_gpu", False)))
+            created = await api.create_trace(
+                name=args.name or path.name, source_gpu=source_gpu,
+                kind=args.kind or infer_kind(files), workload=args.workload,
+            )
+            trace = await api.get_trace(created["id"])
+            entry = {"trace_id": created["id"], "part_sizes": {}}
+        trace_id = str(trace["id"])
+        entry["trace_id"] = trace_id
+        state[entry_key] = entry
+        _save_state(state_path, state)
+        remote = {f["name"]: f for f in trace.get("files", [])}
+        part_sizes: dict[str, int] = dict(entry.get("part_sizes") or {})
+        todo = [f for f in files if not already_there(f, remote.get(f.name), part_sizes.get(f.name))]
+        skipped = len(files) - len(todo)
+        if todo:
+            answer = await api.request_uploads(trace_id, [(f.name, f.stat().st_size) for f in todo])
+            by_name = {f.name: f for f in todo}
+            for target in answer["uploads"]:
+                if target.get("multipart"):
+                    part_sizes[target["name"]] = int(target["multipart"]["part_size"])
+            entry["part_sizes"] = part_sizes
+            _save_state(state_path, state)
+            await _upload_all(api, trace_id, answer["uploads"], by_name, quiet=args.quiet)
+        final = trace
+        if not args.no_seal:
+            final = await api.seal(trace_id, expected_files=[f.name for f in files],
+                                   skipped_files=skipped_files or None)
+            if args.wait > 0:
+                final = await api.wait_for_state(trace_id, {"ready", "incomplete", "failed"},
+                                                 timeout=args.wait)
+    return {"trace_id": trace_id, "uploaded": len(todo), "skipped": skipped,
+            "skipped_files": skipped_files, "state": final.get("state"),
+            "kernels_prepared": final.get("kernels_prepared"),
+            "kernels_total": final.get("kernels_total"), "errors": final.get("errors", []),
+            "warnings": final.get("warnings", []), "state_file": str(state_path)}
+
+
+async def _upload_all(api: CascadeClient, trace_id: str, targets: list[dict[str, Any]],
+                      by_name: dict[str, Path], *, quiet: bool) -> None:
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    total = sum(by_name[t["name"]].stat().st_size for t in targets)
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                  TransferSpeedColumn(), TimeRemainingColumn(), disable=quiet) as bar:
+        task = bar.add_task(f"uploading {len(targets)} files", total=total)
+        for target in targets:
+            path = by_name[target["name"]]
+            bar.update(task, description=f"{path.name}")
+            await api.upload_target(trace_id, target, path,
+                                    progress=lambda n: bar.advance(task, n))
+
+
+def main(args: argparse.Namespace) -> int:
+    """Entry point of ``cascade import``."""
+    try:
+        summary = asyncio.run(run_import(args))
+    except ApiError as exc:
+        print(f"cascade import: {exc}")
+        return 1
+    print(f"trace {summary['trace_id']}: uploaded {summary['uploaded']}, "
+          f"already there {summary['skipped']}, skipped {len(summary['skipped_files'])} "
+          f"other files, state {summary['state']}")
+    if summary["state"] == "ready" and summary.get("kernels_total"):
+        print(f"kernels: {summary['kernels_prepared']} of {summary['kernels_total']} prepared")
+    for note in summary.get("warnings", []):
+        print(f"warning: {note}")
+    if summary["state"] in ("ready", "failed"):
+        for err in summary.get("errors", [])[:20]:
+            print(f"error: {err}")
+    return 0 if summary["state"] not in ("failed", "incomplete") else 1

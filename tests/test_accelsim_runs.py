@@ -24,7 +24,7 @@ import aiohttp
 import pytest
 
 from cascade.engine.perf import NOT_SIMULATED
-from cascade.runs.results import read_kernels, read_result
+from cascade.platform.runstore import read_kernels, read_result
 from programs.bench._runbed import generate_timeline, publish_trace
 from programs.cli.importer import run_import
 from programs.embedded.ports import free_port
@@ -281,7 +281,7 @@ async def test_sim_timeout_kills_the_simulators_process_group(accel: dict[str, A
 async def test_instruction_files_fetched_once_per_node_from_any_listing(storage: Any, tmp_path: Path) -> None:
     from cascade.errors import ValidationError
     from cascade.platform.accelsim import fetch_instruction_trace
-    from cascade.platform.tracefiles import raw_key
+    from cascade.platform.keys import raw_key
 
     cache = tmp_path / "cache"
     # raw tracer output only: Accel-Sim needs post-processed .traceg files

@@ -15,7 +15,7 @@ from urllib.parse import quote_plus
 import pytest
 
 from cascade.platform import subjects
-from cascade.platform.tracefiles import decode_event_key, raw_key
+from cascade.platform.keys import decode_event_key, raw_key
 from services.ingest.s3events import S3Notification, created_objects
 from tests.traces_stack import TracesStack, running_stack, write_kernels
 

@@ -330,8 +330,8 @@ def test_watcher_reports_complete_kernel_files_once(tmp_path: Path) -> None:
 
 def test_baseline_file_round_trip_and_errors(tmp_path: Path) -> None:
     from cascade.errors import ValidationError
-    from cascade.platform.tracefiles import check_name
     from cascade.traces.baseline import Baseline, write_baseline
+    from cascade.traces.files import check_name
 
     path = write_baseline(tmp_path / "baseline.json", Baseline(e2e_ms=[10.0, 12.0, 11.0],
                                                                step_ms=[[1.0, 2.0], [3.0, 4.0]]))

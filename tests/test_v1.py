@@ -24,11 +24,12 @@ from cascade.calibration import load_calibration
 from cascade.calibration.accuracy import expected_accuracy
 from cascade.platform import subjects
 from cascade.platform.bus import Bus
+from cascade.platform.runstore import write_result
 from cascade.platform.samples import load_sample
 from cascade.platform.settings import Settings
 from cascade.platform.state import Provenance, RunRecord, SimRecord, TraceRecord
 from cascade.platform.storage import Storage
-from cascade.runs.results import SimResult, build_result, kernels_with_predictions, write_result
+from cascade.runs.results import SimResult, build_result, kernels_with_predictions
 from services.api.app import create_app
 from services.api.sim_models import SIM_MODELS
 

@@ -150,7 +150,7 @@ async def publish_instruction_trace(
     """Generate an ``n_kernels`` Accel-Sim trace in ``folder`` (kernel-N.traceg + kernelslist.g),
     upload its files under the trace's raw prefix, parse it into an instruction bundle, and
     record the trace ``ready`` in KV (what ingest + prepare would leave behind)."""
-    from cascade.platform.tracefiles import raw_key
+    from cascade.platform.keys import raw_key
     from cascade.traces.folder import parse_trace_folder
     from cascade.traces.generate import TraceSpec, write_trace_folder
 

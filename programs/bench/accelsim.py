@@ -80,9 +80,9 @@ async def _bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     import sys
 
     from cascade.platform.bus import connect
+    from cascade.platform.runstore import read_result
     from cascade.platform.settings import load_settings
     from cascade.platform.storage import Storage
-    from cascade.runs.results import read_result
     from programs.bench._runbed import publish_instruction_trace
     from programs.bench.run import (
         _free_port,

@@ -67,11 +67,12 @@ async def _local_api(timer: HandlerTimer | None = None) -> AsyncIterator[tuple[s
 
     from cascade.platform import subjects
     from cascade.platform.bus import connect
+    from cascade.platform.runstore import write_result
     from cascade.platform.samples import load_sample
     from cascade.platform.settings import load_settings
     from cascade.platform.state import RunRecord, SimRecord, TraceRecord
     from cascade.platform.storage import Storage
-    from cascade.runs.results import build_result, kernels_with_predictions, write_result
+    from cascade.runs.results import build_result, kernels_with_predictions
     from programs.embedded.binaries import weed_binary
     from programs.embedded.nats import NatsServer
     from programs.embedded.ports import can_connect, free_port

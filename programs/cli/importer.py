@@ -20,7 +20,7 @@ from typing import Any
 
 from cascade.errors import NotFoundError, ValidationError
 from cascade.platform.client import ApiError, CascadeClient, md5_etag
-from cascade.platform.tracefiles import check_name
+from cascade.traces.files import check_name
 
 STATE_NAME = ".cascade-import.json"
 TOKEN_ENV = "CASCADE_API_TOKEN"

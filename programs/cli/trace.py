@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.set_defaults(func=lambda _a: parser.print_help() or 2)
 
 
-def load_any(path: Path, source_sm: int | None = None) -> tuple[KernelTable, list[str], dict]:
+def load_any(path: Path, source_sm: int | None = None) -> tuple[KernelTable, list[str], dict[str, str]]:
     """(table, warnings, failures) for a trace folder, a kernel file or a timeline file."""
     from cascade.traces.folder import KERNEL_FILE_RE, parse_trace_folder
     from cascade.traces.parse import parse_kernel_file

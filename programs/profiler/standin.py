@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path(os.environ["TRACES_FOLDER"])
     if os.environ.get("CASCADE_PROFILE_PASS") != "instructions":
         print("standin: not the instruction pass; nothing to trace", flush=True)
-        return args.exit_code
+        return int(args.exit_code)
     folder.mkdir(parents=True, exist_ok=True)
     base = TraceSpec(grid=(args.blocks, 1, 1), block=(64, 1, 1), iterations=2, raw=True, compress=False)
     buf = io.StringIO()
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     (folder / "stats.csv").write_text("\n".join(stats) + "\n")
     print(f"standin: wrote {args.kernels} kernels to {folder}", flush=True)
     _log(args.log, event="exit", t=time.time())
-    return args.exit_code
+    return int(args.exit_code)
 
 
 if __name__ == "__main__":

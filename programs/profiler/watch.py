@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cascade.errors import ValidationError
-from cascade.platform.tracefiles import check_name
+from cascade.traces.files import check_name
 
 #: Names the tracer writes besides kernel files, uploaded after the kernels.
 LIST_NAMES = ("kernelslist", "kernelslist.g")

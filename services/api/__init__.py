@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from aiohttp import web
 
 from cascade.platform.bus import Bus
 from cascade.platform.runtime import ServiceContext, serve
 from cascade.platform.settings import Settings
+from cascade.platform.storage import Storage
 from services.api.app import create_app
 
 NAME = "api"
@@ -28,14 +28,14 @@ async def run(
     settings: Settings,
     *,
     bus: Bus | None = None,
-    storage: Any = None,
+    storage: Storage | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
     """Run the api until ``stop`` is set or SIGTERM/SIGINT arrives."""
 
     async def setup(ctx: ServiceContext) -> None:
         app = create_app(
-            settings, bus=ctx.bus, storage=ctx.storage, registry=ctx.registry,
+            settings, bus=ctx.bus, storage=ctx.require_storage(), registry=ctx.registry,
             service_status=ctx.status,
         )
         await start_http(ctx, app, settings.http_host, settings.http_port)

@@ -24,6 +24,7 @@ import services.api.routes as routes_pkg
 from cascade.platform.bus import Bus
 from cascade.platform.runtime import new_registry
 from cascade.platform.settings import Settings
+from cascade.platform.storage import Storage
 from services.api.http import MAX_BODY_BYTES, auth_middleware, error_middleware, metrics_middleware
 from services.api.keys import (
     BUS,
@@ -53,7 +54,7 @@ def create_app(
     settings: Settings,
     *,
     bus: Bus,
-    storage: Any,
+    storage: Storage,
     registry: CollectorRegistry | None = None,
     service_status: Callable[[], dict[str, Any]] | None = None,
     client_max_size: int = MAX_BODY_BYTES,

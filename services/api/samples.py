@@ -34,10 +34,11 @@ from aiohttp import web
 
 from cascade.errors import CascadeError, ConflictError
 from cascade.platform import subjects
+from cascade.platform.keys import bundle_prefix
 from cascade.platform.log import get_logger
 from cascade.platform.samples import DEFAULT_SAMPLE, Sample, load_sample
 from cascade.platform.state import Provenance, RunRecord, SimRecord, TraceRecord
-from cascade.platform.tracefiles import bundle_prefix
+from cascade.platform.storage import Storage
 from cascade.traces.bundle import KERNELS_NAME, MANIFEST_NAME, BundleBuilder
 from services.api.keys import BUS, SETTINGS, STORAGE
 
@@ -124,7 +125,7 @@ async def _create(kv: Any, key: str, value: Any, report: dict[str, list[str]]) -
     return True
 
 
-async def load_sample_into_state(bus: Any, storage: Any, *, name: str = DEFAULT_SAMPLE,
+async def load_sample_into_state(bus: Any, storage: Storage, *, name: str = DEFAULT_SAMPLE,
                                  root: str | None = None) -> SampleLoadReport:
     """Put the sample's traces, run, sims, reference and synthetic bundle into KV and S3.
 

@@ -26,16 +26,17 @@ from aiohttp import web
 from cascade.errors import CascadeError, ConflictError, NotFoundError, ValidationError
 from cascade.platform import subjects
 from cascade.platform.log import get_logger
+from cascade.platform.runstore import load_or_fit, read_kernels, read_result
 from cascade.platform.state import RunRecord, SimRecord, TraceRecord
+from cascade.platform.storage import Storage
 from cascade.runs.estimates import (
     SimStepModel,
     StepModelCache,
     engine_predictor,
     kernel_extrapolator,
-    load_or_fit,
     sim_fingerprint,
 )
-from cascade.runs.results import SimResult, read_kernels, read_result, steps_to_records
+from cascade.runs.results import SimResult, steps_to_records
 from cascade.serving.contexts import context_length
 
 log = get_logger("cascade.api.models")
@@ -100,7 +101,7 @@ _TRACE_DEC = msgspec.json.Decoder(TraceRecord)
 class SimModels:
     """In-memory index of finished sims (fed by KV watches) and their fitted step models."""
 
-    def __init__(self, bus: Any, storage: Any, *, predictor: Any = None) -> None:
+    def __init__(self, bus: Any, storage: Storage, *, predictor: Any = None) -> None:
         self.bus = bus
         self.storage = storage
         self.predictor = predictor
@@ -189,7 +190,8 @@ class SimModels:
                 self.cache.invalidate(key)
 
     def _table(self, what: str) -> dict[str, Any]:
-        return {"sims": self._sims, "runs": self._runs, "traces": self._traces}[what]
+        tables: dict[str, dict[str, Any]] = {"sims": self._sims, "runs": self._runs, "traces": self._traces}
+        return tables[what]
 
     async def wait_until(self, predicate: Any, timeout: float = 10.0) -> None:
         """Wait (bounded) until ``predicate()`` holds after KV changes reach the index."""

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import msgspec
 
-from cascade.platform.tracefiles import decode_event_key
+from cascade.platform.keys import decode_event_key
 
 
 class S3ObjectInfo(msgspec.Struct, frozen=True, kw_only=True):

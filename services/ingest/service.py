@@ -23,6 +23,7 @@ from typing import Any
 from cascade.errors import CascadeError, NotFoundError, ValidationError
 from cascade.platform import subjects
 from cascade.platform.bus import Delivery
+from cascade.platform.keys import raw_prefix, split_raw_key
 from cascade.platform.messages.jobs import BundleJob, PrepareJob
 from cascade.platform.messages.trace import (
     FileReceived,
@@ -32,7 +33,6 @@ from cascade.platform.messages.trace import (
 )
 from cascade.platform.runtime import ServiceContext
 from cascade.platform.state import TraceRecord
-from cascade.platform.tracefiles import check_name, kernel_stems, raw_prefix, split_raw_key
 from cascade.platform.tracestore import (
     ExpectedSet,
     FileRecord,
@@ -44,6 +44,7 @@ from cascade.platform.tracestore import (
     replace,
 )
 from cascade.traces.baseline import read_baseline
+from cascade.traces.files import check_name, kernel_stems
 from services.ingest.s3events import S3Notification, created_objects
 
 #: Traces in these states are reconciled against their S3 listing.
@@ -70,7 +71,7 @@ class IngestService:
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
         self.bus = ctx.bus
-        self.storage = ctx.storage
+        self.storage = ctx.require_storage()
         self.settings = ctx.settings
         self.log = ctx.log.bind(component="ingest")
         self.started = False

@@ -26,7 +26,9 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+import msgspec
 
 from cascade.errors import CascadeError, ConflictError
 from cascade.platform import subjects
@@ -50,8 +52,9 @@ from cascade.platform.messages.sim import (
     SimStarted,
 )
 from cascade.platform.runtime import ServiceContext
+from cascade.platform.specstore import load_custom_specs
 from cascade.platform.state import TERMINAL_RUN_STATES, RunRecord, SimRecord, TraceRecord
-from cascade.runs.plan import load_custom_specs, plan_sims, resolve_config
+from cascade.runs.plan import plan_sims, resolve_config
 from services.orchestrator.backends import Backend, SimRef, create_backend
 
 TERMINAL_SIM_STATES = frozenset({"completed", "failed", "cancelled"})
@@ -447,9 +450,10 @@ class OrchestratorService:
 # --------------------------------------------------------------------------- pure updates
 
 
-def _replace(record: Any, **changes: Any) -> Any:
-    import msgspec
+R = TypeVar("R", bound=msgspec.Struct)
 
+
+def _replace(record: R, **changes: Any) -> R:
     return msgspec.structs.replace(record, **changes)
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from cascade.platform.bus import Bus
 from cascade.platform.runtime import ServiceContext, serve
 from cascade.platform.settings import Settings
+from cascade.platform.storage import Storage
 from services.prepare.service import PrepareService
 
 NAME = "prepare"
@@ -17,7 +17,7 @@ async def run(
     settings: Settings,
     *,
     bus: Bus | None = None,
-    storage: Any = None,
+    storage: Storage | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
     """Run the prepare service until ``stop`` is set or SIGTERM/SIGINT arrives."""

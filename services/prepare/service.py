@@ -37,6 +37,7 @@ from cascade.kerneltable import KernelTable
 from cascade.platform import subjects
 from cascade.platform.bundlecache import cache_dir_for
 from cascade.platform.bus import Delivery
+from cascade.platform.keys import bundle_prefix, part_key, raw_prefix, split_raw_key
 from cascade.platform.messages.jobs import BundleJob, PrepareJob
 from cascade.platform.messages.trace import (
     BundleReady,
@@ -46,15 +47,9 @@ from cascade.platform.messages.trace import (
 )
 from cascade.platform.runtime import ServiceContext
 from cascade.platform.state import TraceRecord
-from cascade.platform.tracefiles import (
-    bundle_prefix,
-    check_name,
-    part_key,
-    raw_prefix,
-    split_raw_key,
-)
 from cascade.platform.tracestore import FileRecord, TraceStore, UnitRecord, assess, capped, replace
 from cascade.traces.bundle import KERNELS_NAME, MANIFEST_NAME, BundleBuilder, table_to_npz
+from cascade.traces.files import check_name
 from cascade.traces.parse import KernelFeatures, KernelTraceParser
 from cascade.traces.timeline import import_timeline
 from cascade.traces.xzstream import BoundedDecompressor
@@ -96,7 +91,7 @@ class PrepareService:
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
         self.bus = ctx.bus
-        self.storage = ctx.storage
+        self.storage = ctx.require_storage()
         self.settings = ctx.settings
         self.log = ctx.log.bind(component="prepare")
         self.started = False

@@ -37,13 +37,9 @@ from cascade.platform.accelsim import (
 )
 from cascade.platform.messages.jobs import SimJob
 from cascade.platform.messages.sim import KernelSimulated, SimCompleted, SimProgress
+from cascade.platform.runstore import write_result
 from cascade.platform.state import TraceRecord
-from cascade.runs.results import (
-    SimulatorProvenance,
-    build_result,
-    kernels_with_predictions,
-    write_result,
-)
+from cascade.runs.results import SimulatorProvenance, build_result, kernels_with_predictions
 
 if TYPE_CHECKING:
     from services.simulator.engine import SimulationInputs

@@ -64,10 +64,12 @@ from cascade.platform.messages.sim import (
     SimProgress,
     SimStarted,
 )
+from cascade.platform.runstore import write_result
 from cascade.platform.runtime import ServiceContext
+from cascade.platform.specstore import load_custom_specs
 from cascade.platform.state import RunRecord, SimRecord, TraceRecord
-from cascade.runs.plan import load_custom_specs, spec_of_job_config
-from cascade.runs.results import build_result, kernels_with_predictions, write_result
+from cascade.runs.plan import spec_of_job_config
+from cascade.runs.results import build_result, kernels_with_predictions
 
 if TYPE_CHECKING:
     from services.simulator.engine import SimulationInputs
@@ -105,7 +107,7 @@ class SimulatorService:
     ) -> None:
         self.ctx = ctx
         self.bus = ctx.bus
-        self.storage = ctx.storage
+        self.storage = ctx.require_storage()
         self.settings = ctx.settings
         self.log = ctx.log.bind(component="simulator")
         self.once = once

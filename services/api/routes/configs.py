@@ -18,7 +18,8 @@ from cascade.gpus import ARCHES, GPUSpec, default_registry, normalize_name, spec
 from cascade.gpus.spec import plausibility_error
 from cascade.platform.accelsim import MODEL as ACCELSIM
 from cascade.platform.accelsim import AccelSimSetup, discover_from
-from cascade.runs.plan import MODELS, load_custom_specs, save_custom_spec
+from cascade.platform.specstore import load_custom_specs, save_custom_spec
+from cascade.runs.plan import MODELS
 from services.api.http import doc, integral_floats, json_response
 from services.api.keys import BUS, SETTINGS
 

@@ -71,17 +71,12 @@ from cascade.platform.messages.sim import (
     SimStarted,
     decode_sim_event,
 )
+from cascade.platform.runstore import read_kernels, read_result
 from cascade.platform.samples import is_recorded_run, list_samples, load_reference, refuse_rerun
+from cascade.platform.specstore import load_custom_specs
 from cascade.platform.state import TERMINAL_RUN_STATES, RunRecord, SimRecord, TraceRecord
-from cascade.runs.plan import (
-    MAX_REPLICAS,
-    MAX_SIMS,
-    load_custom_specs,
-    new_run_id,
-    plan_sims,
-    resolve_config,
-)
-from cascade.runs.results import SimResult, read_kernels, read_result
+from cascade.runs.plan import MAX_REPLICAS, MAX_SIMS, new_run_id, plan_sims, resolve_config
+from cascade.runs.results import SimResult
 from cascade.tableio import write_csv_text, write_table
 from services.api.http import doc, json_response, query_choice, query_int, read_json
 from services.api.keys import BUS, SETTINGS, STORAGE

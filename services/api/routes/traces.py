@@ -27,19 +27,14 @@ from cascade.errors import (
 )
 from cascade.gpus import default_registry, known_gpu_names
 from cascade.platform import subjects
+from cascade.platform.keys import bundles_prefix, raw_key, trace_prefix
 from cascade.platform.messages.trace import TraceCreated, TraceDeleted, TraceSealed, UploadReported
+from cascade.platform.specstore import load_custom_specs
 from cascade.platform.state import TraceRecord
 from cascade.platform.storage import MAX_PARTS, MIN_PART_SIZE, Storage, UploadedPart
-from cascade.platform.tracefiles import (
-    MAX_NAME_LENGTH,
-    NAME_PATTERN,
-    bundles_prefix,
-    check_name,
-    raw_key,
-    trace_prefix,
-)
 from cascade.platform.tracestore import ExpectedSet, TraceStore, capped, replace
-from cascade.runs.plan import load_custom_specs, resolve_config
+from cascade.runs.plan import resolve_config
+from cascade.traces.files import MAX_NAME_LENGTH, NAME_PATTERN, check_name
 from services.api.http import doc, json_response, query_choice, query_int, read_json
 from services.api.keys import BUS, SETTINGS, STORAGE
 
@@ -62,7 +57,7 @@ SCHEMA_MAX_UPLOAD = 64 * 1024**3
 """File size limit the OpenAPI document states (the default ``max_upload_bytes``)."""
 FileName = Annotated[str, msgspec.Meta(extra_json_schema={
     "pattern": NAME_PATTERN, "minLength": 1, "maxLength": MAX_NAME_LENGTH})]
-"""A raw file name (validated by :func:`cascade.platform.tracefiles.check_name`; the schema says which)."""
+"""A raw file name (validated by :func:`cascade.traces.files.check_name`; the schema says which)."""
 JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
 
 
@@ -186,7 +181,7 @@ _CLIENT_FAULTS = ("NoSuchUpload", "InvalidPart", "InvalidPartOrder", "MalformedX
 
 
 def _storage(request: web.Request) -> Storage:
-    storage: Storage = request.app[STORAGE]  # type: ignore[assignment]
+    storage: Storage = request.app[STORAGE]
     return storage
 
 

@@ -168,7 +168,7 @@ def _build_calibration(x: np.ndarray, layout: _Layout, tiles: dict[str, dict[str
             case ("global", field):
                 glob[field] = _sig(float(value))
     return Calibration(
-        id=base.id, version=base.version, globals=Globals(**glob),  # type: ignore[arg-type]
+        id=base.id, version=base.version, globals=Globals(**glob),
         specs={sid: SpecParams(**p) for sid, p in specs.items()},  # type: ignore[arg-type]
         floors_ns=floors, tiles=tiles, defaults=base.defaults, contexts=base.contexts,
         transfer={c: Transfer(**t) for c, t in transfer.items()}, tile_menus=base.tile_menus)

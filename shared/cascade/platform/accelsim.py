@@ -42,8 +42,10 @@ import msgspec
 
 from cascade.engine.accelsim import AccelSimOutputParser, SimulatedKernel, core_clock_of_config
 from cascade.errors import AccelSimError, JobTimeoutError, ValidationError
+from cascade.platform.keys import raw_prefix
 from cascade.platform.log import get_logger
-from cascade.platform.tracefiles import check_name, raw_prefix
+from cascade.platform.storage import Storage
+from cascade.traces.files import check_name
 
 log = get_logger("cascade.accelsim")
 
@@ -242,7 +244,7 @@ def _kernel_number(name: str) -> int:
 
 
 def _listed_ids(text: str) -> list[int]:
-    from cascade.platform.tracefiles import kernel_stems
+    from cascade.traces.files import kernel_stems
 
     out = []
     for stem in kernel_stems(text):
@@ -252,7 +254,7 @@ def _listed_ids(text: str) -> list[int]:
     return out
 
 
-async def fetch_instruction_trace(storage: Any, trace_id: str, kind: str, cache_dir: Path) -> InstructionTrace:
+async def fetch_instruction_trace(storage: Storage, trace_id: str, kind: str, cache_dir: Path) -> InstructionTrace:
     """The trace's ``kernel-N.traceg`` files (xz decompressed) and ``kernelslist.g`` in
     ``{cache_dir}/{trace_id}/{listing hash}/``, downloaded once per node."""
     refuse_timeline_trace(trace_id, kind)
@@ -318,7 +320,7 @@ async def fetch_instruction_trace(storage: Any, trace_id: str, kind: str, cache_
                             downloaded=downloaded)
 
 
-async def _download(storage: Any, key: str, local: Path, *, xz: bool = False) -> None:
+async def _download(storage: Storage, key: str, local: Path, *, xz: bool = False) -> None:
     tmp = local.with_name(f".{local.name}.{uuid.uuid4().hex[:8]}.part")
     dec = lzma.LZMADecompressor() if xz else None
     try:

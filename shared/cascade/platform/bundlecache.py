@@ -14,11 +14,11 @@ import asyncio
 import os
 import uuid
 from pathlib import Path
-from typing import Any
 
 from cascade.errors import ConflictError, NotFoundError
 from cascade.kerneltable import KernelTable
 from cascade.platform.state import TraceRecord
+from cascade.platform.storage import Storage
 
 #: File of the per-kernel columns inside a bundle directory.
 KERNELS_FILE = "kernels.npz"
@@ -31,7 +31,7 @@ def cache_dir_for(data_path: Path) -> Path:
     return Path(data_path) / "cache" / "bundles"
 
 
-async def fetch_bundle(storage: Any, trace_record: TraceRecord, cache_dir: str | os.PathLike[str]) -> Path:
+async def fetch_bundle(storage: Storage, trace_record: TraceRecord, cache_dir: str | os.PathLike[str]) -> Path:
     """A local directory holding the trace's ready bundle, downloading only what is missing.
 
     ``storage`` is a :class:`cascade.platform.storage.Storage`. Raises :class:`ConflictError`
@@ -60,7 +60,7 @@ async def fetch_bundle(storage: Any, trace_record: TraceRecord, cache_dir: str |
     return target
 
 
-async def _download(storage: Any, key: str, local: Path) -> None:
+async def _download(storage: Storage, key: str, local: Path) -> None:
     local.parent.mkdir(parents=True, exist_ok=True)
     tmp = local.with_name(f".{local.name}.{uuid.uuid4().hex[:8]}.part")
     try:

@@ -32,11 +32,12 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from cascade import __version__
-from cascade.errors import BusUnavailableError, CascadeError, ConfigError
+from cascade.errors import BusUnavailableError, CascadeError, ConfigError, StorageError
 from cascade.platform import subjects
 from cascade.platform.bus import Bus, Consumer, Listener, connect
 from cascade.platform.log import configure_logging
 from cascade.platform.settings import Settings, load_settings
+from cascade.platform.storage import Storage
 
 StatsProvider = Callable[[], dict[str, Any]]
 Setup = Callable[["ServiceContext"], Awaitable[None]]
@@ -113,7 +114,8 @@ class ServiceContext:
     stop: asyncio.Event
     stack: contextlib.AsyncExitStack
     log: structlog.stdlib.BoundLogger
-    storage: Any = None
+    storage: Storage | None = None
+    """Object storage (None for services that do not use it, e.g. the orchestrator)."""
     version: str = __version__
     instance: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     started_at: float = field(default_factory=time.time)
@@ -121,6 +123,12 @@ class ServiceContext:
     micro: Any = None
     _stats: list[StatsProvider] = field(default_factory=list)
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    def require_storage(self) -> Storage:
+        """The storage of a service that needs it (StorageError when it was started without)."""
+        if self.storage is None:
+            raise StorageError(f"service {self.name} needs object storage but was started without it")
+        return self.storage
 
     def add_stats(self, provider: StatsProvider) -> None:
         """Add a provider whose dict is merged into this service's status/stats answers."""
@@ -239,7 +247,7 @@ async def serve(
     setup: Setup | None = None,
     *,
     bus: Bus | None = None,
-    storage: Any = None,
+    storage: Storage | None = None,
     stop: asyncio.Event | None = None,
     install_signals: bool = True,
     use_storage: bool = False,
@@ -272,8 +280,6 @@ async def serve(
                 stack.push_async_callback(bus.close)
             await bus.ensure_streams()
             if storage is None and use_storage:
-                from cascade.platform.storage import Storage
-
                 storage = Storage.from_settings(settings)
                 await storage.open()
                 stack.push_async_callback(storage.close)

@@ -1,7 +1,7 @@
 """Current state of traces in the ``cascade-traces`` KV bucket.
 
 Key layout (each part is one KV token; file names are escaped with
-:func:`cascade.platform.tracefiles.kv_token`)::
+:func:`cascade.platform.keys.kv_token`)::
 
     {trace}                      TraceRecord: identity, state, counts, bundle
     {trace}.expected             ExpectedSet: what the seal request / kernelslist said is coming
@@ -25,8 +25,9 @@ import msgspec
 from cascade.errors import NotFoundError
 from cascade.platform import subjects
 from cascade.platform.bus import KV, Bus
+from cascade.platform.keys import expected_key, file_key, record_key, unit_key
 from cascade.platform.state import TraceRecord
-from cascade.platform.tracefiles import FileKind, kv_token
+from cascade.traces.files import FileKind
 
 T = TypeVar("T")
 
@@ -99,26 +100,6 @@ class ExpectedSet(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _DEC_RECORD = msgspec.json.Decoder(TraceRecord)
-
-
-def record_key(trace_id: str) -> str:
-    """KV key of the TraceRecord."""
-    return subjects.kv_key(trace_id)
-
-
-def expected_key(trace_id: str) -> str:
-    """KV key of the ExpectedSet."""
-    return subjects.kv_key(trace_id, "expected")
-
-
-def file_key(trace_id: str, name: str) -> str:
-    """KV key of one FileRecord."""
-    return subjects.kv_key(trace_id, "files", kv_token(name))
-
-
-def unit_key(trace_id: str, unit: str) -> str:
-    """KV key of one UnitRecord."""
-    return subjects.kv_key(trace_id, "units", kv_token(unit))
 
 
 def replace(record: T, **changes: Any) -> T:
@@ -308,7 +289,7 @@ def assess(
 ) -> Assessment:
     """Pure view of a trace's completeness from its records (used by ingest and prepare)."""
     from cascade.errors import ValidationError
-    from cascade.platform.tracefiles import check_name
+    from cascade.traces.files import check_name
 
     received = [f for f in files if f.state == "received"]
     current: dict[str, str] = {}

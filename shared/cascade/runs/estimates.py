@@ -32,7 +32,7 @@ from typing import Any, Literal
 import msgspec
 import numpy as np
 
-from cascade.errors import NotFoundError, StorageError, ValidationError
+from cascade.errors import ValidationError
 from cascade.kerneltable import KernelTable
 from cascade.platform.log import get_logger
 from cascade.serving.stepmodel import (
@@ -46,7 +46,6 @@ from cascade.serving.stepmodel import (
 
 log = get_logger("cascade.runs.estimates")
 
-STEP_MODEL_FILE = "stepmodel.json"
 SCHEMA_VERSION = 1
 #: Default token budget of one engine step (vLLM's max_num_batched_tokens default here).
 DEFAULT_TOKEN_BUDGET = 8192
@@ -54,11 +53,6 @@ DEFAULT_TOKEN_BUDGET = 8192
 EXTRAPOLATION_POINTS = 8
 #: Request shapes whose estimates one SimStepModel keeps (oldest dropped first).
 ESTIMATE_MEMO = 4096
-
-
-def step_model_key(run_id: str, sim_id: str) -> str:
-    """S3 key of a sim's cached step model: ``results/{run}/{sim}/stepmodel.json``."""
-    return f"results/{run_id}/{sim_id}/{STEP_MODEL_FILE}"
 
 
 def sim_fingerprint(sim: Any) -> str:
@@ -104,46 +98,7 @@ def fit_sim_step_model(records: Sequence[StepRecord], *, sim_id: str, run_id: st
                            records=list(records), workload=workload)
 
 
-async def load_cached(storage: Any, run_id: str, sim_id: str) -> StoredStepModel | None:
-    """The cached step model of a sim from S3, or None (absent or unreadable: refit)."""
-    key = step_model_key(run_id, sim_id)
-    try:
-        data = await storage.get_bytes(key)
-    except (NotFoundError, StorageError, FileNotFoundError):
-        return None
-    try:
-        return msgspec.json.decode(data, type=StoredStepModel)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        log.warning("ignoring unreadable cached step model", key=key, error=str(exc))
-        return None
-
-
-async def save_cached(storage: Any, stored: StoredStepModel) -> str:
-    """Write the step model JSON to S3; returns the key."""
-    key = step_model_key(stored.run_id, stored.sim_id)
-    await storage.put_bytes(key, msgspec.json.encode(stored), content_type="application/json")
-    return key
-
-
 RecordsLoader = Callable[[], Awaitable[Sequence[StepRecord]]]
-
-
-async def load_or_fit(storage: Any, *, sim: Any, trace_id: str, workload: str,
-                      records: RecordsLoader) -> StoredStepModel:
-    """The S3-cached model when its fingerprint matches the sim, else fit from ``records()``
-    and cache it."""
-    fp = sim_fingerprint(sim)
-    cached = await load_cached(storage, sim.run_id, sim.id)
-    if cached is not None and cached.fingerprint == fp:
-        return cached
-    recs = await records()
-    stored = fit_sim_step_model(recs, sim_id=sim.id, run_id=sim.run_id, trace_id=trace_id,
-                                config=sim.config, fingerprint=fp, workload=workload)
-    try:
-        await save_cached(storage, stored)
-    except StorageError as exc:
-        log.warning("could not cache step model", sim_id=sim.id, error=str(exc))
-    return stored
 
 
 # ---- kernel-model extrapolation ------------------------------------------------------------

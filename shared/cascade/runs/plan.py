@@ -20,11 +20,10 @@ from typing import Any
 
 import msgspec
 
-from cascade.errors import ConfigError, ConflictError, UnknownGPUError, ValidationError
+from cascade.errors import ConflictError, UnknownGPUError, ValidationError
 from cascade.gpus import GPURegistry, GPUSpec, default_registry, normalize_name, spec_from_mapping
 from cascade.gpus.registry import suggest_gpus
 from cascade.platform import subjects
-from cascade.platform.log import get_logger
 
 #: Kernel models a run may ask for (``auto`` lets the engine pick).
 MODELS: tuple[str, ...] = ("auto", "analytical", "scaled", "roofline", "accel-sim")
@@ -32,10 +31,8 @@ MODELS: tuple[str, ...] = ("auto", "analytical", "scaled", "roofline", "accel-si
 MAX_REPLICAS = 64
 #: Upper bound of configurations x replicas in one run.
 MAX_SIMS = 512
-#: KV key prefix (bucket ``cascade-meta``) of custom GPU specs.
-CUSTOM_SPEC_PREFIX = "gpus"
 
-_SLUG = re.compile(r"[^A-Za-z0-9_\-]+")
+SLUG = re.compile(r"[^A-Za-z0-9_\-]+")
 
 
 def new_run_id() -> str:
@@ -45,7 +42,7 @@ def new_run_id() -> str:
 
 def sim_id(run_id: str, config_id: str, replica: int) -> str:
     """Deterministic id of one (configuration, replica) of a run."""
-    slug = _SLUG.sub("_", config_id).strip("_").lower()[:40] or "gpu"
+    slug = SLUG.sub("_", config_id).strip("_").lower()[:40] or "gpu"
     return subjects.check_token(f"{run_id}-{slug}-r{replica}", "sim_id")
 
 
@@ -54,54 +51,10 @@ def plan_sims(run_id: str, config_ids: list[str], replicas: int) -> list[tuple[s
     return [(sim_id(run_id, c, r), c, r) for c in config_ids for r in range(replicas)]
 
 
-def custom_spec_key(spec_id: str) -> str:
-    """KV key of a stored custom spec."""
-    return subjects.kv_key(CUSTOM_SPEC_PREFIX, _SLUG.sub("_", spec_id))
-
-
 def spec_mapping(spec: GPUSpec) -> dict[str, Any]:
     """A spec as a JSON-able mapping (what jobs and KV carry)."""
     out: dict[str, Any] = msgspec.to_builtins(spec)
     return out
-
-
-async def load_custom_specs(bus: Any) -> dict[str, GPUSpec]:
-    """Every custom spec stored in KV, by id."""
-    kv = await bus.kv(subjects.KV_META)
-    raw = await kv.values(dict, f"{CUSTOM_SPEC_PREFIX}.>")
-    out: dict[str, GPUSpec] = {}
-    for key, data in raw.items():
-        try:
-            spec = spec_from_mapping(data, f"KV {subjects.KV_META}/{key}")
-        except ConfigError as exc:  # stored before the plausibility bounds: skip, say why
-            get_logger("cascade.runs.plan").warning("skipping implausible custom spec", key=key,
-                                                  error=str(exc))
-            continue
-        out[spec.id] = spec
-    return out
-
-
-async def save_custom_spec(bus: Any, spec: GPUSpec, *, registry: GPURegistry | None = None) -> GPUSpec:
-    """Store a custom spec in KV; a built-in id or alias is a :class:`ConflictError`.
-
-    Saving the same id again replaces the stored spec (runs already started keep
-    the copy they were planned with).
-    """
-    registry = registry or default_registry()
-    for name in (spec.id, *spec.aliases):
-        builtin = registry.resolve(name)
-        if builtin is not None:
-            raise ConflictError(
-                f"GPU config name {name!r} is taken by the built-in spec {builtin.id}; "
-                "choose another id", state="builtin",
-            )
-    if not _SLUG.sub("", spec.id) or _SLUG.search(spec.id):
-        raise ValidationError(
-            f"{spec.id!r} is not a usable config id: use letters, digits, '_' or '-'", field="id"
-        )
-    kv = await bus.kv(subjects.KV_META)
-    await kv.put(custom_spec_key(spec.id), spec_mapping(spec))
-    return spec
 
 
 @dataclass(frozen=True)

@@ -26,11 +26,9 @@ import numpy as np
 
 from cascade.calibration.accuracy import AccuracyEstimate
 from cascade.engine.perf import FLAGS_DTYPE
-from cascade.errors import NotFoundError, ValidationError
+from cascade.errors import ValidationError
 from cascade.kerneltable import KernelTable
 
-RESULT_FILE = "result.json"
-KERNELS_FILE = "kernels.npz"
 #: Extra columns a result's kernel table carries beside the bundle's columns.
 PREDICTION_COLUMNS: tuple[str, ...] = ("predicted_ns", "regime", "pred_start_ns", "pred_end_ns", "extrapolation")
 #: Top kernels kept in a result.
@@ -190,21 +188,6 @@ class StepLike(Protocol):
     context: int
     host_ns: float
     gpu_ns: float
-
-
-def result_prefix(run_id: str, sim_id: str) -> str:
-    """``results/{run}/{sim}/``."""
-    return f"results/{run_id}/{sim_id}/"
-
-
-def result_key(run_id: str, sim_id: str) -> str:
-    """S3 key of a sim's ``result.json``."""
-    return result_prefix(run_id, sim_id) + RESULT_FILE
-
-
-def kernels_key(run_id: str, sim_id: str) -> str:
-    """S3 key of a sim's ``kernels.npz``."""
-    return result_prefix(run_id, sim_id) + KERNELS_FILE
 
 
 # --------------------------------------------------------------------------- building
@@ -450,32 +433,3 @@ def kernels_npz_bytes(kernels: KernelTable) -> bytes:
     return buf.getvalue()
 
 
-async def write_result(storage: Any, result: SimResult, kernels: KernelTable) -> str:
-    """Store ``kernels.npz`` then ``result.json`` (so a readable result always has its kernels).
-
-    Returns the result key. Overwriting with a redone simulation is safe.
-    """
-    await storage.put_bytes(kernels_key(result.run_id, result.sim_id), kernels_npz_bytes(kernels))
-    key = result_key(result.run_id, result.sim_id)
-    await storage.put_bytes(key, encode_result(result))
-    return key
-
-
-async def read_result(storage: Any, run_id: str, sim_id: str) -> SimResult:
-    """Load a sim's result (NotFoundError if it was never written)."""
-    key = result_key(run_id, sim_id)
-    data = await storage.get_bytes(key, max_bytes=256 * 1024 * 1024)
-    return decode_result(data, what=key)
-
-
-async def read_kernels(storage: Any, run_id: str, sim_id: str) -> KernelTable:
-    """Load a sim's per-kernel table with predictions (NotFoundError if absent)."""
-    key = kernels_key(run_id, sim_id)
-    buf = io.BytesIO()
-    try:
-        async for chunk in storage.get_stream(key):
-            buf.write(chunk)
-    except NotFoundError:
-        raise NotFoundError(f"no kernel results for sim {sim_id} of run {run_id} ({key})") from None
-    buf.seek(0)
-    return KernelTable.load_npz(buf)

@@ -13,7 +13,7 @@ from typing import Annotated
 import msgspec
 
 from cascade.errors import ValidationError
-from cascade.platform.tracefiles import BASELINE_NAME
+from cascade.traces.files import BASELINE_NAME
 
 __all__ = ["BASELINE_NAME", "Baseline", "read_baseline", "steps_from_marks", "write_baseline"]
 

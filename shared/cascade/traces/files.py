@@ -1,6 +1,6 @@
-"""Names of the raw files a trace is made of, and where they live in S3.
+"""Names of the raw files a trace is made of (their S3 keys: :mod:`cascade.platform.keys`).
 
-A trace's raw files sit flat under ``traces/{trace}/raw/{name}``. Accepted names:
+Accepted names:
 
 - ``kernel-N[-ctx_0x<hex>].trace[g][.xz]``: one kernel's instruction trace;
 - ``kernelslist`` / ``kernelslist.g``: the tracer's command list;
@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import re
 from typing import Literal
-from urllib.parse import unquote_plus
 
 import msgspec
 
 from cascade.errors import ValidationError
-from cascade.platform.subjects import check_token
 
 FileKind = Literal["kernel", "kernelslist", "stats", "timeline", "baseline"]
 
@@ -103,60 +101,6 @@ def check_name(name: object, field: str = "name") -> TraceFile:
     raise ValidationError(f"{name!r} is not a trace file: expected {ACCEPTED_FORMS}", field=field)
 
 
-def raw_prefix(trace_id: str) -> str:
-    """``traces/{trace}/raw/``."""
-    return f"traces/{check_token(trace_id, 'trace_id')}/raw/"
-
-
-def raw_key(trace_id: str, name: str) -> str:
-    """S3 key of one raw file (the name is validated)."""
-    return raw_prefix(trace_id) + check_name(name).name
-
-
-def trace_prefix(trace_id: str) -> str:
-    """``traces/{trace}/`` (raw files and prepared parts)."""
-    return f"traces/{check_token(trace_id, 'trace_id')}/"
-
-
-def parts_prefix(trace_id: str) -> str:
-    """``traces/{trace}/parts/``: per-unit prepared results."""
-    return trace_prefix(trace_id) + "parts/"
-
-
-def part_key(trace_id: str, unit: str, etag: str) -> str:
-    """Key of one unit's prepared result, addressed by the raw object's ETag (idempotent)."""
-    safe_etag = re.sub(r"[^A-Za-z0-9\-]", "_", etag) or "none"
-    return f"{parts_prefix(trace_id)}{unit}/{safe_etag}.msgpack"
-
-
-def bundles_prefix(trace_id: str) -> str:
-    """``bundles/{trace}/``: every bundle version of a trace."""
-    return f"bundles/{check_token(trace_id, 'trace_id')}/"
-
-
-def bundle_prefix(trace_id: str, bundle_hash: str) -> str:
-    """``bundles/{trace}/{hash}/``: one content-addressed bundle."""
-    return f"{bundles_prefix(trace_id)}{check_token(bundle_hash, 'bundle_hash')}/"
-
-
-def split_raw_key(key: str) -> tuple[str, str]:
-    """``traces/{trace}/raw/{name}`` -> ``(trace, name)``; :class:`ValidationError` otherwise.
-
-    The name is validated like an upload name, so keys outside a trace's raw/
-    prefix, nested paths and path tricks are all refused here.
-    """
-    parts = key.split("/")
-    if len(parts) != 4 or parts[0] != "traces" or parts[2] != "raw":
-        raise ValidationError(f"{key!r} is not under traces/<trace>/raw/<file>", field="key")
-    trace_id = check_token(parts[1], "trace_id")
-    return trace_id, check_name(parts[3], "key").name
-
-
-def decode_event_key(key: str) -> str:
-    """An S3 notification's object key, URL-decoded (``+`` is a space)."""
-    return unquote_plus(key)
-
-
 def kernel_stems(listing: str) -> list[str]:
     """Kernel units named by a kernelslist[.g] text, in order (copies like MemcpyHtoD skipped)."""
     stems: list[str] = []
@@ -171,9 +115,3 @@ def kernel_stems(listing: str) -> list[str]:
     return stems
 
 
-_KEY_SAFE = re.compile(r"[^A-Za-z0-9_\-]")
-
-
-def kv_token(name: str) -> str:
-    """A file name as one KV key token (``.`` and other characters escaped as ``=XX``)."""
-    return _KEY_SAFE.sub(lambda m: "".join(f"={b:02X}" for b in m.group(0).encode()), name)

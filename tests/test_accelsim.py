@@ -27,6 +27,7 @@ from cascade.platform.accelsim import (
     refuse_timeline_trace,
     require,
     run_accelsim,
+    simulate,
 )
 from tests.accelsim_helpers import make_binary, make_config, pids_alive
 from tests.accelsim_standin import cycles_of
@@ -208,9 +209,8 @@ def test_blocking_predict_runs_the_binary_without_an_event_loop(tmp_path: Path) 
     cfg = make_config(tmp_path / "configs", "SM80_A100", pace_s=0.01, skip="2")
     _trace(tmp_path / "trace", 3)
     table = KernelTable.from_rows([{"name": f"k{i}", "kernel_id": i, "bytes": 4096.0} for i in (1, 2, 3)])
-    p = predict(table, "SM80_A100", model="accel-sim", config=AccelSimConfig(
-        binary=str(binary), trace_dir=str(tmp_path / "trace"),
-        config_files=[str(cfg / "gpgpusim.config")]))
+    p = predict(table, "SM80_A100", model="accel-sim", config=simulate(
+        str(binary), str(tmp_path / "trace"), [str(cfg / "gpgpusim.config")]))
     assert p.predicted_ns[[0, 2]] == pytest.approx([cycles_of(1) / 1.41, cycles_of(3) / 1.41])
     assert list(p.models) == ["accel-sim", "analytical", "accel-sim"]
 

@@ -10,12 +10,12 @@ import pytest
 from cascade.calibration import Calibration, load_calibration
 from cascade.calibration.accuracy import expected_accuracy
 from cascade.calibration.family import same_compute, sibling
-from cascade.calibration.layers import layer_rows
-from cascade.calibration.shift import SHIFTS, folds, pooled
-from cascade.engine.measured import MeasuredSet, Pair, pairs
 from cascade.engine.models import fixed_times
-from cascade.engine.validation import pair_predictions
 from cascade.engine.workload import workload_of
+from cascade.fitting.layers import layer_rows
+from cascade.fitting.measured import MeasuredSet, Pair, pairs
+from cascade.fitting.shift import SHIFTS, folds, pooled
+from cascade.fitting.validation import pair_predictions
 from cascade.gpus import default_registry
 from cascade.kerneltable import KernelTable
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cascade.engine.io import LoadedTrace, load_kernel_table, load_trace, source_of_trace
 from cascade.errors import UnknownGPUError, ValidationError
 from cascade.gpus import GPURegistry, builtin_specs, default_registry
 from cascade.gpus.registry import suggest_gpus
 from cascade.kerneltable import KernelTable
+from cascade.traces.inputs import LoadedTrace, load_kernel_table, load_trace, source_of_trace
 from cascade.traces.timeline import read_nsys_sqlite, timeline_device
 from programs.cli.importer import source_gpu_for
 

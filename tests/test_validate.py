@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 
 from cascade.calibration import Calibration, load_calibration
-from cascade.calibration.fit import compass_search, heldout_mask
-from cascade.engine.io import load_kernel_table
-from cascade.engine.measured import discover, load_neusight, load_vidur, pairs
-from cascade.engine.validation import evaluate
 from cascade.errors import TraceFormatError, UnknownGPUError, ValidationError
+from cascade.fitting.fit import compass_search, heldout_mask
+from cascade.fitting.measured import discover, load_neusight, load_vidur, pairs
+from cascade.fitting.validation import evaluate
 from cascade.gpus import default_registry
 from cascade.kerneltable import CSV_HEADER
+from cascade.traces.inputs import load_kernel_table
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 MEASURED = DATA / "measured"
@@ -240,7 +240,7 @@ def test_cli_predict_unknown_target_lists_known(tmp_path: Path) -> None:
 
 def _write_vidur(path: Path, spec_id: str, shape: dict[str, int], seed: int) -> None:
     """A synthetic Vidur-style profile: times from a simple physical model of the spec."""
-    from cascade.engine.measured import VIDUR_OPS
+    from cascade.fitting.measured import VIDUR_OPS
 
     spec = default_registry().get(spec_id)
     rng = np.random.default_rng(seed)
@@ -303,8 +303,8 @@ def test_validate_other_model_and_gpu_names(tmp_path: Path) -> None:
 
 
 def test_tile_menus_keep_the_tiles_a_path_ran_often_enough() -> None:
-    from cascade.calibration.fit import _tile_menus
     from cascade.engine.workload import workload_of
+    from cascade.fitting.fit import _tile_menus
     from cascade.kerneltable import KernelTable
 
     def rows(name: str, n: int, batch: int) -> list[dict[str, object]]:
@@ -343,8 +343,8 @@ def test_cli_calibrate_fits_and_records_provenance_contexts_and_menus(small_data
 
 
 def test_leave_one_tp_degree_out_scores_only_the_degree_the_fit_never_saw(tmp_path: Path) -> None:
-    from cascade.calibration import extrapolate
-    from cascade.engine.measured import discover, vidur_tp_degree
+    from cascade.fitting import extrapolate
+    from cascade.fitting.measured import discover, vidur_tp_degree
 
     vd = tmp_path / "vidur"
     vd.mkdir()
@@ -384,7 +384,8 @@ def test_residual_table_lookup_and_scaled_model_applies_it_across_architectures_
     import msgspec
 
     from cascade.calibration import ResidualTable
-    from cascade.engine.models import ModelContext, ScaledConfig, ScaledModel
+    from cascade.engine.base import ModelContext
+    from cascade.engine.models import ScaledConfig, ScaledModel
     from cascade.engine.perf import residual_cells
     from cascade.engine.workload import workload_of
     from cascade.kerneltable import KernelTable
@@ -413,7 +414,7 @@ def test_residual_table_lookup_and_scaled_model_applies_it_across_architectures_
 
 
 def test_residual_grids_come_from_fit_rows_only(small_data: Path) -> None:
-    from cascade.calibration.fit import _residual_tables
+    from cascade.fitting.fit import _residual_tables
 
     reg = default_registry()
     archs = {s.id: s.arch for s in reg}
@@ -493,9 +494,9 @@ def test_cli_predict_applies_the_targets_residual_grid_unless_told_not_to(tmp_pa
 
 
 def test_leave_largest_shapes_out_scores_only_gemms_above_the_quantile(small_data: Path, tmp_path: Path) -> None:
-    from cascade.calibration import extrapolate
-    from cascade.engine.measured import discover, pairs
     from cascade.engine.workload import workload_of
+    from cascade.fitting import extrapolate
+    from cascade.fitting.measured import discover, pairs
 
     sets = [s for s in discover(small_data, default_registry()) if s.kind == "neusight" and s.dataset == "bmm"]
     rows = extrapolate.leave_largest_out(sets, quantile=0.75, evals=40)

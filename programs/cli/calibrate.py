@@ -26,8 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def _shifts(text: str) -> tuple[str, ...]:
-    from cascade.calibration.shift import SHIFTS
     from cascade.errors import ValidationError
+    from cascade.fitting.shift import SHIFTS
 
     kinds = tuple(k.strip() for k in text.split(",") if k.strip() and k.strip() != "none")
     bad = [k for k in kinds if k not in SHIFTS]
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     """Fit, write the JSON with provenance and print the held-out accuracy."""
     import cascade.calibration as calibration_pkg
     from cascade.calibration import save_calibration
-    from cascade.calibration.fit import fit_directory
+    from cascade.fitting.fit import fit_directory
 
     out = Path(args.out) if args.out else Path(calibration_pkg.__file__).with_name("default.json")
     cal = fit_directory(args.data, holdout=args.holdout, evals=args.evals,

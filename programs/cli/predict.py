@@ -52,10 +52,10 @@ def run(args: argparse.Namespace) -> int:
 
     from cascade import tableio
     from cascade.calibration import load_calibration
-    from cascade.engine.io import source_of_trace, stream_trace
     from cascade.engine.predict import PredictionTotals, predict_many
     from cascade.errors import ValidationError
     from cascade.gpus import GPURegistry, builtin_specs
+    from cascade.traces.inputs import source_of_trace, stream_trace
 
     reg = GPURegistry(builtin_specs())
     if args.specs:

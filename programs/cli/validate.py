@@ -28,10 +28,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def run(args: argparse.Namespace) -> int:
     """Print per (dataset, family, GPU pair, model): count, MAPE, median and p90 APE."""
     from cascade.calibration import load_calibration
-    from cascade.calibration.fit import heldout_mask
-    from cascade.engine.measured import discover, pairs
-    from cascade.engine.validation import evaluate
     from cascade.errors import ValidationError
+    from cascade.fitting.fit import heldout_mask
+    from cascade.fitting.measured import discover, pairs
+    from cascade.fitting.validation import evaluate
     from cascade.gpus import GPURegistry, builtin_specs
 
     reg = GPURegistry(builtin_specs())
@@ -73,8 +73,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _shifted(args: argparse.Namespace, sets: list) -> int:  # type: ignore[type-arg]
     """The shifted-shape protocol: per region table, then per (protocol, pair) pooled MAPE."""
-    from cascade.calibration.report import markdown_table, shift_summary
-    from cascade.calibration.shift import shifted_rows
+    from cascade.fitting.report import markdown_table, shift_summary
+    from cascade.fitting.shift import shifted_rows
     from programs.cli.calibrate import _shifts
 
     rows = shifted_rows(sets, _shifts(args.shift), evals=args.evals,

@@ -33,6 +33,7 @@ import msgspec
 from aiohttp import web
 
 from cascade.errors import CascadeError, ConflictError
+from cascade.ids import check_token
 from cascade.platform import subjects
 from cascade.platform.keys import bundle_prefix
 from cascade.platform.log import get_logger
@@ -55,7 +56,7 @@ class SampleLoadReport(msgspec.Struct, frozen=True, kw_only=True):
 
 def recorded_sim_id(run_id: str, config: str) -> str:
     """Id of the recorded run's sim on one config."""
-    return subjects.check_token(f"{run_id}-{config.lower()}", "sim_id")
+    return check_token(f"{run_id}-{config.lower()}", "sim_id")
 
 
 def recorded_records(sample: Sample, now: float) -> tuple[TraceRecord, RunRecord, list[SimRecord]]:

@@ -24,6 +24,7 @@ import nats.js.errors
 from aiohttp import web
 
 from cascade.errors import CascadeError, ConflictError, NotFoundError, ValidationError
+from cascade.ids import check_token
 from cascade.platform import subjects
 from cascade.platform.log import get_logger
 from cascade.platform.runstore import load_or_fit, read_kernels, read_result
@@ -266,7 +267,7 @@ class SimModels:
 
     async def by_sim(self, sim_id: str, *, field: str = "sim") -> ModelEntry:
         """The entry of one sim id (it must be finished and usable)."""
-        subjects.check_token(sim_id, field)
+        check_token(sim_id, field)
         sim = self._sims.get(sim_id)
         if sim is None or sim.run_id not in self._runs:
             await self._refresh()
@@ -289,7 +290,7 @@ class SimModels:
 
     async def by_run(self, run_id: str, config: str | None, *, field: str = "run") -> ModelEntry:
         """The latest finished sim of ``run_id`` on ``config`` (config optional for one-config runs)."""
-        subjects.check_token(run_id, field)
+        check_token(run_id, field)
         run = self._runs.get(run_id)
         if run is None:
             await self._refresh()

@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from cascade.errors import CascadeError, ConflictError
+from cascade.ids import check_token
 from cascade.platform import subjects
 from cascade.platform.bus import Delivery
 from cascade.platform.messages.jobs import SimJob
@@ -173,7 +174,7 @@ class OrchestratorService:
 
     async def on_run_requested(self, req: RunRequested) -> None:
         """Create the run record if needed, then plan and queue its sims."""
-        subjects.check_token(req.run_id, "run_id")
+        check_token(req.run_id, "run_id")
         entry = await self.runs_kv.get(req.run_id, RunRecord)
         if entry is None:
             custom = await load_custom_specs(self.bus)

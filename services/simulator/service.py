@@ -29,7 +29,6 @@ simulation for tests and demos.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import os
 import socket
@@ -39,7 +38,6 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
-from nats.js import api as jsapi
 
 from cascade.engine.perf import FLAGS_DTYPE
 from cascade.errors import (
@@ -55,8 +53,8 @@ from cascade.errors import (
 from cascade.gpus.registry import GPURegistry, default_registry
 from cascade.platform import subjects
 from cascade.platform.bundlecache import cache_dir_for, fetch_bundle
-from cascade.platform.bus import Delivery
-from cascade.platform.messages.jobs import SimJob, decode_job
+from cascade.platform.bus import Consumer, Delivery
+from cascade.platform.messages.jobs import SimJob
 from cascade.platform.messages.sim import (
     SimCancelled,
     SimCompleted,
@@ -126,14 +124,15 @@ class SimulatorService:
         self.sims_kv = await self.bus.kv(subjects.KV_SIMS)
         self.traces_kv = await self.bus.kv(subjects.KV_TRACES)
         self.ctx.add_stats(self.stats)
+        consumer = await self.bus.run_worker(
+            subjects.JOB_SIM, subjects.DURABLE_SIM_JOBS, SimJob, self.handle,
+            concurrency=1, on_exhausted=self.on_exhausted, permanent=PERMANENT_ERRORS,
+            limit=1 if self.once else None,
+            idle_timeout_s=self.idle_timeout_s if self.once else None,
+        )
+        self.ctx.stack.push_async_callback(consumer.stop)
         if self.once:
-            self.ctx.spawn(self._run_once(), name="simulator-once")
-        else:
-            consumer = await self.bus.run_worker(
-                subjects.JOB_SIM, subjects.DURABLE_SIM_JOBS, SimJob, self.handle,
-                concurrency=1, on_exhausted=self.on_exhausted, permanent=PERMANENT_ERRORS,
-            )
-            self.ctx.stack.push_async_callback(consumer.stop)
+            self.ctx.spawn(self._finish_once(consumer), name="simulator-once")
         self.started = True
 
     def stats(self) -> dict[str, Any]:
@@ -143,93 +142,19 @@ class SimulatorService:
 
     # ------------------------------------------------------------------ one-shot mode
 
-    def consumer_config(self) -> jsapi.ConsumerConfig:
-        """The ``sim-jobs`` work-queue consumer, exactly as the pool workers create it."""
-        return jsapi.ConsumerConfig(
-            name=subjects.DURABLE_SIM_JOBS,
-            durable_name=subjects.DURABLE_SIM_JOBS,
-            ack_policy=jsapi.AckPolicy.EXPLICIT,
-            ack_wait=self.settings.job_ack_wait_s,
-            max_deliver=self.settings.job_max_deliver + 2,
-            filter_subject=subjects.JOB_SIM,
-            max_ack_pending=1000,
-            deliver_policy=jsapi.DeliverPolicy.ALL,
-        )
-
-    async def _run_once(self) -> None:
+    async def _finish_once(self, consumer: Consumer[Any]) -> None:
+        """One-job mode: stop the service once the job was handled (or none arrived)."""
         try:
-            await self.bus.jsm.add_consumer(subjects.JOBS_STREAM, config=self.consumer_config())
-            sub = await self.bus.js.pull_subscribe_bind(
-                durable=subjects.DURABLE_SIM_JOBS, stream=subjects.JOBS_STREAM
-            )
-            deadline = time.monotonic() + self.idle_timeout_s
-            msg = None
-            while msg is None and not self.ctx.stop.is_set() and time.monotonic() < deadline:
-                try:
-                    msgs = await sub.fetch(1, timeout=min(1.0, max(0.05, deadline - time.monotonic())))
-                except TimeoutError:
-                    continue
-                msg = msgs[0] if msgs else None
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
-            if msg is None:
+            stop = asyncio.create_task(self.ctx.stop.wait())
+            done = asyncio.create_task(consumer.done.wait())
+            await asyncio.wait({stop, done}, return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+            done.cancel()
+            if consumer.taken == 0:
                 self.log.info("no job arrived, exiting", idle_timeout_s=self.idle_timeout_s)
-                return
-            await self._process_one(msg)
         finally:
             self.handled.set()
             self.ctx.stop.set()
-
-    async def _process_one(self, msg: Any) -> None:
-        """Run one delivered job with the work-queue semantics of :meth:`Bus.run_worker`."""
-        attempt = msg.metadata.num_delivered
-        max_deliver = self.settings.job_max_deliver
-        try:
-            job = decode_job(msg.data)
-        except ValidationError as exc:
-            self.log.error("malformed job terminated", error=str(exc))
-            await msg.term()
-            return
-        if not isinstance(job, SimJob):
-            await msg.term()
-            return
-        if attempt > max_deliver:
-            await self.on_exhausted(job, JobTimeoutError(
-                f"no acknowledgement after {max_deliver} deliveries (the simulators crashed or "
-                "stopped heartbeating)"), attempt - 1)
-            await msg.term()
-            return
-
-        async def heartbeat() -> None:
-            while True:
-                await asyncio.sleep(max(0.05, self.settings.job_ack_wait_s / 3))
-                with contextlib.suppress(Exception):
-                    await msg.in_progress()
-
-        beat = asyncio.create_task(heartbeat())
-        delivery = Delivery(subject=msg.subject, attempt=attempt, max_attempts=max_deliver,
-                            stream_seq=msg.metadata.sequence.stream)
-        try:
-            await self.handle(job, delivery)
-        except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                await msg.nak()
-            raise
-        except PERMANENT_ERRORS as exc:
-            await self.on_exhausted(job, exc, attempt)
-            await msg.term()
-        except Exception as exc:  # noqa: BLE001 - retried by redelivery or reported
-            if attempt >= max_deliver:
-                await self.on_exhausted(job, exc, attempt)
-                await msg.term()
-            else:
-                self.log.warning("simulation failed, will retry", sim_id=job.sim_id,
-                                 attempt=attempt, error=str(exc) or type(exc).__name__)
-                await msg.nak(delay=1.0)
-        else:
-            await msg.ack()
-        finally:
-            beat.cancel()
 
     # ------------------------------------------------------------------ the job
 

@@ -52,6 +52,7 @@ from nats.js import api as jsapi
 
 from cascade.errors import ConflictError, NotFoundError, TooManyError, ValidationError
 from cascade.gpus import known_gpu_names
+from cascade.ids import check_token
 from cascade.platform import subjects
 from cascade.platform.accelsim import discover_from, refuse_timeline_trace, require
 from cascade.platform.messages.run import (
@@ -154,7 +155,7 @@ OBJECT_CONTENT = {"application/json": {"schema": {"type": "object"}}}
 async def _run(request: web.Request, run_id: str) -> RunRecord:
     kv = await request.app[BUS].kv(subjects.KV_RUNS)
     try:
-        subjects.check_token(run_id, "run_id")
+        check_token(run_id, "run_id")
     except ValidationError:
         raise NotFoundError(f"no run {run_id!r}") from None
     entry = await kv.get(run_id, RunRecord)
@@ -204,7 +205,7 @@ async def create_run(request: web.Request) -> web.Response:
     bus = request.app[BUS]
     traces = await bus.kv(subjects.KV_TRACES)
     try:
-        subjects.check_token(body.trace_id, "trace_id")
+        check_token(body.trace_id, "trace_id")
     except ValidationError:
         raise NotFoundError(f"no trace {body.trace_id!r}") from None
     entry = await traces.get(body.trace_id, TraceRecord)

@@ -49,6 +49,7 @@ from aiohttp import web
 
 from cascade.errors import ConflictError, NotFoundError, ValidationError
 from cascade.gpus import get_gpu
+from cascade.ids import check_token
 from cascade.platform import subjects
 from cascade.platform.log import get_logger
 from cascade.serving.capacity import CapacityResult, max_rate, min_replicas
@@ -535,7 +536,7 @@ async def get_scenario(request: web.Request) -> web.Response:
     """A background scenario's progress, and its answer once completed (under ``response``)."""
     job_id = request.match_info["id"]
     try:
-        subjects.check_token(job_id, "id")
+        check_token(job_id, "id")
     except ValidationError:
         raise NotFoundError(f"no scenario job {job_id[:80]!r}") from None
     meta = await request.app[BUS].kv(subjects.KV_META)

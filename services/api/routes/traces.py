@@ -26,6 +26,7 @@ from cascade.errors import (
     ValidationError,
 )
 from cascade.gpus import default_registry, known_gpu_names
+from cascade.ids import check_token
 from cascade.platform import subjects
 from cascade.platform.keys import bundles_prefix, raw_key, trace_prefix
 from cascade.platform.messages.trace import TraceCreated, TraceDeleted, TraceSealed, UploadReported
@@ -197,7 +198,7 @@ async def setup(app: web.Application) -> None:
 def _trace_id(request: web.Request) -> str:
     tid = request.match_info["trace_id"]
     try:
-        return subjects.check_token(tid, "trace_id")
+        return check_token(tid, "trace_id")
     except ValidationError:
         raise NotFoundError(f"no trace {tid!r}") from None
 

@@ -11,8 +11,9 @@ import numpy as np
 
 from cascade.calibration import Calibration, load_calibration
 from cascade.calibration.accuracy import AccuracyEstimate, expected_accuracy
-from cascade.engine.models import ModelContext, ModelOutput, get_model
+from cascade.engine.base import ModelContext, ModelOutput
 from cascade.engine.perf import BOUND_ONLY, REGIMES, TARGET_UNCALIBRATED, describe_flags
+from cascade.engine.registry import get_model
 from cascade.engine.workload import Workload, workload_of
 from cascade.gpus.registry import GPURegistry, default_registry
 from cascade.gpus.spec import GPUSpec

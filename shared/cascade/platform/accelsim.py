@@ -40,7 +40,12 @@ from typing import Any
 
 import msgspec
 
-from cascade.engine.accelsim import AccelSimOutputParser, SimulatedKernel, core_clock_of_config
+from cascade.engine.accelsim import (
+    AccelSimConfig,
+    AccelSimOutputParser,
+    SimulatedKernel,
+    core_clock_of_config,
+)
 from cascade.errors import AccelSimError, JobTimeoutError, ValidationError
 from cascade.platform.keys import raw_prefix
 from cascade.platform.log import get_logger
@@ -548,3 +553,18 @@ def run_accelsim_blocking(binary: str, trace_dir: str, config_files: list[str], 
 def clean_workdir(path: str | Path) -> None:
     """Remove a simulation's working directory (ignoring what is already gone)."""
     shutil.rmtree(path, ignore_errors=True)
+
+
+def simulate(binary: str, trace_dir: str, config_files: list[str], *,
+             timeout_s: float = 3600.0) -> AccelSimConfig:
+    """Run Accel-Sim to completion (:func:`run_accelsim_blocking`) and return the
+    :class:`~cascade.engine.accelsim.AccelSimConfig` that hands its cycles to
+    ``predict(..., model="accel-sim", config=...)``: kernels by the ``kernel-N`` file Accel-Sim
+    processed, else by their kernelslist order, else by launch uid."""
+    sims = run_accelsim_blocking(binary, trace_dir, config_files, timeout_s=timeout_s)
+    listed = _listed_ids((Path(trace_dir) / "kernelslist.g").read_text(errors="replace"))
+    cycles: dict[int, int] = {}
+    for k in sims:
+        by_list = listed[k.uid - 1] if 0 < k.uid <= len(listed) else k.uid
+        cycles[int(k.kernel_id if k.kernel_id is not None else by_list)] = k.cycles
+    return AccelSimConfig(simulated_cycles=cycles, core_clock_mhz=sims[0].core_clock_mhz)

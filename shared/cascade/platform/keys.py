@@ -17,8 +17,8 @@ import re
 from urllib.parse import unquote_plus
 
 from cascade.errors import ValidationError
+from cascade.ids import check_token
 from cascade.platform import subjects
-from cascade.platform.subjects import check_token
 from cascade.traces.files import check_name
 
 _SLUG = re.compile(r"[^A-Za-z0-9_\-]+")

@@ -20,9 +20,8 @@ explicitly instead of ``cascade.>``.
 
 from __future__ import annotations
 
-import re
-
 from cascade.errors import ValidationError
+from cascade.ids import check_token
 
 PREFIX = "cascade"
 
@@ -85,23 +84,6 @@ TRACE_KINDS: tuple[str, ...] = (
 )
 RUN_KINDS: tuple[str, ...] = ("cancel", "state", "completed", "failed")
 SIM_KINDS: tuple[str, ...] = ("queued", "started", "progress", "completed", "failed", "cancelled")
-
-_TOKEN = re.compile(r"^[A-Za-z0-9_\-=]+$")
-
-
-def check_token(value: str, what: str = "id") -> str:
-    """Return ``value`` if it is usable as one subject token (and KV key part), else raise.
-
-    Ids appear inside subjects and KV keys, so they may not contain ``.``, ``*``,
-    ``>``, whitespace or other separators.
-    """
-    if not isinstance(value, str) or not _TOKEN.match(value):
-        raise ValidationError(
-            f"{value!r} is not a valid {what}: expected letters, digits, '_', '-' or '='",
-            field=what,
-        )
-    return value
-
 
 def _kind(kind: str, known: tuple[str, ...], family: str) -> str:
     if kind != "*" and kind not in known:

@@ -34,7 +34,6 @@ import numpy as np
 
 from cascade.errors import ValidationError
 from cascade.kerneltable import KernelTable
-from cascade.platform.log import get_logger
 from cascade.serving.stepmodel import (
     CalibrationRange,
     KernelExtrapolator,
@@ -43,8 +42,6 @@ from cascade.serving.stepmodel import (
     StepTimeModel,
     _out_of_range,
 )
-
-log = get_logger("cascade.runs.estimates")
 
 SCHEMA_VERSION = 1
 #: Default token budget of one engine step (vLLM's max_num_batched_tokens default here).

@@ -23,7 +23,7 @@ import msgspec
 from cascade.errors import ConflictError, UnknownGPUError, ValidationError
 from cascade.gpus import GPURegistry, GPUSpec, default_registry, normalize_name, spec_from_mapping
 from cascade.gpus.registry import suggest_gpus
-from cascade.platform import subjects
+from cascade.ids import check_token
 
 #: Kernel models a run may ask for (``auto`` lets the engine pick).
 MODELS: tuple[str, ...] = ("auto", "analytical", "scaled", "roofline", "accel-sim")
@@ -43,7 +43,7 @@ def new_run_id() -> str:
 def sim_id(run_id: str, config_id: str, replica: int) -> str:
     """Deterministic id of one (configuration, replica) of a run."""
     slug = SLUG.sub("_", config_id).strip("_").lower()[:40] or "gpu"
-    return subjects.check_token(f"{run_id}-{slug}-r{replica}", "sim_id")
+    return check_token(f"{run_id}-{slug}-r{replica}", "sim_id")
 
 
 def plan_sims(run_id: str, config_ids: list[str], replicas: int) -> list[tuple[str, str, int]]:

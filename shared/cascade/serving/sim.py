@@ -26,7 +26,7 @@ import msgspec
 import numpy as np
 
 from cascade.errors import CascadeError
-from cascade.serving.registry import Registry
+from cascade.registry import Registry
 from cascade.serving.routers import Router
 from cascade.serving.schedulers import Static, Vllm
 from cascade.serving.stepmodel import StepCost

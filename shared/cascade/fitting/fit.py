@@ -30,10 +30,11 @@ from cascade.calibration import (
     measurement_context,
 )
 from cascade.engine import ops
-from cascade.engine.measured import MeasuredSet, Pair, discover, pairs
-from cascade.engine.models import ModelContext, ScaledConfig, ScaledModel
+from cascade.engine.base import ModelContext
+from cascade.engine.models import ScaledConfig, ScaledModel
 from cascade.engine.perf import kernel_times, residual_cells, target_tiles, tile_key
 from cascade.engine.workload import Workload, workload_of
+from cascade.fitting.measured import MeasuredSet, Pair, discover, pairs
 from cascade.gpus.registry import GPURegistry, default_registry
 
 #: Candidate GEMM tiles (first covers n, second covers m).
@@ -421,9 +422,9 @@ def fit_directory(directory: str | Path, *, holdout: float = 0.2, evals: int = 8
                   shifts: Sequence[str] | None = None) -> Calibration:
     """Fit on every measured file under ``directory`` and record provenance and accuracy:
     held-out shapes, leave-one-GPU-out and (``shifts``, default every protocol of
-    :mod:`cascade.calibration.shift`; empty to skip) the shifted-shape refits."""
-    from cascade.calibration.shift import SHIFTS, shifted_rows
-    from cascade.engine.validation import evaluate
+    :mod:`cascade.fitting.shift`; empty to skip) the shifted-shape refits."""
+    from cascade.fitting.shift import SHIFTS, shifted_rows
+    from cascade.fitting.validation import evaluate
 
     reg = registry or default_registry()
     root = Path(directory).resolve()

@@ -9,9 +9,9 @@ import numpy as np
 
 from cascade.calibration import Calibration
 from cascade.engine.analytical import AnalyticalConfig
-from cascade.engine.measured import Pair
 from cascade.engine.models import RooflineConfig, ScaledConfig
 from cascade.engine.predict import predict
+from cascade.fitting.measured import Pair
 from cascade.gpus.registry import GPURegistry
 
 #: Models `cascade validate` reports by default (roofline is the baseline).

@@ -10,10 +10,10 @@ never saw; the closest tests the data allow:
   quantile of its data set's FLOPs (the same shapes on every GPU), so the fit and the
   residual grids see only smaller problems than the ones scored.
 
-``python -m cascade.calibration.extrapolate [--data DIR] [--evals N] [--largest Q]`` prints,
+``python -m cascade.fitting.extrapolate [--data DIR] [--evals N] [--largest Q]`` prints,
 per left-out block, data set, family and GPU pair, the count and MAPE / median / p90 of
 ``roofline`` and ``scaled`` (markdown, as in ``ACCURACY.md``); the TP run adds the per-layer
-sums (:mod:`cascade.calibration.layers`, family ``layer``) beside the per-operator rows.
+sums (:mod:`cascade.fitting.layers`, family ``layer``) beside the per-operator rows.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from cascade.calibration.fit import fit_sets
-from cascade.calibration.layers import layer_rows
-from cascade.calibration.report import markdown_table
-from cascade.engine.measured import MeasuredSet, Pair, discover, pairs, vidur_tp_degree
-from cascade.engine.validation import evaluate
 from cascade.engine.workload import workload_of
+from cascade.fitting.fit import fit_sets
+from cascade.fitting.layers import layer_rows
+from cascade.fitting.measured import MeasuredSet, Pair, discover, pairs, vidur_tp_degree
+from cascade.fitting.report import markdown_table
+from cascade.fitting.validation import evaluate
 from cascade.gpus.registry import GPURegistry, default_registry
 
 
@@ -98,7 +98,7 @@ def leave_largest_out(sets: Sequence[MeasuredSet], *, quantile: float = 0.8, eva
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m cascade.calibration.extrapolate",
+    ap = argparse.ArgumentParser(prog="python -m cascade.fitting.extrapolate",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default="../shared/data/measured", help="measured data directory")
     ap.add_argument("--evals", type=int, default=800, help="objective evaluations per search")

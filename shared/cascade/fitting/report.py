@@ -1,6 +1,6 @@
 """Markdown accuracy tables from a calibration's recorded metrics.
 
-``python -m cascade.calibration.report [CALIBRATION.json]`` prints, for the held-out
+``python -m cascade.fitting.report [CALIBRATION.json]`` prints, for the held-out
 shapes and for every leave-one-GPU-out refit, per (dataset, family, GPU pair) the
 count, MAPE, median and p90 absolute percentage error of each model; these are
 the tables of ``ACCURACY.md``.
@@ -45,9 +45,9 @@ def markdown_table(rows: Iterable[Mapping[str, Any]], families: tuple[str, ...] 
 
 def shift_summary(rows: Iterable[Mapping[str, Any]]) -> str:
     """Per GPU pair: each shift protocol's count-weighted MAPE over its regions and data sets
-    (:func:`cascade.calibration.shift.pooled`) and their mean (the figure a prediction
+    (:func:`cascade.fitting.shift.pooled`) and their mean (the figure a prediction
     quotes), ``roofline``'s mean beside."""
-    from cascade.calibration.shift import pooled
+    from cascade.fitting.shift import pooled
 
     rows = [dict(r) for r in rows]
     scaled, roof = pooled(rows, "scaled"), pooled(rows, "roofline")

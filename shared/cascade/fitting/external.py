@@ -9,7 +9,7 @@ drivers and libraries other than the calibration data's.
 Prediction, per dtype and calibrated source GPU: the source's reported best throughput x
 (the model's best throughput on the target / on the source) over the same five sizes -- the
 ``scaled`` model's ratio (transfer exponent 1) at each GPU's best size, with the packaged
-calibration. ``python -m cascade.calibration.external [--json]`` prints every (source, target)
+calibration. ``python -m cascade.fitting.external [--json]`` prints every (source, target)
 cell with its error and the MAPE over the targets the calibration did not fit.
 """
 
@@ -169,7 +169,7 @@ def markdown(cells: Sequence[Cell]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m cascade.calibration.external",
+    ap = argparse.ArgumentParser(prog="python -m cascade.fitting.external",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=DATA, help="reports CSV (device,spec,dtype,tflops,source)")
     ap.add_argument("--calibration", metavar="FILE", help="calibration JSON (default: packaged)")

@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from cascade.engine.measured import MeasuredSet, Pair, pairs
 from cascade.engine.workload import workload_of
+from cascade.fitting.measured import MeasuredSet, Pair, pairs
 from cascade.gpus.registry import GPURegistry, default_registry
 
 SHIFTS: tuple[str, ...] = ("octave", "aspect", "extremes")
@@ -141,8 +141,8 @@ def shifted_rows(sets: Sequence[MeasuredSet], shifts: Sequence[str] = SHIFTS, *,
     rounded to 0.01) with ``left_out`` = region and ``shift`` = protocol."""
     from msgspec import to_builtins
 
-    from cascade.calibration.fit import fit_sets
-    from cascade.engine.validation import evaluate
+    from cascade.fitting.fit import fit_sets
+    from cascade.fitting.validation import evaluate
 
     reg = registry or default_registry()
     all_pairs = pairs(list(sets))

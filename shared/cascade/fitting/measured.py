@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cascade.calibration import measurement_of
 from cascade.errors import TraceFormatError, UnknownGPUError
 from cascade.gpus.registry import GPURegistry
 from cascade.gpus.spec import GPUSpec
@@ -58,12 +59,6 @@ class MeasuredSet:
         per-call time differs between ``linear`` and ``bmm``; calibration falls back from
         ``neusight-<op>`` to ``neusight``)."""
         return measurement_of(self.kind, self.dataset)
-
-
-def measurement_of(kind: str, dataset: str) -> str:
-    """Measurement kind of a data set kind (``vidur``, ``neusight``) and its data set name
-    (see :attr:`MeasuredSet.measurement`)."""
-    return "kernel" if kind == "vidur" else f"{kind}-{dataset}"
 
 
 def _lookup(reg: GPURegistry, label: str, path: Path) -> GPUSpec:

@@ -1,9 +1,17 @@
-"""Registries of serving plug-ins (schedulers, routers, arrival patterns, length laws).
+"""The one registry mechanism of every plug-in point.
 
-Each plug-in is registered once under a name, with the frozen config Struct that
-describes its settings. A config Struct carries its name as its msgspec tag
-(``tag_field="kind"``), so a JSON object ``{"kind": "poisson", "rate": 20}``
-decodes to the right config through the registry.
+Kernel models (:data:`cascade.engine.registry.MODELS`), schedulers, routers, arrival patterns
+and length laws (:mod:`cascade.serving`), orchestrator backends
+(``services.orchestrator.backends.BACKENDS``) and trace loaders
+(:data:`cascade.traces.inputs.LOADERS`) are each one :class:`Registry`, filled by explicit
+``register`` calls in the module that defines the implementations (no registration as a
+side effect of some other call).
+
+A plug-in is registered once under a name, optionally with the frozen config Struct that
+describes its settings. Such a config Struct carries its name as its msgspec tag
+(``tag_field="kind"``), so a JSON object ``{"kind": "poisson", "rate": 20}`` decodes to the
+right config through the registry. A duplicate name is an error; an unknown name lists the
+known ones.
 """
 
 from __future__ import annotations
@@ -25,17 +33,33 @@ class Registry(Generic[T]):
         self.kind = kind
         self._entries: dict[str, tuple[type[msgspec.Struct], T]] = {}
 
-    def register(self, name: str, config_type: type[msgspec.Struct], impl: T) -> None:
-        """Add a plug-in; its config type's tag must equal ``name``."""
+    def register(self, name: str, config_type: type[msgspec.Struct] | None, impl: T) -> None:
+        """Add a plug-in; a config type's tag must equal ``name`` (None: it takes no config)."""
         if name in self._entries:
             raise DuplicateNameError(f"{self.kind} {name!r} is already registered")
+        if config_type is None:
+            config_type = msgspec.defstruct(f"{name}_config", [], frozen=True, tag=name,
+                                            tag_field="kind")
         tag = config_type.__struct_config__.tag
         if tag != name:
             raise ValueError(f"{config_type.__name__} has tag {tag!r}, expected {name!r}")
         self._entries[name] = (config_type, impl)
 
     def names(self) -> list[str]:
+        """Registered names, sorted."""
         return sorted(self._entries)
+
+    def items(self) -> list[tuple[str, T]]:
+        """(name, implementation) in registration order (the order loaders are tried in)."""
+        return [(name, impl) for name, (_, impl) in self._entries.items()]
+
+    def config_types(self) -> tuple[type[msgspec.Struct], ...]:
+        """Every registered config type, sorted by name (the members of a tagged union)."""
+        return tuple(self._entries[name][0] for name in self.names())
+
+    def impl(self, name: str) -> T:
+        """The implementation registered as ``name`` (UnknownNameError lists the known)."""
+        return self.get(name)[1]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
@@ -49,11 +73,6 @@ class Registry(Generic[T]):
             return self._entries[name]
         except KeyError:
             raise UnknownNameError(self.kind, name, self._entries) from None
-
-    def impl_for(self, config: msgspec.Struct) -> T:
-        """Implementation registered for a config instance."""
-        tag = type(config).__struct_config__.tag
-        return self.get(str(tag))[1]
 
     def resolve(self, value: Any, field: str) -> msgspec.Struct:
         """A config Struct from a Struct or a ``{"kind": name, ...}`` mapping.

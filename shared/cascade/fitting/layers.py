@@ -17,8 +17,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from cascade.calibration import Calibration
-from cascade.engine.measured import Pair
-from cascade.engine.validation import ape, pair_predictions
+from cascade.fitting.measured import Pair
+from cascade.fitting.validation import ape, pair_predictions
 from cascade.gpus.registry import GPURegistry
 
 #: Per-model operators, not summed into a layer.

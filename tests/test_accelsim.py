@@ -221,7 +221,7 @@ def test_blocking_predict_runs_the_binary_without_an_event_loop(tmp_path: Path) 
 def test_unsimulated_kernels_use_the_builtin_model_flagged() -> None:
     table = KernelTable.from_rows([{"name": f"k{i}", "kernel_id": i, "bytes": 1e6, "flops": 1e6}
                                    for i in (1, 2, 3, 4)])
-    cfg = AccelSimConfig(simulated_cycles={1: 1410, 3: 2820, 9: 99}, core_clock_mhz=1410.0)
+    cfg = AccelSimConfig(simulated_cycles={"1": 1410, "3": 2820, "9": 99}, core_clock_mhz=1410.0)
     p = predict(table, "SM80_A100", model="accel-sim", config=cfg)
     assert p.predicted_ns[[0, 2]] == pytest.approx([1000.0, 2000.0])  # cycles at 1410 MHz, exactly
     assert list(p.models) == ["accel-sim", "analytical", "accel-sim", "analytical"]

@@ -65,7 +65,8 @@ async def _jobs(bus: Bus, n: int, concurrency: int) -> tuple[float, float]:
             done.set()
 
     jobs = [
-        (subjects.JOB_SIM, SimJob(run_id="r", sim_id=f"s{i}", trace_id="t", bundle_key="b/", config="SM90_H100"),
+        (subjects.JOB_SIM, SimJob(run_id="r", sim_id=f"s{i}", trace_id="t", bundle_key="b/", config="SM90_H100",
+                ),
          f"job{i}")
         for i in range(n)
     ]

@@ -84,7 +84,7 @@ def recorded_records(sample: Sample, now: float) -> tuple[TraceRecord, RunRecord
         id=sample.recorded_run_id, trace_id=sample.recorded_trace_id,
         configs=[r.config for r in ref.results], replicas=1, model=ref.kernel_model,
         state="completed", created_at=now, updated_at=now, sim_ids=[s.id for s in sims],
-        provenance=prov, options={"recorded": True},
+        provenance=prov,
     )
     return trace, run, sims
 

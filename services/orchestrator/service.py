@@ -52,10 +52,9 @@ from cascade.platform.messages.sim import (
     SimQueued,
     SimStarted,
 )
+from cascade.platform.runs import new_run, sim_jobs
 from cascade.platform.runtime import ServiceContext
-from cascade.platform.specstore import load_custom_specs
 from cascade.platform.state import TERMINAL_RUN_STATES, RunRecord, SimRecord, TraceRecord
-from cascade.runs.plan import plan_sims, resolve_config
 from services.orchestrator.backends import Backend, SimRef, create_backend
 
 TERMINAL_SIM_STATES = frozenset({"completed", "failed", "cancelled"})
@@ -177,18 +176,9 @@ class OrchestratorService:
         check_token(req.run_id, "run_id")
         entry = await self.runs_kv.get(req.run_id, RunRecord)
         if entry is None:
-            custom = await load_custom_specs(self.bus)
-            resolved = [resolve_config(c, custom=custom, where=f"configs[{i}]")
-                        for i, c in enumerate(req.configs)]
-            now = time.time()
-            record = RunRecord(
-                id=req.run_id, trace_id=req.trace_id, configs=[r.config_id for r in resolved],
-                replicas=req.replicas, model=req.model, options=dict(req.options),
-                created_at=now, updated_at=now, name=req.name,
-                sim_ids=[s for s, _, _ in plan_sims(req.run_id, [r.config_id for r in resolved],
-                                                   req.replicas)],
-                custom_specs={r.config_id: r.inline for r in resolved if r.inline is not None},
-            )
+            record, _ = await new_run(self.bus, run_id=req.run_id, trace_id=req.trace_id,
+                                      configs=req.configs, replicas=req.replicas, model=req.model,
+                                      replay=req.replay, name=req.name)
             with contextlib.suppress(ConflictError):
                 await self.runs_kv.create(req.run_id, record)
             entry = await self.runs_kv.get(req.run_id, RunRecord)
@@ -210,23 +200,17 @@ class OrchestratorService:
             state = "missing" if trace is None else trace.state
             await self.fail_run(run.id, f"trace {run.trace_id} is {state}, not ready to simulate")
             return
-        plan = plan_sims(run.id, run.configs, run.replicas)
         jobs: list[SimJob] = []
         now = time.time()
-        for sid, config_id, replica in plan:
-            record = SimRecord(id=sid, run_id=run.id, config=config_id, replica=replica,
-                               model=run.model)
+        for record, job in sim_jobs(run, trace):
+            sid = record.id
             with contextlib.suppress(ConflictError):
                 await self.sims_kv.create(sid, record)
             current = await self.sims_kv.get(sid, SimRecord)
             if current is not None and current.value.state in TERMINAL_SIM_STATES:
                 continue
             self.open.setdefault(sid, SimTrack(run.id, "queued"))
-            jobs.append(SimJob(
-                run_id=run.id, sim_id=sid, trace_id=run.trace_id, bundle_key=trace.bundle_key,
-                config=run.custom_specs.get(config_id) or config_id, replica=replica,
-                model=run.model, options=dict(run.options),
-            ))
+            jobs.append(job)
         items: list[tuple[str, Any, str | None]] = []
         for job in jobs:
             cfg = job.config if isinstance(job.config, str) else str(job.config.get("id", ""))
@@ -236,7 +220,7 @@ class OrchestratorService:
             items.append((subjects.JOB_SIM, job, job.sim_id))
         if items:
             await self.bus.publish_many(items)
-        sim_ids = [s for s, _, _ in plan]
+        sim_ids = [record.id for record, _ in sim_jobs(run, trace)]
 
         def mark(cur: RunRecord | None) -> RunRecord | None:
             if cur is None or cur.jobs_published:
@@ -245,7 +229,7 @@ class OrchestratorService:
 
         await self.runs_kv.mutate(run.id, RunRecord, mark)
         self.runs_started += 1
-        log.info("run queued", sims=len(plan), jobs=len(jobs), backend=self.backend.name)
+        log.info("run queued", sims=len(sim_ids), jobs=len(jobs), backend=self.backend.name)
         await self.backend.submit(jobs)
         await self.maybe_finish(run.id)
 

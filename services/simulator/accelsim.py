@@ -142,7 +142,8 @@ async def simulate_accelsim(
             on_disk.kernel_ids[k.uid - 1] if 0 < k.uid <= listed else k.uid)
         by_id[int(kid)] = k.cycles
     clock_used = outcome.kernels[0].core_clock_mhz if outcome.kernels else clock
-    cfg = AccelSimConfig(simulated_cycles=by_id, core_clock_mhz=clock_used)
+    cfg = AccelSimConfig(simulated_cycles={str(k): c for k, c in by_id.items()},
+                         core_clock_mhz=clock_used)
     table = inputs.table
     pred = await asyncio.to_thread(predict, table, target, source=inputs.source, model="accel-sim",
                                    config=cfg)

@@ -198,7 +198,7 @@ class SimulatorService:
                 percent=0.0, attempt=delivery.attempt))
             self._first_progress()
             inputs = await self._load(job, trace)
-            if job.model == "accel-sim":
+            if job.model_name == "accel-sim":
                 from services.simulator.accelsim import simulate_accelsim
 
                 await simulate_accelsim(self, job, trace, inputs, delivery.attempt, t0, log)
@@ -248,7 +248,7 @@ class SimulatorService:
         if name and registry.resolve(name) is None:  # a custom spec (POST /api/configs) as source
             custom = await load_custom_specs(self.bus)
             registry = GPURegistry([*registry, *custom.values()])
-        return await asyncio.to_thread(load_inputs, folder, trace, target, job.model, registry)
+        return await asyncio.to_thread(load_inputs, folder, trace, target, job.model_name, registry)
 
     async def _simulate(
         self, job: SimJob, inputs: SimulationInputs, attempt: int, t0: float, log: Any
@@ -257,9 +257,7 @@ class SimulatorService:
 
         table = inputs.table
         n = len(table)
-        delay = float(job.options.get("chunk_delay_s", 0.0) or 0.0)
-        if not math.isfinite(delay) or delay < 0 or delay > 60:
-            raise ValidationError("expected a number of seconds in [0, 60]", field="options.chunk_delay_s")
+        delay = job.replay.chunk_delay_s
         chunk = max(MIN_CHUNK, math.ceil(n / MAX_CHUNKS)) if delay == 0 else max(1, math.ceil(n / MAX_CHUNKS))
         predicted = np.zeros(n, dtype=np.float64)
         regime = np.empty(n, dtype=object)

@@ -182,10 +182,20 @@ class AccelSimConfig(msgspec.Struct, frozen=True, kw_only=True, tag="accel-sim",
     fills this config; the model itself only maps the cycles onto the kernel table.
     """
 
-    simulated_cycles: dict[int, int] = {}
-    """Cycles per table ``kernel_id`` already simulated (given: ``predict`` runs nothing)."""
+    simulated_cycles: dict[str, int] = {}
+    """Cycles per table ``kernel_id`` (a decimal string, as JSON object keys are)."""
     core_clock_mhz: float = 0.0
     """Core clock for ``simulated_cycles``."""
+
+
+def _cycles_by_kernel(cycles: dict[str, int]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for key, value in cycles.items():
+        if not key.isdigit() or len(key) > 18 or value < 0:
+            raise ValidationError(f"expected a kernel id (digits) and cycles >= 0, got {key!r}: {value!r}",
+                                  field="config.simulated_cycles")
+        out[int(key)] = value
+    return out
 
 
 class AccelSimModel:
@@ -208,7 +218,7 @@ class AccelSimModel:
                                       field="config.core_clock_mhz")
             done = [SimulatedKernel(uid=kid, name="", cycles=c, instructions=0,
                                     core_clock_mhz=cfg.core_clock_mhz, kernel_id=kid)
-                    for kid, c in cfg.simulated_cycles.items()]
+                    for kid, c in _cycles_by_kernel(cfg.simulated_cycles).items()]
             return predictions_from_simulation(table, w, target, ctx, done)
         raise ValidationError(
             "the accel-sim model maps simulated cycles onto the kernels: run the simulation first "

@@ -46,8 +46,8 @@ def get_model(name: str) -> KernelModel:
 
 
 def model_names() -> list[str]:
-    """Registered model names."""
-    return MODELS.names()
+    """Registered model names, in registration order (``auto`` first)."""
+    return [name for name, _ in MODELS.items()]
 
 
 def model_config(value: Any, field: str = "model") -> msgspec.Struct:
@@ -56,10 +56,15 @@ def model_config(value: Any, field: str = "model") -> msgspec.Struct:
     return MODELS.resolve(value, field)
 
 
+def model_name(config: msgspec.Struct) -> str:
+    """The registered name of a model config (its tag)."""
+    return str(type(config).__struct_config__.tag)
+
+
 def default_config(name: str) -> msgspec.Struct:
     """The default config of model ``name``."""
     return MODELS.get(name)[0]()
 
 
 __all__ = ["MODELS", "ModelConfig", "ValidationError", "default_config", "get_model", "model_config",
-           "model_names"]
+           "model_name", "model_names"]

@@ -567,4 +567,5 @@ def simulate(binary: str, trace_dir: str, config_files: list[str], *,
     for k in sims:
         by_list = listed[k.uid - 1] if 0 < k.uid <= len(listed) else k.uid
         cycles[int(k.kernel_id if k.kernel_id is not None else by_list)] = k.cycles
-    return AccelSimConfig(simulated_cycles=cycles, core_clock_mhz=sims[0].core_clock_mhz)
+    return AccelSimConfig(simulated_cycles={str(k): c for k, c in cycles.items()},
+                          core_clock_mhz=sims[0].core_clock_mhz)

@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from cascade.runs.plan import ModelConfig, ReplayOptions
+
 TraceKind = Literal["instructions", "timeline", "both"]
 TraceStateName = Literal["receiving", "preparing", "ready", "incomplete", "failed"]
 RunStateName = Literal["queued", "running", "completed", "failed", "cancelled"]
@@ -103,7 +105,11 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
     configs: list[str]
     replicas: int = 1
     model: str = "auto"
-    options: dict[str, Any] = {}
+    """The kernel model's name (its settings: ``model_config``)."""
+    model_config: ModelConfig | None = None  # type: ignore[valid-type]
+    """The kernel model and its settings, as the sims' jobs carry them."""
+    replay: ReplayOptions = ReplayOptions()
+    """How simulators replay the timeline."""
     state: RunStateName = "queued"
     created_at: float = 0.0
     updated_at: float = 0.0

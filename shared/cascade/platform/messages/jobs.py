@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import msgspec
 
+from cascade.engine.models import AutoConfig
+from cascade.engine.registry import model_name
 from cascade.platform.messages.base import Codec, Message
 from cascade.platform.messages.run import ConfigRef
+from cascade.runs.plan import ModelConfig, ReplayOptions
 
 
 class PrepareJob(Message, frozen=True, kw_only=True, tag="job.prepare.v1"):
@@ -30,7 +33,7 @@ class BundleJob(Message, frozen=True, kw_only=True, tag="job.bundle.v1"):
     """Why the job was queued (last kernel prepared, seal, reconcile), for logs."""
 
 
-class SimJob(Message, frozen=True, kw_only=True, tag="job.sim.v1"):
+class SimJob(Message, frozen=True, kw_only=True, tag="job.sim.v2"):
     """Simulate one (configuration, replica) of a run."""
 
     run_id: str
@@ -41,10 +44,15 @@ class SimJob(Message, frozen=True, kw_only=True, tag="job.sim.v1"):
     config: ConfigRef
     """GPU spec id or inline custom spec."""
     replica: Annotated[int, msgspec.Meta(ge=0)] = 0
-    model: str = "auto"
-    """Kernel model name."""
-    options: dict[str, Any] = msgspec.field(default_factory=dict)
-    """Model / replay options."""
+    model: ModelConfig = AutoConfig()  # type: ignore[valid-type]
+    """The kernel model and its settings (tagged by the model's name)."""
+    replay: ReplayOptions = ReplayOptions()
+    """How the simulator replays the timeline."""
+
+    @property
+    def model_name(self) -> str:
+        """The kernel model's registered name."""
+        return model_name(self.model)
 
 
 Job = PrepareJob | SimJob | BundleJob

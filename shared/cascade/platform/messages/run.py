@@ -6,7 +6,9 @@ from typing import Annotated, Any
 
 import msgspec
 
+from cascade.engine.models import AutoConfig
 from cascade.platform.messages.base import Codec, Message
+from cascade.runs.plan import ModelConfig, ReplayOptions
 
 ConfigRef = str | dict[str, Any]
 """A GPU spec id (``"SM90_H200"``) or a custom spec given inline as a dict."""
@@ -17,7 +19,7 @@ class _RunMessage(Message, frozen=True, kw_only=True):
     """Id of the run this event is about."""
 
 
-class RunRequested(_RunMessage, frozen=True, kw_only=True, tag="run.requested.v1"):
+class RunRequested(_RunMessage, frozen=True, kw_only=True, tag="run.requested.v2"):
     """A user asked to simulate a trace on one or more configurations."""
 
     trace_id: str
@@ -26,10 +28,10 @@ class RunRequested(_RunMessage, frozen=True, kw_only=True, tag="run.requested.v1
     """GPU configurations to simulate (spec ids or inline specs)."""
     replicas: Annotated[int, msgspec.Meta(ge=1)] = 1
     """Independent replicas per configuration."""
-    model: str = "auto"
-    """Kernel model name (``auto`` picks by trace kind)."""
-    options: dict[str, Any] = msgspec.field(default_factory=dict)
-    """Model / replay options passed through to simulators."""
+    model: ModelConfig = AutoConfig()  # type: ignore[valid-type]
+    """The kernel model and its settings (tagged by the model's name)."""
+    replay: ReplayOptions = ReplayOptions()
+    """How simulators replay the timeline."""
     name: str = ""
     """Human label of the run."""
 

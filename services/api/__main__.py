@@ -2,7 +2,7 @@
 
 import sys
 
-from cascade.platform.runtime import main
-from services.api import run
+from cascade.platform.runtime import service_main
+from services.api import SERVICE
 
-sys.exit(main("api", run))
+sys.exit(service_main(SERVICE))

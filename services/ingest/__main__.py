@@ -2,7 +2,7 @@
 
 import sys
 
-from cascade.platform.runtime import main
-from services.ingest import run
+from cascade.platform.runtime import service_main
+from services.ingest import SERVICE
 
-sys.exit(main("ingest", run))
+sys.exit(service_main(SERVICE))

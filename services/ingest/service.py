@@ -91,11 +91,10 @@ class IngestService:
             (subjects.trace_event("*", "sealed"), TraceSealed, self.on_sealed,
              subjects.DURABLE_INGEST_SEALS),
         ):
-            consumer = await self.bus.subscribe(
+            await self.ctx.subscribe(
                 subject, msg_type, handler, durable=durable, deliver_new=False,
                 concurrency=4, ack_wait=30.0, max_deliver=5,
             )
-            self.ctx.stack.push_async_callback(consumer.stop)
         self.ctx.spawn(self.reconcile_loop(), name="ingest-reconcile")
         self.ctx.add_stats(self.stats)
         self.started = True

@@ -2,7 +2,7 @@
 
 import sys
 
-from cascade.platform.runtime import main
-from services.orchestrator import run
+from cascade.platform.runtime import service_main
+from services.orchestrator import SERVICE
 
-sys.exit(main("orchestrator", run))
+sys.exit(service_main(SERVICE))

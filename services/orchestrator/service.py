@@ -108,17 +108,15 @@ class OrchestratorService:
         await self.backend.start()
         self.ctx.stack.push_async_callback(self.backend.stop)
         await self.resume()
-        runs = await self.bus.subscribe(
+        await self.ctx.subscribe(
             subjects.RUN_EVENTS, RunEvent, self.on_run_event,
             durable=subjects.DURABLE_ORCHESTRATOR_RUNS, deliver_new=True, concurrency=4,
             on_exhausted=self.on_run_event_exhausted,
         )
-        self.ctx.stack.push_async_callback(runs.stop)
-        sims = await self.bus.subscribe(
+        await self.ctx.subscribe(
             subjects.SIM_EVENTS, SimEvent, self.on_sim_event,
             durable=subjects.DURABLE_ORCHESTRATOR_SIMS, deliver_new=True, concurrency=8,
         )
-        self.ctx.stack.push_async_callback(sims.stop)
         self.ctx.spawn(self._sweep(), name="orchestrator-sweep")
         self.ctx.add_stats(self.stats)
         self.started = True

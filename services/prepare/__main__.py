@@ -2,7 +2,7 @@
 
 import sys
 
-from cascade.platform.runtime import main
-from services.prepare import run
+from cascade.platform.runtime import service_main
+from services.prepare import SERVICE
 
-sys.exit(main("prepare", run))
+sys.exit(service_main(SERVICE))

@@ -105,12 +105,11 @@ class PrepareService:
     async def start(self) -> None:
         """Start the work-queue worker (its stop goes on ``ctx.stack``)."""
         self.store = await TraceStore.open(self.bus)
-        worker = await self.bus.run_worker(
+        await self.ctx.run_worker(
             subjects.JOB_PREPARE, subjects.DURABLE_PREPARE_JOBS, PrepareJob | BundleJob,
             self.handle, concurrency=CONCURRENCY, on_exhausted=self.on_exhausted,
             permanent=(ValidationError,),
         )
-        self.ctx.stack.push_async_callback(worker.stop)
         self.ctx.add_stats(self.stats)
         self.started = True
 

@@ -124,13 +124,12 @@ class SimulatorService:
         self.sims_kv = await self.bus.kv(subjects.KV_SIMS)
         self.traces_kv = await self.bus.kv(subjects.KV_TRACES)
         self.ctx.add_stats(self.stats)
-        consumer = await self.bus.run_worker(
+        consumer = await self.ctx.run_worker(
             subjects.JOB_SIM, subjects.DURABLE_SIM_JOBS, SimJob, self.handle,
             concurrency=1, on_exhausted=self.on_exhausted, permanent=PERMANENT_ERRORS,
             limit=1 if self.once else None,
             idle_timeout_s=self.idle_timeout_s if self.once else None,
         )
-        self.ctx.stack.push_async_callback(consumer.stop)
         if self.once:
             self.ctx.spawn(self._finish_once(consumer), name="simulator-once")
         self.started = True

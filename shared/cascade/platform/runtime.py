@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -324,3 +325,40 @@ def main(name: str, run: Callable[[Settings], Coroutine[Any, Any, None]]) -> int
     except KeyboardInterrupt:
         return 0
     return 0
+
+
+@dataclass(frozen=True)
+class Service:
+    """One service: its name, whether it needs object storage, and its wiring function.
+
+    ``start(ctx, **options)`` lists the service's subscriptions and workers (through
+    ``ctx.run_worker`` / ``ctx.subscribe``, drained on stop) and anything else it runs.
+    :meth:`run` is the service's ``run(settings, *, bus, storage, stop, **options)``;
+    :func:`service_main` its ``python -m services.<name>``.
+    """
+
+    name: str
+    start: Callable[..., Awaitable[None]]
+    uses_storage: bool = True
+
+    async def run(
+        self,
+        settings: Settings,
+        *,
+        bus: Bus | None = None,
+        storage: Storage | None = None,
+        stop: asyncio.Event | None = None,
+        **options: Any,
+    ) -> None:
+        """Run until ``stop`` is set (or SIGTERM/SIGINT when no ``stop`` is given)."""
+
+        async def setup(ctx: ServiceContext) -> None:
+            await self.start(ctx, **options)
+
+        await serve(self.name, settings, setup, bus=bus, storage=storage, stop=stop,
+                    use_storage=self.uses_storage, install_signals=stop is None)
+
+
+def service_main(service: Service, **options: Any) -> int:
+    """Body of ``python -m services.<name>`` (see :func:`main` for the exit codes)."""
+    return main(service.name, functools.partial(service.run, **options))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal, Protocol
+from typing import Annotated, Any, Literal
 
 import msgspec
 import numpy as np
@@ -178,16 +178,6 @@ class SimResult(msgspec.Struct, frozen=True, kw_only=True):
     simulator: SimulatorProvenance | None = None
     """The cycle-level simulator behind the kernel times (model ``accel-sim``), else None."""
 
-
-class StepLike(Protocol):
-    """Anything with the StepResult fields (used by :func:`steps_to_records`)."""
-
-    kind: str
-    tokens: int
-    batch: int
-    context: int
-    host_ns: float
-    gpu_ns: float
 
 
 # --------------------------------------------------------------------------- building

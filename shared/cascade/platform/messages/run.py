@@ -71,10 +71,6 @@ RunEvent = RunRequested | RunCancelRequested | RunStateChanged | RunCompleted | 
 RUN_CODEC: Codec[RunEvent] = Codec(RunEvent)
 
 
-def encode_run_event(event: RunEvent) -> bytes:
-    """JSON bytes of a run event."""
-    return RUN_CODEC.encode(event)
-
 
 def decode_run_event(data: bytes) -> RunEvent:
     """Typed run event from JSON bytes."""

@@ -107,10 +107,6 @@ SimEvent = SimQueued | SimStarted | SimProgress | SimCompleted | SimFailed | Sim
 SIM_CODEC: Codec[SimEvent] = Codec(SimEvent)
 
 
-def encode_sim_event(event: SimEvent) -> bytes:
-    """JSON bytes of a sim event."""
-    return SIM_CODEC.encode(event)
-
 
 def decode_sim_event(data: bytes) -> SimEvent:
     """Typed sim event from JSON bytes."""

@@ -147,11 +147,4 @@ TraceEvent = (
 TRACE_CODEC: Codec[TraceEvent] = Codec(TraceEvent)
 
 
-def encode_trace_event(event: TraceEvent) -> bytes:
-    """JSON bytes of a trace event."""
-    return TRACE_CODEC.encode(event)
 
-
-def decode_trace_event(data: bytes) -> TraceEvent:
-    """Typed trace event from JSON bytes."""
-    return TRACE_CODEC.decode(data, what="trace event")

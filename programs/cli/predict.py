@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from cascade.engine.predict import Provenance
+    from cascade.engine.predict import PredictionProvenance
 
 #: Output columns added after the input's own.
 PREDICTION_COLUMNS = ("target", "predicted_ns", "regime", "model")
@@ -211,7 +211,7 @@ def _reasons(flags: Any) -> dict[str, int]:
     return {} if flags is None else describe_flags(flags)
 
 
-def provenance_line(pv: Provenance, kernels: int, extrapolated: int,
+def provenance_line(pv: PredictionProvenance, kernels: int, extrapolated: int,
                     reasons: dict[str, int]) -> str:
     """What produced a target's predictions and how far to trust them (for stderr)."""
     from cascade.calibration.accuracy import describe

@@ -565,20 +565,20 @@ async def trace_summary_route(request: web.Request) -> web.Response:
     if record.state != "ready" or not record.bundle_key:
         return json_response({"trace_id": tid, "ready": False, "kernels": 0, "time_ns": 0.0,
                               "families": {}, "steps": [], "instruction_mix": {}})
-    from cascade.platform.bundlecache import fetch_bundle, load_kernel_table
+    from cascade.platform.bundlecache import bundle_kernels, fetch_bundle
 
     settings = request.app[SETTINGS]
     directory = await fetch_bundle(_storage(request), record, settings.data_path / "cache" / "bundles")
-    table = load_kernel_table(directory)
+    table = bundle_kernels(directory)
     return json_response({"trace_id": tid, "ready": True, **trace_summary(table)})
 
 
 async def _bundle_rows(request: web.Request, record: TraceRecord) -> tuple[list[dict[str, Any]], list[str]]:
-    from cascade.platform.bundlecache import fetch_bundle, load_kernel_table
+    from cascade.platform.bundlecache import bundle_kernels, fetch_bundle
 
     settings = request.app[SETTINGS]
     directory = await fetch_bundle(_storage(request), record, settings.data_path / "cache" / "bundles")
-    table = load_kernel_table(directory)
+    table = bundle_kernels(directory)
     columns = [c for c in (*SUMMARY_COLUMNS, *BUNDLE_EXTRA_COLUMNS) if table.has(c)]
     data = {c: table[c].tolist() for c in columns}
     data["family"] = _family_names(table).tolist()

@@ -9,7 +9,7 @@ config), :mod:`~cascade.engine.registry` (models by name, the tagged union of th
 
 from cascade.engine.base import KernelModel, ModelContext, ModelOutput
 from cascade.engine.perf import REGIMES
-from cascade.engine.predict import Prediction, Provenance, predict, predict_many
+from cascade.engine.predict import Prediction, PredictionProvenance, predict, predict_many
 from cascade.engine.registry import MODELS, ModelConfig, get_model, model_names
 from cascade.engine.workload import Workload, workload_of
 
@@ -21,7 +21,7 @@ __all__ = [
     "ModelContext",
     "ModelOutput",
     "Prediction",
-    "Provenance",
+    "PredictionProvenance",
     "Workload",
     "get_model",
     "model_names",

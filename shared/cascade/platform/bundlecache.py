@@ -73,7 +73,7 @@ async def _download(storage: Storage, key: str, local: Path) -> None:
             tmp.unlink()
 
 
-def load_kernel_table(directory: str | os.PathLike[str]) -> KernelTable:
+def bundle_kernels(directory: str | os.PathLike[str]) -> KernelTable:
     """The per-kernel table of a local bundle directory."""
     path = Path(directory) / KERNELS_FILE
     if not path.is_file():

@@ -7,9 +7,11 @@ against a deadline; nothing relies on a fixed sleep.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import json
 import os
+import signal
 import socket
 import stat
 import subprocess
@@ -236,6 +238,107 @@ def test_killed_service_is_restarted(stack: Stack) -> None:
     stack.proc.wait()
     stack.start()
     assert all(not pid_alive(p) for p in pids)
+    assert stack.stop() == 0
+
+
+def _up_log_events(stack: Stack, event: str) -> list[dict[str, object]]:
+    """JSON log lines of `cascade up` (its own output) whose event is ``event``."""
+    found = []
+    for line in (stack.workdir / f"up-{stack.runs}.log").read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            with contextlib.suppress(ValueError):
+                entry = json.loads(line)
+                if entry.get("event") == event:
+                    found.append(entry)
+    return found
+
+
+def _kill_server_and_wait(stack: Stack, name: str, bound_s: float) -> float:
+    """SIGKILL the stack's ``name`` server; wait for its restart and /readyz 200 (seconds taken)."""
+    before = stack.state()[name]
+    old_pid = int(before["pid"])  # type: ignore[call-overload]
+    os.kill(old_pid, signal.SIGKILL)
+    t0 = time.monotonic()
+
+    def restarted() -> bool:
+        now = stack.state()[name]
+        return (now["pid"] not in (None, old_pid) and now["state"] == "running"
+                and int(now["restarts"]) == int(before["restarts"]) + 1  # type: ignore[call-overload]
+                and pid_alive(int(now["pid"])))  # type: ignore[call-overload]
+
+    _wait(restarted, bound_s, f"{name} to be restarted")
+    _wait(lambda: _http_status(f"{stack.http}/readyz") == 200, bound_s, f"/readyz 200 after killing {name}")
+    lines = [e for e in _up_log_events(stack, "server exited; restarting") if e.get("component") == name]
+    assert lines, f"no restart line for {name} in:\n{stack.output()}"
+    assert lines[-1]["pid"] == old_pid and lines[-1]["exit_code"] == -signal.SIGKILL
+    assert int(lines[-1]["attempt"]) >= 1  # type: ignore[call-overload]
+    assert not pid_alive(old_pid)
+    return time.monotonic() - t0
+
+
+@pytest.mark.integration
+def test_killed_nats_and_s3_are_restarted_with_their_data(stack: Stack) -> None:
+    stack.start()
+    settings = stack.settings()
+    seq = asyncio.run(_write_data(settings))
+    nats_port = stack.state()["nats"]["port"]
+
+    _kill_server_and_wait(stack, "nats", 30)
+    assert stack.state()["nats"]["port"] == nats_port
+    asyncio.run(_check_data(settings, seq))   # JetStream stream, KV (file store) kept
+
+    _kill_server_and_wait(stack, "s3", 45)
+    asyncio.run(_check_data(settings, seq))   # S3 object kept
+    # every service rode through both outages: none was restarted
+    assert all(c["restarts"] == 0 for c in stack.state().values() if c["kind"] == "service")
+    assert stack.stop() == 0
+
+
+async def _publish_paced_trace(settings: Settings) -> str:
+    from cascade.bench._runbed import generate_timeline, publish_trace
+
+    bus = await connect(settings)
+    try:
+        async with Storage.from_settings(settings) as storage:
+            record = await publish_trace(bus, storage, "tr-ridethrough", generate_timeline(200))
+    finally:
+        await bus.close()
+    return record.id
+
+
+def _api(stack: Stack, method: str, path: str, body: object = None) -> dict[str, object]:
+    creds = read_credentials(stack.layout)
+    assert creds is not None
+    req = urllib.request.Request(
+        stack.http + path, method=method, data=None if body is None else json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {creds.api_token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.loads(resp.read())  # type: ignore[no-any-return]
+
+
+@pytest.mark.integration
+def test_run_in_progress_survives_a_nats_restart(stack: Stack) -> None:
+    stack.start()
+    trace_id = asyncio.run(_publish_paced_trace(stack.settings()))
+    run = _api(stack, "POST", "/api/runs", {
+        "trace_id": trace_id, "configs": ["SM90_H100"], "replicas": 2,
+        "options": {"chunk_delay_s": 0.08}})
+    run_id = str(run["id"])
+
+    def state() -> str:
+        try:
+            return str(_api(stack, "GET", f"/api/runs/{run_id}")["run"]["state"])  # type: ignore[index]
+        except (OSError, http.client.HTTPException):
+            return "unreachable"
+
+    _wait(lambda: state() == "running", 30, "the run to start")
+    _kill_server_and_wait(stack, "nats", 30)
+    _wait(lambda: state() in ("completed", "failed", "cancelled"), 60, "the run to finish")
+    body = _api(stack, "GET", f"/api/runs/{run_id}")
+    assert body["run"]["state"] == "completed", body  # type: ignore[index]
+    sims = body["sims"]
+    assert isinstance(sims, list) and len(sims) == 2
+    assert all(s["state"] == "completed" and s["kernels_done"] == s["kernels_total"] for s in sims)
     assert stack.stop() == 0
 
 

@@ -332,6 +332,7 @@ def test_run_in_progress_survives_a_nats_restart(stack: Stack) -> None:
             return "unreachable"
 
     _wait(lambda: state() == "running", 30, "the run to start")
+    killed_at = time.time()
     _kill_server_and_wait(stack, "nats", 30)
     _wait(lambda: state() in ("completed", "failed", "cancelled"), 60, "the run to finish")
     body = _api(stack, "GET", f"/api/runs/{run_id}")
@@ -339,6 +340,7 @@ def test_run_in_progress_survives_a_nats_restart(stack: Stack) -> None:
     sims = body["sims"]
     assert isinstance(sims, list) and len(sims) == 2
     assert all(s["state"] == "completed" and s["kernels_done"] == s["kernels_total"] for s in sims)
+    assert max(float(s["finished_at"]) for s in sims) > killed_at, "the run ended before the kill"
     assert stack.stop() == 0
 
 

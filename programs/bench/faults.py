@@ -44,6 +44,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -211,18 +212,18 @@ class _Stack:
             proc.kill()
             return proc.wait()
 
-    def api(self, method: str, path: str, body: object = None) -> Any:
+    def api(self, method: str, path: str, body: object = None, *, timeout: float = 10.0) -> Any:
         """One api call with the stack's token (raises on errors)."""
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.base + path, data=data, method=method, headers={
             "Authorization": f"Bearer {self.token}", "Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=10) as resp:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
             return json.loads(resp.read() or b"null")
 
-    def try_api(self, method: str, path: str, body: object = None) -> Any:
+    def try_api(self, method: str, path: str, body: object = None, *, timeout: float = 10.0) -> Any:
         """:meth:`api`, or None while the api (or what it needs) is down."""
         try:
-            return self.api(method, path, body)
+            return self.api(method, path, body, timeout=timeout)
         except Exception:  # noqa: BLE001 - the api or a dependency is restarting
             return None
 
@@ -314,21 +315,10 @@ def _finish_import(stack: _Stack, folder: Path, proc: subprocess.Popen[str], tim
         proc = _import(stack, folder, max(1.0, deadline - time.monotonic()))
 
 
-def _run_progress(stack: _Stack, run_id: str) -> tuple[float, str] | None:
-    """(kernels done over the run's sims + 1000 x sims completed, run state), or None."""
-    body = stack.try_api("GET", f"/api/runs/{run_id}")
-    if not body:
-        return None
-    sims = body.get("sims") or []
-    done = sum(float(s.get("kernels_done") or 0) + (1000.0 if s.get("state") == "completed" else 0.0)
-               for s in sims)
-    return done, str(body["run"]["state"])
-
-
 def _trace_progress(stack: _Stack, trace_id: str) -> float | None:
     if not trace_id:
         return None
-    body = stack.try_api("GET", f"/api/traces/{trace_id}")
+    body = stack.try_api("GET", f"/api/traces/{trace_id}", timeout=2.0)
     if not body:
         return None
     record = body.get("trace", body)
@@ -346,9 +336,9 @@ def _wait_run(stack: _Stack, run_id: str, timeout: float) -> str:
     deadline = time.monotonic() + timeout
     state = ""
     while time.monotonic() < deadline:
-        got = _run_progress(stack, run_id)
-        if got is not None:
-            state = got[1]
+        body = stack.try_api("GET", f"/api/runs/{run_id}", timeout=5.0)
+        if body:
+            state = str(body["run"]["state"])
             if state in FINAL_RUN_STATES:
                 return state
         time.sleep(0.2)
@@ -403,22 +393,62 @@ def _inject(stack: _Stack, fault: str, timeout: float) -> tuple[list[int], Calla
     return killed, back
 
 
-def _recover(stack: _Stack, back: Callable[[], bool], progress: Callable[[], float | None],
-             before: float | None, finished: Callable[[], bool], t_kill: float,
+def _first_true(check: Callable[[], bool], deadline: float, interval: float = 0.05) -> float | None:
+    """Monotonic time at which ``check()`` first returned True (None: not before ``deadline``)."""
+    while time.monotonic() < deadline:
+        if check():
+            return time.monotonic()
+        time.sleep(interval)
+    return None
+
+
+def _recover(stack: _Stack, back: Callable[[], bool], progressed: Callable[[], bool], t_kill: float,
              timeout: float) -> tuple[float | None, float | None]:
-    """Seconds from ``t_kill`` until ``back()`` and /readyz 200, and until progress moves on."""
-    ready_s = progress_s = None
+    """Seconds from ``t_kill`` until ``back()`` and /readyz 200, and until ``progressed()``;
+    both polled at once (a request that hangs through the outage delays only its own probe)."""
     deadline = t_kill + timeout
-    while time.monotonic() < deadline and (ready_s is None or progress_s is None):
-        now = time.monotonic()
-        if ready_s is None and back() and stack.ready():
-            ready_s = time.monotonic() - t_kill
-        if progress_s is None:
-            value = progress()
-            if finished() or (value is not None and (before is None or value > before)):
-                progress_s = now - t_kill
-        time.sleep(0.05)
-    return ready_s, progress_s
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        ready = pool.submit(_first_true, lambda: back() and stack.ready(), deadline)
+        moved = pool.submit(_first_true, progressed, deadline)
+        at_ready, at_moved = ready.result(), moved.result()
+    return (None if at_ready is None else at_ready - t_kill,
+            None if at_moved is None else at_moved - t_kill)
+
+
+def _sim_of_worker(body: Any, pid: int) -> dict[str, Any] | None:
+    """The sim of a run body whose current attempt runs in process ``pid``."""
+    for sim in (body or {}).get("sims") or []:
+        if str(sim.get("worker", "")).endswith(f":{pid}"):
+            return dict(sim)
+    return None
+
+
+def _run_progressed(stack: _Stack, run_id: str, before: Any, killed: list[int]) -> Callable[[], bool]:
+    """A check "the run moved on since ``before``": for a killed simulator, its sim started a
+    new attempt that made progress (or completed); else any sim progressed or the run ended."""
+    held = next((s for s in (_sim_of_worker(before, p) for p in killed) if s is not None), None)
+    done_before = _progress_value(before)
+
+    def check() -> bool:
+        body = stack.try_api("GET", f"/api/runs/{run_id}", timeout=2.0)
+        if not body:
+            return False
+        if body["run"]["state"] in FINAL_RUN_STATES:
+            return True
+        if held is not None:
+            sim = next((s for s in body.get("sims") or [] if s["id"] == held["id"]), None)
+            return sim is not None and (sim["state"] == "completed" or (
+                sim.get("worker") != held.get("worker") and float(sim.get("kernels_done") or 0) > 0))
+        return done_before is None or (_progress_value(body) or 0.0) > done_before
+
+    return check
+
+
+def _progress_value(body: Any) -> float | None:
+    if not body:
+        return None
+    return sum(float(s.get("kernels_done") or 0) + (1000.0 if s.get("state") == "completed" else 0.0)
+               for s in body.get("sims") or [])
 
 
 def _trial(stack: _Stack, template: Path, index: int, fault: str, rng: random.Random,
@@ -437,30 +467,26 @@ def _trial(stack: _Stack, template: Path, index: int, fault: str, rng: random.Ra
             before = _trace_progress(stack, _trace_id_of(folder))
             t_kill = time.monotonic()
             trial.killed, back = _inject(stack, fault, args.timeout)
-            trial.ready_s, trial.progress_s = _recover(
-                stack, back, lambda: _trace_progress(stack, _trace_id_of(folder)), before,
-                lambda: proc.poll() is not None, t_kill, args.timeout)
+
+            def upload_progressed() -> bool:
+                if proc.poll() is not None:
+                    return True
+                value = _trace_progress(stack, _trace_id_of(folder))
+                return value is not None and (before is None or value > before)
+
+            trial.ready_s, trial.progress_s = _recover(stack, back, upload_progressed, t_kill,
+                                                       args.timeout)
         trial.trace_id = _finish_import(stack, folder, proc, args.timeout, trial)
         trial.run_id = _start_run(stack, trial.trace_id, args.replicas, args.chunk_delay)
         if phase == "run":
             time.sleep(delay)
-            now = _run_progress(stack, trial.run_id)
-            trial.late = now is not None and now[1] in FINAL_RUN_STATES
+            at_kill = stack.try_api("GET", f"/api/runs/{trial.run_id}", timeout=2.0)
             t_kill = time.monotonic()
             trial.killed, back = _inject(stack, fault, args.timeout)
-            run_id = trial.run_id
-            last: list[str] = [now[1] if now else ""]
-
-            def run_value() -> float | None:
-                got = _run_progress(stack, run_id)
-                if got is None:
-                    return None
-                last[0] = got[1]
-                return got[0]
-
+            trial.late = bool(at_kill) and at_kill["run"]["state"] in FINAL_RUN_STATES
             trial.ready_s, trial.progress_s = _recover(
-                stack, back, run_value, now[0] if now else None,
-                lambda: last[0] in FINAL_RUN_STATES, t_kill, args.timeout)
+                stack, back, _run_progressed(stack, trial.run_id, at_kill, trial.killed), t_kill,
+                args.timeout)
         trial.run_state = _wait_run(stack, trial.run_id, args.timeout)
         asyncio.run(_check(stack, trial, args.kernels))
     except Exception as exc:  # noqa: BLE001 - a trial that breaks is reported, not fatal

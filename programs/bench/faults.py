@@ -6,7 +6,7 @@ folder and runs it once without a fault (the timing reference), then repeats
 trials. Each trial imports a fresh copy of the folder through the real
 ``cascade import`` and runs it (configs x replicas, paced so a run lasts a few
 seconds), and SIGKILLs one part of the stack at a random moment (seeded) of the
-upload or of the run:
+upload or of the run; trials take the (fault, phase) pairs of :data:`PHASES` in turn:
 
 - a service process (``ingest``, ``prepare``, ``orchestrator``, ``simulator``,
   ``api``): `cascade up` restarts it;
@@ -60,16 +60,22 @@ DEFAULT_FAULTS: tuple[str, ...] = ("nats", "s3", "sim", "prepare", "ingest", "or
                                    "simulator", "api")
 #: Every fault ``--faults`` accepts.
 KNOWN_FAULTS: tuple[str, ...] = (*DEFAULT_FAULTS, "stack")
-#: Faults only meaningful while a run is going.
-RUN_ONLY: frozenset[str] = frozenset({"sim", "stack"})
+#: When each fault is injected: during the upload (``cascade import`` until the trace is
+#: ready), during the run, or both (one trial each).
+PHASES: dict[str, tuple[str, ...]] = {
+    "nats": ("upload", "run"), "s3": ("upload", "run"), "api": ("upload", "run"),
+    "ingest": ("upload",), "prepare": ("upload",),
+    "orchestrator": ("run",), "simulator": ("run",), "sim": ("run",), "stack": ("run",),
+}
 CONFIGS: tuple[str, ...] = ("SM90_H100", "SM80_A100")
 FINAL_RUN_STATES = ("completed", "failed", "cancelled")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``cascade bench faults``."""
-    parser.add_argument("--trials", type=int, default=8,
-                        help="fault trials (default 8: each default fault once)")
+    parser.add_argument("--trials", type=int, default=11,
+                        help="fault trials, taking (fault, phase) pairs in turn (default 11: each "
+                             "default fault once per phase it applies to)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the fault timing and phases (0)")
     parser.add_argument("--faults", default=",".join(DEFAULT_FAULTS),
                         help="comma-separated faults, taken in turn (default "
@@ -348,8 +354,11 @@ def _wait_run(stack: _Stack, run_id: str, timeout: float) -> str:
 # --------------------------------------------------------------------------- one fault
 
 
-def _inject(stack: _Stack, fault: str, timeout: float) -> tuple[list[int], Callable[[], bool]]:
-    """SIGKILL ``fault``; returns the pids killed and a check "the killed part runs again"."""
+def _inject(stack: _Stack, fault: str, timeout: float,
+            busy: frozenset[int] = frozenset()) -> tuple[list[int], Callable[[], bool]]:
+    """SIGKILL ``fault``; returns the pids killed and a check "the killed part runs again".
+
+    ``busy``: simulator pids holding a running sim, preferred as the ``sim`` victim."""
     if fault == "sim":
         comps = stack.components()
         orch = comps.get("orchestrator")
@@ -359,7 +368,7 @@ def _inject(stack: _Stack, fault: str, timeout: float) -> tuple[list[int], Calla
             pids = _sim_processes(orch.pid if orch is not None else None)
             if not pids:
                 time.sleep(0.05)
-        victim = pids[:1]
+        victim = ([p for p in pids if p in busy] or pids)[:1]
         killed = [p for p in victim if _kill(p)]
         return killed, lambda: True
     if fault == "stack":
@@ -444,6 +453,16 @@ def _run_progressed(stack: _Stack, run_id: str, before: Any, killed: list[int]) 
     return check
 
 
+def _busy_workers(body: Any) -> frozenset[int]:
+    """Pids of the simulator processes holding a running sim of a run body."""
+    pids = set()
+    for sim in (body or {}).get("sims") or []:
+        worker = str(sim.get("worker", ""))
+        if sim.get("state") == "running" and worker.rpartition(":")[2].isdigit():
+            pids.add(int(worker.rpartition(":")[2]))
+    return frozenset(pids)
+
+
 def _progress_value(body: Any) -> float | None:
     if not body:
         return None
@@ -451,9 +470,8 @@ def _progress_value(body: Any) -> float | None:
                for s in body.get("sims") or [])
 
 
-def _trial(stack: _Stack, template: Path, index: int, fault: str, rng: random.Random,
+def _trial(stack: _Stack, template: Path, index: int, fault: str, phase: str, rng: random.Random,
            reference: dict[str, float], args: argparse.Namespace) -> Trial:
-    phase = "run" if fault in RUN_ONLY else rng.choice(("upload", "run"))
     span = reference["upload_s"] if phase == "upload" else reference["run_s"]
     delay = rng.uniform(0.05, 0.8) * span
     trial = Trial(index=index, fault=fault, phase=phase, delay_s=round(delay, 3))
@@ -482,7 +500,7 @@ def _trial(stack: _Stack, template: Path, index: int, fault: str, rng: random.Ra
             time.sleep(delay)
             at_kill = stack.try_api("GET", f"/api/runs/{trial.run_id}", timeout=2.0)
             t_kill = time.monotonic()
-            trial.killed, back = _inject(stack, fault, args.timeout)
+            trial.killed, back = _inject(stack, fault, args.timeout, _busy_workers(at_kill))
             trial.late = bool(at_kill) and at_kill["run"]["state"] in FINAL_RUN_STATES
             trial.ready_s, trial.progress_s = _recover(
                 stack, back, _run_progressed(stack, trial.run_id, at_kill, trial.killed), t_kill,
@@ -646,8 +664,10 @@ def run(args: argparse.Namespace) -> int:
         reference["run_s"] = time.monotonic() - t0
         if state != "completed":
             raise SystemExit(f"the reference run (no fault) ended {state}; see {stack.log}")
+        plan = [(f, phase) for f in faults for phase in PHASES[f]]
         for i in range(args.trials):
-            trial = _trial(stack, template, i + 1, faults[i % len(faults)], rng, reference, args)
+            fault, phase = plan[i % len(plan)]
+            trial = _trial(stack, template, i + 1, fault, phase, rng, reference, args)
             trials.append(trial)
             if not args.json:
                 print(f"  trial {trial.index}: {trial.fault} ({trial.phase}) -> run "

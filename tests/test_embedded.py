@@ -295,7 +295,7 @@ def test_killed_nats_and_s3_are_restarted_with_their_data(stack: Stack) -> None:
 
 
 async def _publish_paced_trace(settings: Settings) -> str:
-    from cascade.bench._runbed import generate_timeline, publish_trace
+    from programs.bench._runbed import generate_timeline, publish_trace
 
     bus = await connect(settings)
     try:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cascade.embedded.supervisor import SupervisedProcess
+from programs.embedded.supervisor import SupervisedProcess
 
 
 class RecordingLogger:

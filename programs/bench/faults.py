@@ -1,6 +1,6 @@
 """`cascade bench faults`: SIGKILL parts of a real `cascade up` at random moments, count the damage.
 
-Starts the real command (this venv's interpreter, ``-m cascade up``) in a fresh
+Starts the real command (this venv's interpreter, ``-m programs.cli up``) in a fresh
 temporary data directory on free ports, imports one generated Accel-Sim trace
 folder and runs it once without a fault (the timing reference), then repeats
 trials. Each trial imports a fresh copy of the folder through the real
@@ -50,7 +50,7 @@ from typing import Any
 
 import msgspec
 
-from cascade.embedded.ports import GRPC_OFFSET, free_port_pairs
+from programs.embedded.ports import GRPC_OFFSET, free_port_pairs
 
 NAME = "faults"
 HELP = "SIGKILL services, simulators, nats-server and S3 mid-upload and mid-run; count lost and duplicated work"
@@ -152,7 +152,7 @@ class _Stack:
     """One `cascade up` process in ``workdir`` on free ports."""
 
     def __init__(self, workdir: Path, ack_wait_s: float) -> None:
-        from cascade.embedded.stack import StackLayout
+        from programs.embedded.stack import StackLayout
 
         nats_port, s3_port, http_port = free_port_pairs(3, offset=GRPC_OFFSET)
         env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
@@ -177,11 +177,11 @@ class _Stack:
 
     def start(self, timeout: float) -> float:
         """Start `cascade up`; seconds until /readyz 200."""
-        from cascade.embedded.stack import read_credentials
+        from programs.embedded.stack import read_credentials
 
         t0 = time.monotonic()
         with self.log.open("ab") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "cascade", "up"], env=self.env,
+            self.proc = subprocess.Popen([sys.executable, "-m", "programs.cli", "up"], env=self.env,
                                          stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         while not self.ready():
             if self.proc.poll() is not None:
@@ -201,7 +201,7 @@ class _Stack:
 
     def components(self) -> dict[str, Any]:
         """``state.json``'s components by name (empty while it is being replaced)."""
-        from cascade.embedded.stack import load_state
+        from programs.embedded.stack import load_state
 
         state = load_state(self.layout)
         return {c.name: c for c in state.components} if state is not None else {}
@@ -235,8 +235,8 @@ class _Stack:
 
     def settings(self) -> Any:
         """Settings reaching this stack's NATS and S3."""
-        from cascade.embedded.stack import read_credentials
-        from cascade.settings import load_settings
+        from cascade.platform.settings import load_settings
+        from programs.embedded.stack import read_credentials
 
         creds = read_credentials(self.layout)
         assert creds is not None
@@ -286,7 +286,7 @@ def _kill(pid: int) -> bool:
 
 def _import(stack: _Stack, folder: Path, timeout: float) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "cascade", "import", str(folder), "--app", stack.base,
+        [sys.executable, "-m", "programs.cli", "import", str(folder), "--app", stack.base,
          "--token", stack.token, "--name", folder.name, "--source-gpu", "SM80_A100",
          "--wait", f"{timeout:g}", "--quiet"],
         env=stack.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -294,7 +294,7 @@ def _import(stack: _Stack, folder: Path, timeout: float) -> subprocess.Popen[str
 
 def _trace_id_of(folder: Path) -> str:
     """The trace id `cascade import` remembered for ``folder`` ("" before it made one)."""
-    from cascade.cli.importer import STATE_NAME
+    from programs.cli.importer import STATE_NAME
 
     try:
         state = json.loads((folder / STATE_NAME).read_text())
@@ -514,12 +514,11 @@ def _trial(stack: _Stack, template: Path, index: int, fault: str, phase: str, rn
 
 async def _check(stack: _Stack, trial: Trial, kernels: int) -> None:
     """Fill in the exactly-once and duplicate counts from KV, S3 and the event stream."""
-    from cascade import subjects
-    from cascade.bus import connect
-    from cascade.results import result_key
-    from cascade.storage import Storage
-    from cascade.tracefiles import parts_prefix
-    from cascade.tracestore import TraceStore
+    from cascade.platform import subjects
+    from cascade.platform.bus import connect
+    from cascade.platform.keys import parts_prefix, result_key
+    from cascade.platform.storage import Storage
+    from cascade.platform.tracestore import TraceStore
 
     settings = stack.settings()
     bus = await connect(settings, name="cascade-bench-faults")

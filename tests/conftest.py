@@ -6,7 +6,7 @@ import importlib.util
 
 pytest_plugins = [
     name
-    for name in ("tests.fixtures_nats", "tests.fixtures_s3", "tests.fixtures_api")
+    for name in ("tests.support.fixtures_nats", "tests.support.fixtures_s3", "tests.support.fixtures_api")
     if importlib.util.find_spec(name) is not None
 ]
 

@@ -5,6 +5,9 @@ timeout killing the whole process group), and unsimulated kernels falling back, 
 from __future__ import annotations
 
 import asyncio
+import os
+import stat
+import sys
 import time
 from pathlib import Path
 
@@ -247,3 +250,46 @@ def test_blocking_runner_timeout_kills_the_group(tmp_path: Path) -> None:
     assert list(pids.glob("*.pids"))
     wait_until_blocking(lambda: not pids_alive(pids), 3, what=f"the stand-in's process group to exit ({pids})",
                         interval=0.02)
+
+
+# the engine's accel-sim model running a binary (moved from the engine's unit tests)
+
+def _stand_in(tmp_path: Path) -> Path:
+    """A stand-in accel-sim.out printing the real log format for two kernels."""
+    text = LOG.read_text()
+    head = "\n".join(line for line in text.splitlines() if line.startswith("-gpgpu_clock_domains"))
+    body = []
+    for uid, cycles in ((1, 1282), (2, 5000)):
+        body += ["kernel_name = _Z6vecAddIfEvPT_S1_S1_i ", f"kernel_launch_uid = {uid} ",
+                 f"gpu_sim_cycle = {cycles}", "gpu_sim_insn = 10516", "gpu_ipc =       8.2028"]
+    script = tmp_path / "accel-sim.out"
+    script.write_text(f"#!{sys.executable}\nimport sys\nassert '-trace' in sys.argv\n"
+                      f"print({(head + chr(10) + chr(10).join(body))!r})\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script
+
+
+def test_accelsim_model_runs_binary_and_maps_kernels(tmp_path: Path) -> None:
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    (trace / "kernelslist.g").write_text("kernel-1.traceg\nkernel-2.traceg\n")
+    cfg = simulate(str(_stand_in(tmp_path)), str(trace), [])
+    t = KernelTable.from_rows([{"name": "vecAdd", "kernel_id": 1, "bytes": 1200.0},
+                               {"name": "vecAdd", "kernel_id": 2, "bytes": 1200.0},
+                               {"name": "other", "kernel_id": 3, "bytes": 1e6}])
+    p = predict(t, "SM80_A100", model="accel-sim", config=cfg)
+    assert p.predicted_ns[:2] == pytest.approx([1282 / 1.607, 5000 / 1.607])
+    assert list(p.models) == ["accel-sim", "accel-sim", "analytical"]
+
+
+def test_accelsim_model_failure_is_reported(tmp_path: Path) -> None:
+    from cascade.errors import CascadeError
+
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    (trace / "kernelslist.g").write_text("kernel-1.traceg\n")
+    bad = tmp_path / "fail.sh"
+    bad.write_text("#!/bin/sh\necho boom\nexit 3\n")
+    os.chmod(bad, 0o755)
+    with pytest.raises(CascadeError, match="exited with 3"):
+        simulate(str(bad), str(trace), [])

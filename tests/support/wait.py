@@ -15,10 +15,10 @@ import asyncio
 import contextlib
 import inspect
 import time
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import TypeVar, cast
 
-from cascade.platform.bus import KV, Bus
+from cascade.platform.bus import KV, Bus, KVChange
 
 T = TypeVar("T")
 
@@ -57,7 +57,8 @@ async def wait_for_kv(
     seen: list[T] = []
 
     async def first_match() -> T:
-        async with contextlib.aclosing(kv.watch(type_, key)) as changes:
+        changes = cast(AsyncGenerator[KVChange[T], None], kv.watch(type_, key))
+        async with contextlib.aclosing(changes):
             async for change in changes:
                 if change.value is None:
                     continue
@@ -101,7 +102,7 @@ async def wait_until(
             last = exc
         else:
             if result:
-                return result  # type: ignore[return-value]
+                return result
             last = result
         if time.monotonic() >= deadline:
             raise TimeoutError(f"timed out after {timeout} s waiting for {what}; last seen: {_shown(last)}")

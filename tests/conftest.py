@@ -1,4 +1,6 @@
-"""Shared pytest configuration: loads the real-server fixtures (NATS, S3)."""
+"""Shared pytest configuration: loads the real-server session fixtures (NATS, S3, the api with a
+finished sim) from ``tests/support``. The tests live in tiers, ``tests/unit``,
+``tests/integration`` and ``tests/e2e``; each folder's conftest marks its tests."""
 
 from __future__ import annotations
 

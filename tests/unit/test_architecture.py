@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support.paths import REPO
+
 ROOTS = {"cascade": REPO / "shared" / "cascade", "services": REPO / "services",
          "programs": REPO / "programs"}
 #: Third-party packages that talk to the network, the bus or storage.

@@ -6,7 +6,7 @@ import re
 
 from cascade.errors import ValidationError
 
-_TOKEN = re.compile(r"^[A-Za-z0-9_\-=]+$")
+_TOKEN = re.compile(r"^[A-Za-z0-9_\-=]+\Z")
 
 
 def check_token(value: str, what: str = "id") -> str:

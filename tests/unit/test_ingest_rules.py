@@ -7,9 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cascade.errors import ValidationError
+from cascade.ids import check_token
 from cascade.platform.keys import kv_token, part_key, split_raw_key
 from cascade.platform.state import TraceRecord
-from cascade.platform.subjects import check_token
 from cascade.platform.tracestore import ExpectedSet, FileRecord, UnitRecord, assess
 from cascade.traces.files import check_name, kernel_stems
 
@@ -35,6 +35,8 @@ def test_accepted_names(name: str, kind: str, unit: str, kid: int | None) -> Non
     "", "..", "../kernel-1.trace", "a/kernel-1.trace", "a\\b.json", "/abs.json", "~x.json",
     "kernel-1.trace\x00", ".kernel-1.trace", "report.nsys-rep", "kernel-x.trace", "kernel-1.trace.gz",
     "notes.txt", "a b.json", "x" * 300 + ".json",
+    # a trailing newline once slipped through `$` (found by `cascade bench hostile`)
+    "kernel-1.traceg\n", "kernelslist.g\n", "timeline.json\n",
 ])
 def test_refused_names(name: str) -> None:
     with pytest.raises(ValidationError) as err:
@@ -95,3 +97,9 @@ def test_assess_counts_only_current_etags_and_lists_missing() -> None:
     assert counted.missing == ["2 of 3 kernel files"]
     empty = assess(record, None, [], [])
     assert empty.missing == ["at least one kernel trace file"] and not empty.complete
+
+
+@pytest.mark.parametrize("token", ["abc\n", "a.b", "a b", "", "a*"])
+def test_tokens_refuse_separators_and_a_trailing_newline(token: str) -> None:
+    with pytest.raises(ValidationError):
+        check_token(token)

@@ -29,11 +29,11 @@ MAX_NAME_LENGTH = 255
 #: The profiler's baseline file (stored, not prepared; ingest copies it into the record).
 BASELINE_NAME = "baseline.json"
 
-_KERNEL = re.compile(r"^(kernel-(\d+)(?:-ctx_0x[0-9a-fA-F]+)?)\.trace(g)?(\.xz)?$")
-_KERNELSLIST = re.compile(r"^kernelslist(\.g)?$")
+_KERNEL = re.compile(r"^(kernel-(\d+)(?:-ctx_0x[0-9a-fA-F]+)?)\.trace(g)?(\.xz)?\Z")
+_KERNELSLIST = re.compile(r"^kernelslist(\.g)?\Z")
 _TIMELINE = re.compile(
-    r"^[A-Za-z0-9][A-Za-z0-9._\-]*\.(json|json\.gz|jsonl|csv|csv\.gz|parquet|sqlite)$")
-_SAFE = re.compile(r"^[A-Za-z0-9._\-]+$")
+    r"^[A-Za-z0-9][A-Za-z0-9._\-]*\.(json|json\.gz|jsonl|csv|csv\.gz|parquet|sqlite)\Z")
+_SAFE = re.compile(r"^[A-Za-z0-9._\-]+\Z")
 
 #: JSON Schema pattern of the names :func:`check_name` accepts (for the OpenAPI document).
 NAME_PATTERN = (r"^(kernel-[0-9]+(-ctx_0x[0-9a-fA-F]+)?\.trace(g)?(\.xz)?|kernelslist(\.g)?|stats\.csv"

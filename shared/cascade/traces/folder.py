@@ -12,7 +12,7 @@ from cascade.kerneltable import KernelTable
 from cascade.traces.parse import DEFAULT_CHUNK_BYTES, KernelFeatures, parse_kernel_file
 
 #: Names of kernel trace files the tracer and its post-processing write.
-KERNEL_FILE_RE = re.compile(r"^kernel-(\d+)(?:-ctx_0x[0-9a-fA-F]+)?\.trace(g)?(\.xz)?$")
+KERNEL_FILE_RE = re.compile(r"^kernel-(\d+)(?:-ctx_0x[0-9a-fA-F]+)?\.trace(g)?(\.xz)?\Z")
 
 
 class ListEntry(msgspec.Struct, frozen=True, kw_only=True):

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cascade.fitting.fit import FitConfig
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -22,7 +26,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    help="shifted-shape protocols to run and record (comma-separated: octave, aspect, "
                         "extremes; 'none' to skip): whole regions of the shape space refitted without "
                         "and scored, about 2 minutes per refit (octave: two)")
+    add_model_options(p)
     p.set_defaults(func=run)
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    """The fitted model's optional physical terms (:class:`cascade.fitting.fit.FitConfig`)."""
+    p.add_argument("--no-split-k", action="store_true",
+                   help="fit and score without split-K GEMMs (the comparison in ACCURACY.md)")
+    p.add_argument("--l2-reuse", action="store_true",
+                   help="fit a share of L2 that a rerun operator's bytes find resident (tried, rejected: "
+                        "the fit drives it to 0; ACCURACY.md)")
+    p.add_argument("--family-fixed", action="store_true",
+                   help="fit a multiplier of the fixed per-kernel time per op family and GPU (tried, "
+                        "rejected: worse on the shifted-shape protocol; ACCURACY.md)")
+
+
+def fit_config(args: argparse.Namespace) -> FitConfig:
+    """The FitConfig the options select."""
+    from cascade.fitting.fit import FitConfig
+
+    return FitConfig(split_k=not args.no_split_k, l2_reuse=args.l2_reuse, family_fixed=args.family_fixed)
 
 
 def _shifts(text: str) -> tuple[str, ...]:
@@ -45,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(calibration_pkg.__file__).with_name("default.json")
     cal = fit_directory(args.data, holdout=args.holdout, evals=args.evals,
                         leave_one_gpu_out=not args.no_leave_one_gpu_out, thorough=args.thorough, log=print,
-                        shifts=_shifts(args.shift))
+                        shifts=_shifts(args.shift), config=fit_config(args))
     save_calibration(cal, out)
     print(f"wrote {out}")
     for section, rows in cal.metrics.items():

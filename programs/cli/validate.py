@@ -22,6 +22,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         "pair, roofline beside scaled (about 2 minutes per refit; octave has two)")
     p.add_argument("--evals", type=int, default=400, help="objective evaluations per search of --shift refits")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    from programs.cli.calibrate import add_model_options
+
+    add_model_options(p)
     p.set_defaults(func=run)
 
 
@@ -75,10 +78,10 @@ def _shifted(args: argparse.Namespace, sets: list) -> int:  # type: ignore[type-
     """The shifted-shape protocol: per region table, then per (protocol, pair) pooled MAPE."""
     from cascade.fitting.report import markdown_table, shift_summary
     from cascade.fitting.shift import shifted_rows
-    from programs.cli.calibrate import _shifts
+    from programs.cli.calibrate import _shifts, fit_config
 
     rows = shifted_rows(sets, _shifts(args.shift), evals=args.evals,
-                        log=lambda m: print(m, file=sys.stderr))
+                        log=lambda m: print(m, file=sys.stderr), config=fit_config(args))
     if args.json:
         doc = {"data": str(args.data), "shift": args.shift, "results": rows}
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(doc), indent=2).decode() + "\n")

@@ -45,6 +45,11 @@ class SpecParams(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Achievable fraction of DRAM bandwidth for streaming kernels."""
     family_bw: dict[str, float] = {}
     """Multiplier on ``bw_eff`` per op family (norm, embedding, ...)."""
+    family_fixed: dict[str, float] = {}
+    """Multiplier on the fixed per-kernel time per op family (norm, embedding, elementwise):
+    a small kernel's time is its launch plus a dependent chain that differs by kernel kind (a
+    block reduction and its barrier in a norm, one load-store in a pointwise op), and the chains
+    scale differently between GPUs than the launch does."""
 
 
 def measurement_context(measurement: str | None) -> str | None:
@@ -73,6 +78,12 @@ class Globals(msgspec.Struct, frozen=True, kw_only=True):
     clock_tau_ns: float = 1.0e6
     """Compute time (at boost) at which a power-limited GPU's clock sits halfway between boost
     and its sustained clock (:func:`cascade.engine.perf.clock_slowdown`)."""
+    l2_resident: float = 0.0
+    """Share of the L2 cache a kernel's DRAM traffic finds resident (0: none). The measured
+    data rerun each operator back to back (Vidur's profiler, NeuSight's harness), so an
+    operator whose bytes fit in L2 is served from it at L2 bandwidth: up to this share of the
+    L2 capacity moves at :attr:`GPUSpec.l2_bandwidth_bps` instead of DRAM bandwidth
+    (:func:`cascade.engine.perf.memory_ns`)."""
     sustained_clock_scale: float = 1.0
     """Power-limited boards' sustained clock under heavy load as a multiple of the spec's
     ``sustained_clock_mhz`` (a datasheet base clock, the floor NVIDIA guarantees at TDP;
@@ -253,11 +264,17 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
         archs = archs if archs is not None else _known_archs()
         context = measurement_context(context)
         family_bw = {fam: self._family_bw(spec, fam, archs, context) for fam in BW_FAMILIES}
+        own = self.specs.get(spec.id)
+        among = set(self.contexts.get(context, ())) if context else set()
+        # the fixed time's per-family shape is the GPU's own measurement (never borrowed: an
+        # uncalibrated GPU keeps one fixed time for every family)
+        family_fixed = dict(own.family_fixed) if own and (not among or spec.id in among) else {}
         return ResolvedParams(
             simt_eff=self._fallback(spec, "simt_eff", spec.efficiency.simt, archs, context),
             tensor_eff=self._fallback(spec, "tensor_eff", spec.efficiency.tensor, archs, context),
             bw_eff=self._fallback(spec, "bw_eff", spec.efficiency.bandwidth, archs, context),
             family_bw=family_bw,
+            family_fixed=family_fixed,
             calibrated=spec.id in self.specs,
         )
 
@@ -337,6 +354,8 @@ class ResolvedParams(msgspec.Struct, frozen=True, kw_only=True):
     bw_eff: float
     family_bw: dict[str, float]
     calibrated: bool
+    family_fixed: dict[str, float] = {}
+    """Multiplier on the fixed per-kernel time per op family (absent: 1)."""
 
 
 def _known_archs() -> dict[str, str]:

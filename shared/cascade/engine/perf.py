@@ -239,6 +239,25 @@ def family_bw_eff(w: Workload, params: ResolvedParams) -> np.ndarray:
     return np.minimum(params.bw_eff * bw_mult, 1.0)
 
 
+def memory_ns(w: Workload, spec: GPUSpec, bw_eff: np.ndarray, l2_resident: float) -> np.ndarray:
+    """DRAM-traffic time of every kernel: bytes / (bandwidth x achievable fraction), where up
+    to ``l2_resident`` x the L2 capacity of a kernel's bytes (a rerun operator's working set
+    still in L2) moves at the L2 bandwidth instead (same achievable fraction)."""
+    if l2_resident <= 0:
+        return w.bytes / (spec.bandwidth_bps * bw_eff) * 1e9
+    cached = np.minimum(np.nan_to_num(w.bytes), l2_resident * spec.l2_bytes)
+    return ((w.bytes - cached) / spec.bandwidth_bps + cached / spec.l2_bandwidth_bps) / bw_eff * 1e9
+
+
+def family_fixed_mult(w: Workload, params: ResolvedParams) -> np.ndarray:
+    """Per kernel, the multiplier of its op family's fixed per-kernel time (1 where none)."""
+    mult = np.ones(len(w))
+    for fam, value in params.family_fixed.items():
+        if fam in ops.FAMILIES and value != 1.0:
+            mult[w.family == ops.FAMILIES.index(fam)] = value
+    return mult
+
+
 def infer_shapeless_work(w: Workload, t_src: np.ndarray, src: GPUSpec, params: ResolvedParams,
                          fixed_src: float) -> tuple[Workload, np.ndarray]:
     """Give kernels with a measured time but no known work (no shapes, FLOPs or bytes) the work
@@ -370,9 +389,11 @@ def kernel_times(
         tiles_n = w.batch * np.ceil(w.n / np.maximum(ta, 1)) * np.ceil(w.m / np.maximum(tb, 1))
     slots = spec.sms * cal.globals.blocks_per_sm
     bw_eff = family_bw_eff(w, params)
-    memory = w.bytes / (spec.bandwidth_bps * bw_eff) * 1e9
+    memory = memory_ns(w, spec, bw_eff, cal.globals.l2_resident)
     work = smooth_max(compute, memory, cal.globals.softness)
     fixed = np.broadcast_to(np.asarray(fixed_ns, dtype=np.float64), (n,))
+    if params.family_fixed:
+        fixed = fixed * family_fixed_mult(w, params)
     total = fixed + work
     regime = np.where(compute >= memory, COMPUTE, MEMORY)
     with np.errstate(invalid="ignore"):

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from cascade.engine.workload import workload_of
-from cascade.fitting.fit import fit_sets
+from cascade.fitting.fit import FitConfig, fit_sets
 from cascade.fitting.layers import layer_rows
 from cascade.fitting.measured import MeasuredSet, Pair, discover, pairs, vidur_tp_degree
 from cascade.fitting.report import markdown_table
@@ -34,7 +34,7 @@ from cascade.gpus.registry import GPURegistry, default_registry
 
 
 def leave_one_tp_out(sets: Sequence[MeasuredSet], *, evals: int = 800,
-                     registry: GPURegistry | None = None) -> list[dict[str, object]]:
+                     registry: GPURegistry | None = None, config: FitConfig | None = None) -> list[dict[str, object]]:
     """For every TP degree in the Vidur sets: refit without any row of that degree (the other
     data sets fit as usual, with their 20% held-out shapes) and score those rows alone."""
     from msgspec import to_builtins
@@ -50,7 +50,7 @@ def leave_one_tp_out(sets: Sequence[MeasuredSet], *, evals: int = 800,
                 return np.zeros(len(pair.keys), dtype=bool)
             return vidur_tp_degree(pair.keys) == tp
 
-        cal = fit_sets(sets, evals=evals, registry=reg, exclude=held, rounds=2)
+        cal = fit_sets(sets, evals=evals, registry=reg, exclude=held, rounds=2, config=config)
         select = {(p.source.dataset, p.source.spec.id, p.target.spec.id): held(p) for p in vidur_pairs}
         for s in evaluate(vidur_pairs, cal, ("roofline", "scaled"), reg=reg, select=select):
             d = to_builtins(s)
@@ -66,7 +66,7 @@ def _gemm_flops(pair: Pair) -> np.ndarray:
 
 
 def leave_largest_out(sets: Sequence[MeasuredSet], *, quantile: float = 0.8, evals: int = 800,
-                      registry: GPURegistry | None = None) -> list[dict[str, object]]:
+                      registry: GPURegistry | None = None, config: FitConfig | None = None) -> list[dict[str, object]]:
     """Refit without every row whose operator's FLOPs exceed the ``quantile`` of its data
     set's (positive) FLOPs, in every pair of that data set, and score those rows alone."""
     from msgspec import to_builtins
@@ -87,7 +87,7 @@ def leave_largest_out(sets: Sequence[MeasuredSet], *, quantile: float = 0.8, eva
         cut = limit.get(pair.source.dataset)
         return np.zeros(len(pair.keys), dtype=bool) if cut is None else _gemm_flops(pair) > cut
 
-    cal = fit_sets(sets, evals=evals, registry=reg, exclude=held, rounds=2)
+    cal = fit_sets(sets, evals=evals, registry=reg, exclude=held, rounds=2, config=config)
     select = {(p.source.dataset, p.source.spec.id, p.target.spec.id): held(p) for p in all_pairs}
     rows: list[dict[str, object]] = []
     for s in evaluate(all_pairs, cal, ("roofline", "scaled"), reg=reg, select=select):
@@ -104,16 +104,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--evals", type=int, default=800, help="objective evaluations per search")
     ap.add_argument("--largest", type=float, metavar="Q",
                     help="leave out the GEMMs above this FLOPs quantile of each data set instead")
+    from programs.cli.calibrate import add_model_options, fit_config
+
+    add_model_options(ap)
     args = ap.parse_args(argv)
+    config = fit_config(args)
     sets = discover(args.data, default_registry())
     if args.largest is not None:
-        rows = leave_largest_out(sets, quantile=args.largest, evals=args.evals) if sets else []
+        rows = leave_largest_out(sets, quantile=args.largest, evals=args.evals, config=config) if sets else []
         if not rows:
             sys.stderr.write(f"no GPU pairs with GEMMs under {args.data}\n")
             return 1
         sys.stdout.write(markdown_table(rows, families=("linear", "bmm")) + "\n")
         return 0
-    rows = leave_one_tp_out(sets, evals=args.evals)
+    rows = leave_one_tp_out(sets, evals=args.evals, config=config)
     if not rows:
         sys.stderr.write(f"no Vidur data with two or more tensor-parallel degrees under {args.data}\n")
         return 1

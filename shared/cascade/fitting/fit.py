@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import os
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -50,9 +49,28 @@ MENU_SHARE = 0.05
 RESIDUAL_WIDTH = 2.0
 RESIDUAL_MIN_ROWS = 5
 _FAMILY_PARAMS = ("norm", "embedding", "elementwise")
-#: Split-K GEMMs in the fitted model (:func:`cascade.engine.perf.split_k_factors`); env
-#: CASCADE_FIT_SPLIT_K=0 fits without (the comparison in ACCURACY.md).
-SPLIT_K = float(os.environ.get("CASCADE_FIT_SPLIT_K", "1"))
+
+
+class FitConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Which physical terms the fitted model has (the comparisons in ``ACCURACY.md``):
+    ``cascade calibrate`` and ``cascade validate --shift`` take them as options and record
+    them in the calibration's ``command``."""
+
+    split_k: bool = True
+    """Split-K GEMMs (:func:`cascade.engine.perf.split_k_factors`; ``Globals.split_k``)."""
+    l2_reuse: bool = False
+    """A fitted share of L2 that a rerun operator's bytes find resident (``Globals.l2_resident``,
+    :func:`cascade.engine.perf.memory_ns`). Off: tried, the fit drives the share to 0
+    (ACCURACY.md)."""
+    family_fixed: bool = False
+    """A fitted multiplier of each GPU's fixed per-kernel time per op family (norm,
+    embedding, elementwise; ``SpecParams.family_fixed``), on per-kernel (``kernel``) data.
+    Off: tried, worse on the shifted-shape protocol (ACCURACY.md)."""
+
+    def options(self) -> str:
+        """The command-line options that select this configuration (empty: the default)."""
+        return (("" if self.split_k else " --no-split-k") + (" --l2-reuse" if self.l2_reuse else "")
+                + (" --family-fixed" if self.family_fixed else ""))
 
 
 def compass_search(f: Callable[[np.ndarray], float], x0: np.ndarray, step: float = 0.3,
@@ -146,12 +164,14 @@ def _build_calibration(x: np.ndarray, layout: _Layout, tiles: dict[str, dict[str
     glob = {"softness": base.globals.softness, "alpha_gemm": base.globals.alpha_gemm,
             "alpha_other": base.globals.alpha_other, "min_tile_area": base.globals.min_tile_area,
             "clock_tau_ns": base.globals.clock_tau_ns, "wave_quant": base.globals.wave_quant,
-            "split_k": base.globals.split_k,
+            "split_k": base.globals.split_k, "l2_resident": base.globals.l2_resident,
             "sustained_clock_scale": base.globals.sustained_clock_scale}
     for value, name in zip(x, layout.names, strict=True):
         match name:
             case ("spec", sid, "family_bw", fam):
                 specs.setdefault(sid, {}).setdefault("family_bw", {})[fam] = float(np.exp(value))  # type: ignore[index]
+            case ("spec", sid, "family_fixed", fam):
+                specs.setdefault(sid, {}).setdefault("family_fixed", {})[fam] = float(np.exp(value))  # type: ignore[index]
             case ("spec", sid, field):
                 specs.setdefault(sid, {})[field] = _sig(float(value))
             case ("floor", kind, sid):
@@ -212,7 +232,8 @@ def _contexts(sets: Sequence[MeasuredSet]) -> dict[str, list[str]]:
     return {k: sorted(v) for k, v in sorted(out.items())}
 
 
-def _initial(sets: Sequence[MeasuredSet]) -> tuple[_Layout, np.ndarray]:
+def _initial(sets: Sequence[MeasuredSet], config: FitConfig | None = None) -> tuple[_Layout, np.ndarray]:
+    config = config or FitConfig()
     names: list[tuple[str, ...]] = []
     x: list[float] = []
     seen: set[tuple[str, ...]] = set()
@@ -238,6 +259,8 @@ def _initial(sets: Sequence[MeasuredSet]) -> tuple[_Layout, np.ndarray]:
         for fam in _FAMILY_PARAMS:
             if np.any(w.family == ops.FAMILIES.index(fam)):
                 add(("spec", sid, "family_bw", fam), 0.0)
+                if config.family_fixed and s.measurement == "kernel":
+                    add(("spec", sid, "family_fixed", fam), 0.0)
         add(("floor", s.measurement, sid), float(np.log(max(np.percentile(s.table["duration_ns"], 1) * 0.8, 500.0))))
     add(("global", "softness"), float(np.log(2.0)))
     for context, (has_gemm, has_other) in kinds.items():  # for the kernel kinds its data has
@@ -248,6 +271,8 @@ def _initial(sets: Sequence[MeasuredSet]) -> tuple[_Layout, np.ndarray]:
             add(("transfer", context, "other"), _logit(0.95))
     add(("global", "min_tile_area"), float(np.log(4096.0)))
     add(("global", "wave_quant"), _logit(0.5))
+    if config.l2_reuse:
+        add(("global", "l2_resident"), _logit(0.5))
     if any(s.spec.sustained_clock_ratio > 1.0 for s in sets):
         add(("global", "clock_tau_ns"), float(np.log(1.0e6)))
         add(("global", "sustained_clock_scale"), 0.0)
@@ -371,7 +396,8 @@ def fit_sets(sets: Sequence[MeasuredSet], *, holdout: float = 0.2, evals: int = 
              anchor: float = 0.15, registry: GPURegistry | None = None,
              log: Callable[[str], None] = lambda _m: None, max_rows: int | None = 3000,
              rounds: int = 3, base_globals: Globals | None = None,
-             exclude: Callable[[Pair], np.ndarray] | None = None, residuals: bool = True) -> Calibration:
+             exclude: Callable[[Pair], np.ndarray] | None = None, residuals: bool = True,
+             config: FitConfig | None = None) -> Calibration:
     """Fit a calibration on measured sets, holding out ``holdout`` of the shapes.
 
     ``max_rows`` caps the fit rows per GPU pair (a stable hash subsample; None = all),
@@ -381,15 +407,18 @@ def fit_sets(sets: Sequence[MeasuredSet], *, holdout: float = 0.2, evals: int = 
     the starting (and unfitted) global parameters. ``exclude`` marks further rows of a pair
     the fit must not see (a shape group held out for an extrapolation test). ``residuals``
     adds each target's shape-residual grid (:func:`_residual_tables`) from the fit rows.
+    ``config`` selects the model's physical terms (:class:`FitConfig`; ``base_globals``'
+    ``split_k`` wins where given).
     """
+    config = config or FitConfig()
     reg = registry or default_registry()
     archs = {s.id: s.arch for s in reg}
     all_pairs = pairs(list(sets))
     prepared = [_prepare(pair, holdout, max_rows, exclude) for pair in all_pairs]
     base = Calibration(id="cascade-default", defaults=_spec_defaults(sets),
-                       globals=base_globals or Globals(split_k=SPLIT_K), contexts=_contexts(sets),
+                       globals=base_globals or Globals(split_k=1.0 if config.split_k else 0.0), contexts=_contexts(sets),
                        tile_menus=_tile_menus([(p.pair.source.spec.arch, p.w) for p in prepared]))
-    layout, x = _initial(sets)
+    layout, x = _initial(sets, config)
     log(f"fitting {len(x)} parameters on {len(prepared)} GPU pairs "
         f"({sum(len(p.measured) for p in prepared)} rows)")
     # every path of the data starts on the least-time rule: an arch of the data is never
@@ -419,10 +448,11 @@ def fit_sets(sets: Sequence[MeasuredSet], *, holdout: float = 0.2, evals: int = 
 def fit_directory(directory: str | Path, *, holdout: float = 0.2, evals: int = 800,
                   registry: GPURegistry | None = None, log: Callable[[str], None] = lambda _m: None,
                   leave_one_gpu_out: bool = True, thorough: bool = False,
-                  shifts: Sequence[str] | None = None) -> Calibration:
+                  shifts: Sequence[str] | None = None, config: FitConfig | None = None) -> Calibration:
     """Fit on every measured file under ``directory`` and record provenance and accuracy:
     held-out shapes, leave-one-GPU-out and (``shifts``, default every protocol of
-    :mod:`cascade.fitting.shift`; empty to skip) the shifted-shape refits."""
+    :mod:`cascade.fitting.shift`; empty to skip) the shifted-shape refits, every fit
+    with the model terms of ``config``."""
     from cascade.fitting.shift import SHIFTS, shifted_rows
     from cascade.fitting.validation import evaluate
 
@@ -435,8 +465,9 @@ def fit_directory(directory: str | Path, *, holdout: float = 0.2, evals: int = 8
         raise ValidationError(f"no Vidur or NeuSight files under {root}", field="data")
     max_rows = None if thorough else 3000
     rounds = 3 if thorough else 2
+    config = config or FitConfig()
     cal = fit_sets(sets, holdout=holdout, evals=evals, registry=reg, log=log, max_rows=max_rows,
-                   rounds=rounds)
+                   rounds=rounds, config=config)
     all_pairs = pairs(sets)
     select_test = {(p.source.dataset, p.source.spec.id, p.target.spec.id): heldout_mask(p.keys, holdout)
                    for p in all_pairs}
@@ -455,7 +486,7 @@ def fit_directory(directory: str | Path, *, holdout: float = 0.2, evals: int = 8
                     rest = [s for s in sets if s.spec.id != out.spec.id]
                     log(f"leave-one-GPU-out: {out.spec.id}")
                     refits[out.spec.id] = fit_sets(rest, holdout=0.0, evals=evals // 2, registry=reg,
-                                                   max_rows=max_rows, rounds=rounds)
+                                                   max_rows=max_rows, rounds=rounds, config=config)
                 cal_wo = refits[out.spec.id]
                 involved = [p for p in all_pairs if (p.source.kind, p.source.dataset) == kind_ds
                             and out.spec.id in (p.source.spec.id, p.target.spec.id)]
@@ -465,13 +496,13 @@ def fit_directory(directory: str | Path, *, holdout: float = 0.2, evals: int = 8
     shifts = SHIFTS if shifts is None else tuple(shifts)
     if shifts:
         metrics["shifted_shapes"] = shifted_rows(sets, shifts, evals=evals // 2, max_rows=max_rows,
-                                                 rounds=rounds, registry=reg, log=log)
+                                                 rounds=rounds, registry=reg, log=log, config=config)
     now = _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
     return Calibration(
         id="cascade-default", version=now[:10], created=now,
         command=(f"cascade calibrate --data {directory} --holdout {holdout} --evals {evals}"
                  + (" --thorough" if thorough else "") + ("" if leave_one_gpu_out else " --no-leave-one-gpu-out")
-                 + ("" if shifts == SHIFTS else f" --shift {','.join(shifts) or 'none'}")),
+                 + ("" if shifts == SHIFTS else f" --shift {','.join(shifts) or 'none'}") + config.options()),
         data_files=_file_digests(sets, root), globals=cal.globals, specs=cal.specs,
         floors_ns=cal.floors_ns, tiles=cal.tiles, metrics=metrics, defaults=cal.defaults,
         contexts=cal.contexts, transfer=cal.transfer, tile_menus=cal.tile_menus, residuals=cal.residuals)

@@ -12,6 +12,8 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import msgspec
+
 from cascade.calibration import Calibration, load_calibration
 
 
@@ -66,6 +68,88 @@ def shift_summary(rows: Iterable[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+class QuoteCheck(msgspec.Struct, frozen=True, kw_only=True):
+    """The expected error a prediction quotes beside what a protocol measured for it."""
+
+    situation: str
+    """``calibrated pair`` (quoted: the shifted figure), ``into an uncalibrated GPU`` or
+    ``from an uncalibrated GPU`` (quoted: the leave-one-GPU-out figure)."""
+    source: str
+    target: str
+    measurement: str
+    protocol: str
+    """The measurement compared: a shifted-shape protocol, or a LOGO cell's data set."""
+    quoted: float
+    measured: float
+
+    @property
+    def ratio(self) -> float:
+        """quoted / measured (1: exact; the issue asks for 1/1.5 .. 1.5)."""
+        return self.quoted / self.measured if self.measured > 0 else float("inf")
+
+
+def quote_checks(cal: Calibration, strict: bool = False) -> list[QuoteCheck]:
+    """For every situation the calibration has measurements of: the figure
+    :func:`cascade.calibration.accuracy.expected_accuracy` quotes, against each measurement
+    of that situation. Calibrated pairs: the quote against each shifted-shape protocol's
+    pooled MAPE of the pair. LOGO cells: the quote for the same pair and measurement kind from
+    the calibration with the cell's left-out GPU removed from its contexts (as if never
+    calibrated), against the cell's MAPE: the quote pools every such cell, this one included,
+    or (``strict``) only the cells of the other left-out GPUs (as a GPU never seen would be
+    quoted)."""
+    from cascade.calibration.accuracy import _cells, _context_of, _rows, expected_accuracy
+    from cascade.calibration import measurement_of
+    from cascade.fitting.shift import pooled
+
+    out: list[QuoteCheck] = []
+    shifted = cal.metrics.get("shifted_shapes")
+    if isinstance(shifted, list) and shifted:
+        for (shift, src, tgt), got in sorted(pooled(shifted).items()):
+            ctx = next((c for c, ids in cal.contexts.items() if src in ids and tgt in ids), "kernel")
+            est = expected_accuracy(cal, src, tgt, ctx)
+            if est.mape_pct is not None:
+                out.append(QuoteCheck(situation="calibrated pair", source=src, target=tgt, measurement=ctx,
+                                      protocol=shift, quoted=est.mape_pct, measured=got))
+    for r in _cells(_rows(cal, "leave_one_gpu_out", "scaled")):
+        gone = str(r.get("left_out"))
+        src, tgt = str(r["source"]), str(r["target"])
+        if gone not in (src, tgt):
+            continue
+        metrics = dict(cal.metrics)
+        if strict:
+            metrics["leave_one_gpu_out"] = [x for x in metrics.get("leave_one_gpu_out", [])  # type: ignore[attr-defined]
+                                            if x.get("left_out") != gone]
+        without = msgspec.structs.replace(cal, metrics=metrics, contexts={c: [s for s in ids if s != gone]
+                                                                          for c, ids in cal.contexts.items()})
+        kind = measurement_of(str(r.get("kind") or "vidur"), str(r.get("dataset") or ""))
+        est = expected_accuracy(without, src, tgt, kind)
+        if est.mape_pct is None:
+            continue
+        sit = "into an uncalibrated GPU" if gone == tgt else "from an uncalibrated GPU"
+        out.append(QuoteCheck(situation=sit + (" (other GPUs' cells)" if strict else ""),
+                              source=src, target=tgt, measurement=kind, protocol=f"LOGO {_context_of(r)} cell",
+                              quoted=est.mape_pct, measured=float(r["mape"])))  # type: ignore[arg-type]
+    return out
+
+
+def quote_table(checks: Iterable[QuoteCheck]) -> str:
+    """Per situation: how many measurements, the quoted / measured ratio's range and how
+    many fall within a factor 1.5; then every check outside it."""
+    checks = list(checks)
+    lines = ["| situation | measurements | quoted / measured, min - max | within 1.5x |", "|---|---|---|---|"]
+    for sit in sorted({c.situation for c in checks}):
+        rs = [c.ratio for c in checks if c.situation == sit]
+        ok = sum(1 / 1.5 <= x <= 1.5 for x in rs)
+        lines.append(f"| {sit} | {len(rs)} | {min(rs):.2f} - {max(rs):.2f} | {ok} of {len(rs)} |")
+    bad = [c for c in checks if not 1 / 1.5 <= c.ratio <= 1.5]
+    if bad:
+        lines += ["", "outside 1.5x:", "", "| situation | source -> target | measurement | protocol | quoted | measured |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {c.situation} | {_short(c.source)} -> {_short(c.target)} | {c.measurement} | {c.protocol} | "
+                  f"{c.quoted:.1f} | {c.measured:.1f} |" for c in bad]
+    return "\n".join(lines)
+
+
 def render(cal: Calibration) -> str:
     """Every metrics section of a calibration as markdown."""
     out = [f"calibration `{cal.id}` {cal.version} (digest {cal.digest()}), command: `{cal.command}`", ""]
@@ -74,6 +158,9 @@ def render(cal: Calibration) -> str:
         if section == "shifted_shapes":
             out += ["per protocol (count-weighted over its regions and data sets) and their mean:", "",
                     shift_summary(rows), ""]  # type: ignore[arg-type]
+    checks = quote_checks(cal) + [c for c in quote_checks(cal, strict=True) if c.situation != "calibrated pair"]
+    if checks:
+        out += ["### quoted vs measured expected error", "", quote_table(checks), ""]
     return "\n".join(out)
 
 

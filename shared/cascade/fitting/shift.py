@@ -26,13 +26,16 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from cascade.engine.workload import workload_of
 from cascade.fitting.measured import MeasuredSet, Pair, pairs
 from cascade.gpus.registry import GPURegistry, default_registry
+
+if TYPE_CHECKING:
+    from cascade.fitting.fit import FitConfig
 
 SHIFTS: tuple[str, ...] = ("octave", "aspect", "extremes")
 ASPECT_QUANTILE = 0.15
@@ -136,9 +139,11 @@ def folds(sets: Sequence[MeasuredSet], shift: str) -> list[list[Region]]:
 
 def shifted_rows(sets: Sequence[MeasuredSet], shifts: Sequence[str] = SHIFTS, *, evals: int = 400,
                  max_rows: int | None = 3000, rounds: int = 2, registry: GPURegistry | None = None,
-                 log: Callable[[str], None] = lambda _m: None) -> list[dict[str, object]]:
-    """Refit without each fold's regions and score them: ErrorStats rows (as dicts, MAPE etc.
-    rounded to 0.01) with ``left_out`` = region and ``shift`` = protocol."""
+                 log: Callable[[str], None] = lambda _m: None,
+                 config: FitConfig | None = None) -> list[dict[str, object]]:
+    """Refit (with the model terms of ``config``) without each fold's regions and score
+    them: ErrorStats rows (as dicts, MAPE etc. rounded to 0.01) with ``left_out`` = region
+    and ``shift`` = protocol."""
     from msgspec import to_builtins
 
     from cascade.fitting.fit import fit_sets
@@ -158,7 +163,7 @@ def shifted_rows(sets: Sequence[MeasuredSet], shifts: Sequence[str] = SHIFTS, *,
 
             log(f"shifted shapes: {shift}, refit without {' + '.join(n for n, _ in fold)}")
             cal = fit_sets(sets, holdout=0.0, evals=evals, registry=reg, exclude=held, rounds=rounds,
-                           max_rows=max_rows)
+                           max_rows=max_rows, config=config)
             for name, fn in fold:
                 select = {(p.source.dataset, p.source.spec.id, p.target.spec.id): fn(p) for p in all_pairs}
                 scored = [p for p in all_pairs if select[(p.source.dataset, p.source.spec.id, p.target.spec.id)].any()]

@@ -1,0 +1,120 @@
+"""Fit configuration (the model's optional physical terms) and the quoted-vs-measured check."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cascade.calibration import Calibration, ResolvedParams
+from cascade.engine import ops
+from cascade.engine.perf import family_fixed_mult, memory_ns
+from cascade.engine.workload import workload_of
+from cascade.fitting.fit import FitConfig, fit_sets
+from cascade.fitting.measured import MeasuredSet
+from cascade.fitting.report import quote_checks, quote_table
+from cascade.gpus import default_registry
+from cascade.kerneltable import KernelTable
+
+SPECS = {s.id: s for s in default_registry()}
+
+
+def _sets(n: int = 120) -> list[MeasuredSet]:
+    rng = np.random.default_rng(11)
+    shapes = [(int(rng.integers(1, 16)), *(int(2 ** rng.uniform(5, 11)) for _ in range(3))) for _ in range(n)]
+    keys = np.asarray([f"{b},{m},{nn},{k}" for b, m, nn, k in shapes], dtype=object)
+    out = []
+    for gid, rate in (("SM80_A100_PCIE_40GB", 1.5e13), ("SM75_T4", 4e12)):
+        rows = [{"name": "bmm", "op": "bmm", "dtype": "fp32", "batch": b, "m": m, "n": nn, "k": k,
+                 "flops": 2.0 * b * m * nn * k, "bytes": 4.0 * b * (m * k + k * nn + m * nn),
+                 "duration_ns": 2e4 + 2e9 * b * m * nn * k / rate} for b, m, nn, k in shapes]
+        out.append(MeasuredSet("neusight", "bmm", gid, SPECS[gid], KernelTable.from_rows(rows), keys,
+                               np.full(n, "bmm", dtype=object), Path(f"{gid}.csv")))
+    return out
+
+
+def test_fit_config_is_a_field_not_an_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CASCADE_FIT_SPLIT_K", "0")  # the old switch: no longer read
+    sets = _sets()
+    on = fit_sets(sets, evals=40, rounds=1, residuals=False)
+    off = fit_sets(sets, evals=40, rounds=1, residuals=False, config=FitConfig(split_k=False))
+    assert on.globals.split_k == 1.0 and off.globals.split_k == 0.0
+    assert on.globals.l2_resident == 0.0  # not a fitted term by default
+    l2 = fit_sets(sets, evals=40, rounds=1, residuals=False, config=FitConfig(l2_reuse=True))
+    assert 0.0 < l2.globals.l2_resident < 1.0  # fitted (logistic), starts at one half
+    assert FitConfig().options() == ""
+    assert FitConfig(split_k=False, l2_reuse=True, family_fixed=True).options() == (
+        " --no-split-k --l2-reuse --family-fixed")
+
+
+def test_cli_options_select_the_fit_config() -> None:
+    from programs.cli.calibrate import add_model_options, fit_config
+
+    p = argparse.ArgumentParser()
+    add_model_options(p)
+    assert fit_config(p.parse_args([])) == FitConfig()
+    got = fit_config(p.parse_args(["--no-split-k", "--l2-reuse"]))
+    assert not got.split_k and got.l2_reuse and not got.family_fixed
+
+
+def _table() -> KernelTable:
+    return KernelTable.from_rows([
+        {"name": "rms_norm_kernel", "op": "norm", "dtype": "fp16", "bytes": 1e6, "duration_ns": 4e3},
+        {"name": "vectorized_elementwise_kernel", "op": "elementwise", "dtype": "fp16", "bytes": 4e8,
+         "duration_ns": 3e5}])
+
+
+def test_memory_time_moves_l2_resident_bytes_at_l2_bandwidth() -> None:
+    w = workload_of(_table())
+    a100 = SPECS["SM80_A100"]
+    eff = np.full(len(w), 0.5)
+    dram = memory_ns(w, a100, eff, 0.0)
+    np.testing.assert_allclose(dram, w.bytes / (a100.bandwidth_bps * 0.5) * 1e9)
+    warm = memory_ns(w, a100, eff, 1.0)
+    # 1 MB fits in the 40 MB L2: all of it at L2 bandwidth; 400 MB: 40 MB of it
+    assert warm[0] == pytest.approx(1e6 / (a100.l2_bandwidth_bps * 0.5) * 1e9)
+    assert warm[1] == pytest.approx(((4e8 - a100.l2_bytes) / a100.bandwidth_bps
+                                     + a100.l2_bytes / a100.l2_bandwidth_bps) / 0.5 * 1e9)
+    assert np.all(warm < dram)
+
+
+def test_family_fixed_multiplies_only_its_family() -> None:
+    w = workload_of(_table())
+    p = ResolvedParams(simt_eff=0.8, tensor_eff=0.7, bw_eff=0.6, family_bw={}, calibrated=True,
+                       family_fixed={"norm": 1.5})
+    mult = family_fixed_mult(w, p)
+    assert list(mult) == [1.5 if f == ops.FAMILIES.index("norm") else 1.0 for f in w.family]
+    assert mult[0] == 1.5 and mult[1] == 1.0
+
+
+def _row(src: str, tgt: str, mape: float, **extra: object) -> dict[str, object]:
+    return {"kind": "neusight", "dataset": "bmm", "family": "bmm", "source": src, "target": tgt,
+            "model": "scaled", "count": 100, "mape": mape, **extra}
+
+
+def test_quote_checks_compare_each_quote_with_each_measurement() -> None:
+    cal = Calibration(
+        contexts={"neusight": ["SM80_A100_PCIE_40GB", "SM75_T4", "SM70_V100_PCIE_32GB"]},
+        metrics={
+            "shifted_shapes": [
+                _row("SM75_T4", "SM80_A100_PCIE_40GB", 8.0, shift="octave", left_out="even"),
+                _row("SM75_T4", "SM80_A100_PCIE_40GB", 16.0, shift="extremes", left_out="smallest 10%"),
+            ],
+            "leave_one_gpu_out": [
+                _row("SM75_T4", "SM80_A100_PCIE_40GB", 30.0, left_out="SM80_A100_PCIE_40GB"),
+                _row("SM75_T4", "SM70_V100_PCIE_32GB", 10.0, left_out="SM70_V100_PCIE_32GB"),
+            ]})
+    checks = quote_checks(cal)
+    pair = [c for c in checks if c.situation == "calibrated pair"]
+    assert {(c.protocol, c.measured) for c in pair} == {("octave", 8.0), ("extremes", 16.0)}
+    assert all(c.quoted == 12.0 for c in pair)  # the mean over the protocols
+    assert sorted(round(c.ratio, 2) for c in pair) == [0.75, 1.5]
+    into = sorted((c.measured, c.quoted) for c in checks if c.situation == "into an uncalibrated GPU")
+    assert into == [(10.0, 20.0), (30.0, 20.0)]  # both cells pooled into the one quote
+    strict = sorted((c.measured, c.quoted) for c in quote_checks(cal, strict=True)
+                    if c.situation.startswith("into"))
+    assert strict == [(10.0, 30.0), (30.0, 10.0)]  # each quoted from the other GPU's cell only
+    table = quote_table(checks)
+    assert "| into an uncalibrated GPU | 2 | 0.67 - 2.00 | 1 of 2 |" in table and "outside 1.5x" in table

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from cascade.fitting.fit import FitConfig
+from cascade.fitting.options import add_model_options, fit_config
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -30,25 +28,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.set_defaults(func=run)
 
 
-def add_model_options(p: argparse.ArgumentParser) -> None:
-    """The fitted model's optional physical terms (:class:`cascade.fitting.fit.FitConfig`)."""
-    p.add_argument("--no-split-k", action="store_true",
-                   help="fit and score without split-K GEMMs (the comparison in ACCURACY.md)")
-    p.add_argument("--l2-reuse", action="store_true",
-                   help="fit a share of L2 that a rerun operator's bytes find resident (tried, rejected: "
-                        "the fit drives it to 0; ACCURACY.md)")
-    p.add_argument("--family-fixed", action="store_true",
-                   help="fit a multiplier of the fixed per-kernel time per op family and GPU (tried, "
-                        "rejected: worse on the shifted-shape protocol; ACCURACY.md)")
-
-
-def fit_config(args: argparse.Namespace) -> FitConfig:
-    """The FitConfig the options select."""
-    from cascade.fitting.fit import FitConfig
-
-    return FitConfig(split_k=not args.no_split_k, l2_reuse=args.l2_reuse, family_fixed=args.family_fixed)
-
-
 def _shifts(text: str) -> tuple[str, ...]:
     from cascade.errors import ValidationError
     from cascade.fitting.shift import SHIFTS
@@ -64,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     """Fit, write the JSON with provenance and print the held-out accuracy."""
     import cascade.calibration as calibration_pkg
     from cascade.calibration import save_calibration
-    from cascade.fitting.fit import fit_directory
+    from cascade.fitting.calibrate import fit_directory
 
     out = Path(args.out) if args.out else Path(calibration_pkg.__file__).with_name("default.json")
     cal = fit_directory(args.data, holdout=args.holdout, evals=args.evals,

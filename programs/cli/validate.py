@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         "pair, roofline beside scaled (about 2 minutes per refit; octave has two)")
     p.add_argument("--evals", type=int, default=400, help="objective evaluations per search of --shift refits")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    from programs.cli.calibrate import add_model_options
+    from cascade.fitting.options import add_model_options
 
     add_model_options(p)
     p.set_defaults(func=run)
@@ -76,9 +76,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _shifted(args: argparse.Namespace, sets: list) -> int:  # type: ignore[type-arg]
     """The shifted-shape protocol: per region table, then per (protocol, pair) pooled MAPE."""
+    from cascade.fitting.options import fit_config
     from cascade.fitting.report import markdown_table, shift_summary
     from cascade.fitting.shift import shifted_rows
-    from programs.cli.calibrate import _shifts, fit_config
+    from programs.cli.calibrate import _shifts
 
     rows = shifted_rows(sets, _shifts(args.shift), evals=args.evals,
                         log=lambda m: print(m, file=sys.stderr), config=fit_config(args))

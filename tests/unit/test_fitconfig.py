@@ -50,7 +50,7 @@ def test_fit_config_is_a_field_not_an_environment_variable(monkeypatch: pytest.M
 
 
 def test_cli_options_select_the_fit_config() -> None:
-    from programs.cli.calibrate import add_model_options, fit_config
+    from cascade.fitting.options import add_model_options, fit_config
 
     p = argparse.ArgumentParser()
     add_model_options(p)

@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--evals", type=int, default=800, help="objective evaluations per search")
     ap.add_argument("--largest", type=float, metavar="Q",
                     help="leave out the GEMMs above this FLOPs quantile of each data set instead")
-    from programs.cli.calibrate import add_model_options, fit_config
+    from cascade.fitting.options import add_model_options, fit_config
 
     add_model_options(ap)
     args = ap.parse_args(argv)

@@ -10,12 +10,9 @@ for data sets with three or more GPUs each GPU is also held out in turn.
 
 from __future__ import annotations
 
-import datetime as _dt
-import hashlib
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import msgspec
 import numpy as np
@@ -33,7 +30,7 @@ from cascade.engine.base import ModelContext
 from cascade.engine.models import ScaledConfig, ScaledModel
 from cascade.engine.perf import kernel_times, residual_cells, target_tiles, tile_key
 from cascade.engine.workload import Workload, workload_of
-from cascade.fitting.measured import MeasuredSet, Pair, discover, pairs
+from cascade.fitting.measured import MeasuredSet, Pair, pairs
 from cascade.gpus.registry import GPURegistry, default_registry
 
 #: Candidate GEMM tiles (first covers n, second covers m).
@@ -380,18 +377,6 @@ def _residual_tables(all_pairs: Sequence[Pair], cal: Calibration, archs: dict[st
     return out
 
 
-def _file_digests(sets: Sequence[MeasuredSet], root: Path) -> dict[str, str]:
-    out: dict[str, str] = {}
-    paths = {s.path for s in sets}
-    for s in sets:
-        dev = s.path.with_name(f"device__{s.gpu_label}.json")
-        if dev.is_file():
-            paths.add(dev)
-    for path in sorted(paths):
-        out[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return out
-
-
 def fit_sets(sets: Sequence[MeasuredSet], *, holdout: float = 0.2, evals: int = 800,
              anchor: float = 0.15, registry: GPURegistry | None = None,
              log: Callable[[str], None] = lambda _m: None, max_rows: int | None = 3000,
@@ -445,76 +430,3 @@ def fit_sets(sets: Sequence[MeasuredSet], *, holdout: float = 0.2, evals: int = 
     return cal
 
 
-def fit_directory(directory: str | Path, *, holdout: float = 0.2, evals: int = 800,
-                  registry: GPURegistry | None = None, log: Callable[[str], None] = lambda _m: None,
-                  leave_one_gpu_out: bool = True, thorough: bool = False,
-                  shifts: Sequence[str] | None = None, config: FitConfig | None = None) -> Calibration:
-    """Fit on every measured file under ``directory`` and record provenance and accuracy:
-    held-out shapes, leave-one-GPU-out and (``shifts``, default every protocol of
-    :mod:`cascade.fitting.shift`; empty to skip) the shifted-shape refits, every fit
-    with the model terms of ``config``."""
-    from cascade.fitting.shift import SHIFTS, shifted_rows
-    from cascade.fitting.validation import evaluate
-
-    reg = registry or default_registry()
-    root = Path(directory).resolve()
-    sets = discover(root, reg)
-    if not sets:
-        from cascade.errors import ValidationError
-
-        raise ValidationError(f"no Vidur or NeuSight files under {root}", field="data")
-    max_rows = None if thorough else 3000
-    rounds = 3 if thorough else 2
-    config = config or FitConfig()
-    cal = fit_sets(sets, holdout=holdout, evals=evals, registry=reg, log=log, max_rows=max_rows,
-                   rounds=rounds, config=config)
-    all_pairs = pairs(sets)
-    select_test = {(p.source.dataset, p.source.spec.id, p.target.spec.id): heldout_mask(p.keys, holdout)
-                   for p in all_pairs}
-    metrics: dict[str, object] = {
-        "heldout_shapes": _summ(evaluate(all_pairs, cal, ("roofline", "scaled"), reg=reg, select=select_test)),
-    }
-    if leave_one_gpu_out:
-        logo: list[dict[str, object]] = []
-        refits: dict[str, Calibration] = {}
-        for kind_ds in sorted({(s.kind, s.dataset) for s in sets}):
-            members = [s for s in sets if (s.kind, s.dataset) == kind_ds]
-            if len(members) < 3:
-                continue
-            for out in members:
-                if out.spec.id not in refits:  # one refit per GPU serves every data set
-                    rest = [s for s in sets if s.spec.id != out.spec.id]
-                    log(f"leave-one-GPU-out: {out.spec.id}")
-                    refits[out.spec.id] = fit_sets(rest, holdout=0.0, evals=evals // 2, registry=reg,
-                                                   max_rows=max_rows, rounds=rounds, config=config)
-                cal_wo = refits[out.spec.id]
-                involved = [p for p in all_pairs if (p.source.kind, p.source.dataset) == kind_ds
-                            and out.spec.id in (p.source.spec.id, p.target.spec.id)]
-                logo.extend({**r, "left_out": out.spec.id}
-                            for r in _summ(evaluate(involved, cal_wo, ("roofline", "scaled"), reg=reg)))
-        metrics["leave_one_gpu_out"] = logo
-    shifts = SHIFTS if shifts is None else tuple(shifts)
-    if shifts:
-        metrics["shifted_shapes"] = shifted_rows(sets, shifts, evals=evals // 2, max_rows=max_rows,
-                                                 rounds=rounds, registry=reg, log=log, config=config)
-    now = _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
-    return Calibration(
-        id="cascade-default", version=now[:10], created=now,
-        command=(f"cascade calibrate --data {directory} --holdout {holdout} --evals {evals}"
-                 + (" --thorough" if thorough else "") + ("" if leave_one_gpu_out else " --no-leave-one-gpu-out")
-                 + ("" if shifts == SHIFTS else f" --shift {','.join(shifts) or 'none'}") + config.options()),
-        data_files=_file_digests(sets, root), globals=cal.globals, specs=cal.specs,
-        floors_ns=cal.floors_ns, tiles=cal.tiles, metrics=metrics, defaults=cal.defaults,
-        contexts=cal.contexts, transfer=cal.transfer, tile_menus=cal.tile_menus, residuals=cal.residuals)
-
-
-def _summ(stats: Sequence[object]) -> list[dict[str, object]]:
-    from msgspec import to_builtins
-
-    rows = []
-    for s in stats:
-        d = to_builtins(s)
-        for k in ("mape", "median_ape", "p90_ape"):
-            d[k] = round(d[k], 2)
-        rows.append(d)
-    return rows

@@ -97,8 +97,8 @@ def quote_checks(cal: Calibration, strict: bool = False) -> list[QuoteCheck]:
     calibrated), against the cell's MAPE: the quote pools every such cell, this one included,
     or (``strict``) only the cells of the other left-out GPUs (as a GPU never seen would be
     quoted)."""
-    from cascade.calibration.accuracy import _cells, _context_of, _rows, expected_accuracy
     from cascade.calibration import measurement_of
+    from cascade.calibration.accuracy import _cells, _context_of, _rows, expected_accuracy
     from cascade.fitting.shift import pooled
 
     out: list[QuoteCheck] = []

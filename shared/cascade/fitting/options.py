@@ -1,0 +1,29 @@
+"""Command-line options of the fit's model terms (``cascade calibrate`` / ``validate``,
+``python -m cascade.fitting.extrapolate``); argparse only, so ``--help`` stays light."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cascade.fitting.fit import FitConfig
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    """The fitted model's optional physical terms (:class:`cascade.fitting.fit.FitConfig`)."""
+    p.add_argument("--no-split-k", action="store_true",
+                   help="fit and score without split-K GEMMs (the comparison in ACCURACY.md)")
+    p.add_argument("--l2-reuse", action="store_true",
+                   help="fit a share of L2 that a rerun operator's bytes find resident (tried, rejected: "
+                        "the fit drives it to 0; ACCURACY.md)")
+    p.add_argument("--family-fixed", action="store_true",
+                   help="fit a multiplier of the fixed per-kernel time per op family and GPU (tried, "
+                        "rejected: worse on the shifted-shape protocol; ACCURACY.md)")
+
+
+def fit_config(args: argparse.Namespace) -> FitConfig:
+    """The FitConfig the options select."""
+    from cascade.fitting.fit import FitConfig
+
+    return FitConfig(split_k=not args.no_split_k, l2_reuse=args.l2_reuse, family_fixed=args.family_fixed)

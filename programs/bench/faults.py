@@ -50,8 +50,6 @@ from typing import Any
 
 import msgspec
 
-from programs.embedded.ports import GRPC_OFFSET, free_port_pairs
-
 NAME = "faults"
 HELP = "SIGKILL services, simulators, nats-server and S3 mid-upload and mid-run; count lost and duplicated work"
 
@@ -152,25 +150,14 @@ class _Stack:
     """One `cascade up` process in ``workdir`` on free ports."""
 
     def __init__(self, workdir: Path, ack_wait_s: float) -> None:
-        from programs.embedded.stack import StackLayout
+        from programs.embedded.stack import StackLayout, isolated_environment
 
-        nats_port, s3_port, http_port = free_port_pairs(3, offset=GRPC_OFFSET)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
-        env.update(
-            CASCADE_DATA_DIR=str(workdir / "data"),
-            CASCADE_NATS_URL=f"nats://127.0.0.1:{nats_port}",
-            CASCADE_S3_ENDPOINT=f"http://127.0.0.1:{s3_port}",
-            CASCADE_HTTP_PORT=str(http_port),
-            CASCADE_LOG_FORMAT="json",
-            CASCADE_SAMPLES="false",
-            CASCADE_JOB_ACK_WAIT_S=f"{ack_wait_s:g}",
-            CASCADE_JOB_MAX_DELIVER="5",
-            CASCADE_RECONCILE_INTERVAL_S="5",
-        )
+        env = isolated_environment(workdir / "data", samples="false", job_ack_wait_s=f"{ack_wait_s:g}",
+                                   job_max_deliver="5", reconcile_interval_s="5")
         self.env = env
         self.workdir = workdir
         self.layout = StackLayout(workdir / "data")
-        self.base = f"http://127.0.0.1:{http_port}"
+        self.base = f"http://127.0.0.1:{env['CASCADE_HTTP_PORT']}"
         self.log = workdir / "cascade-up.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.token = ""

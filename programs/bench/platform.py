@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -27,8 +26,6 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
-
-from programs.embedded.ports import GRPC_OFFSET, free_port_pairs
 
 NAME = "platform"
 HELP = "time `cascade up` to /readyz 200 and measure the idle stack's resident memory"
@@ -190,16 +187,10 @@ def _stop(proc: subprocess.Popen[bytes]) -> tuple[int, float]:
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark and print its figures."""
     workdir = Path(tempfile.mkdtemp(prefix="cascade-bench-platform-"))
-    nats_port, s3_port, http_port = free_port_pairs(3, offset=GRPC_OFFSET)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
-    env.update(
-        CASCADE_DATA_DIR=str(workdir / "data"),
-        CASCADE_NATS_URL=f"nats://127.0.0.1:{nats_port}",
-        CASCADE_S3_ENDPOINT=f"http://127.0.0.1:{s3_port}",
-        CASCADE_HTTP_PORT=str(http_port),
-        CASCADE_LOG_FORMAT="json",
-    )
-    url = f"http://127.0.0.1:{http_port}/readyz"
+    from programs.embedded.stack import isolated_environment
+
+    env = isolated_environment(workdir / "data")
+    url = f"http://127.0.0.1:{env['CASCADE_HTTP_PORT']}/readyz"
     log = workdir / "cascade-up.log"
     try:
         proc, cold = _start(env, log, url, args.timeout)

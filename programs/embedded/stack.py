@@ -744,3 +744,23 @@ def _fetch_json(url: str, timeout: float) -> Any:
             return json.loads(resp.read().decode("utf-8"))
     except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
         return {"error": f"{url} unreachable: {exc}"}
+
+
+def isolated_environment(data_dir: Path, base: Mapping[str, str] | None = None,
+                         **settings: str) -> dict[str, str]:
+    """Environment of a `cascade up` of its own: ``data_dir``, free ports for NATS, S3 and
+    HTTP, JSON logs, no ``CASCADE_*`` inherited; ``settings`` add ``CASCADE_<NAME>=value``."""
+    from programs.embedded.ports import GRPC_OFFSET, free_port_pairs
+
+    nats_port, s3_port, http_port = free_port_pairs(3, offset=GRPC_OFFSET)
+    env = {k: v for k, v in (os.environ if base is None else base).items()
+           if not k.startswith("CASCADE_")}
+    env.update(
+        CASCADE_DATA_DIR=str(data_dir),
+        CASCADE_NATS_URL=f"nats://127.0.0.1:{nats_port}",
+        CASCADE_S3_ENDPOINT=f"http://127.0.0.1:{s3_port}",
+        CASCADE_HTTP_PORT=str(http_port),
+        CASCADE_LOG_FORMAT="json",
+    )
+    env.update({f"CASCADE_{k.upper()}": v for k, v in settings.items()})
+    return env

@@ -29,12 +29,12 @@ from cascade.platform.bus import connect
 from cascade.platform.settings import Settings, load_settings
 from cascade.platform.storage import Storage
 from programs.embedded.nats import nats_host_port, render_config
-from programs.embedded.ports import GRPC_OFFSET, free_port_pairs
 from programs.embedded.procs import pid_alive
 from programs.embedded.stack import (
     StackLayout,
     child_environment,
     ensure_credentials,
+    isolated_environment,
     load_state,
     read_credentials,
 )
@@ -118,17 +118,7 @@ class Stack:
 
 
 def _stack_env(tmp_path: Path) -> dict[str, str]:
-    nats_port, s3_port, http_port = free_port_pairs(3, offset=GRPC_OFFSET)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
-    env.update(
-        CASCADE_DATA_DIR=str(tmp_path / "data"),
-        CASCADE_NATS_URL=f"nats://127.0.0.1:{nats_port}",
-        CASCADE_S3_ENDPOINT=f"http://127.0.0.1:{s3_port}",
-        CASCADE_HTTP_PORT=str(http_port),
-        CASCADE_LOG_FORMAT="json",
-        CASCADE_SAMPLES="false",
-    )
-    return env
+    return isolated_environment(tmp_path / "data", samples="false")
 
 
 @pytest.fixture

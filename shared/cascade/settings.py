@@ -117,6 +117,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     presign_ttl_s: Annotated[
         int, _doc("Lifetime of presigned upload/download URLs, in seconds", ge=1, le=7 * 24 * 3600)
     ] = 3600
+    presign_put_ttl_s: Annotated[
+        int, _doc("Lifetime of a single-PUT upload URL, in seconds (at most presign_ttl_s): "
+                  "short, so a URL cannot replace its file long after it arrived", ge=1,
+                  le=7 * 24 * 3600)
+    ] = 900
 
     # --- local state -----------------------------------------------------
     data_dir: Annotated[

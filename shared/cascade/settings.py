@@ -123,6 +123,21 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                   le=7 * 24 * 3600)
     ] = 900
 
+    # --- hostile input ---------------------------------------------------
+    trace_json_max_string_chars: Annotated[
+        int, _doc("Longest JSON string in a Chrome-trace (PyTorch/Kineto) file, in characters",
+                  ge=64)
+    ] = 1 << 20
+    trace_json_max_value_bytes: Annotated[
+        int, _doc("Largest single value (one event) in a Chrome-trace file, in bytes", ge=1024)
+    ] = 16 << 20
+    trace_json_max_depth: Annotated[
+        int, _doc("Deepest array/object nesting inside one Chrome-trace event", ge=2, le=900)
+    ] = 64
+    trace_json_max_events: Annotated[
+        int, _doc("Most events in one Chrome-trace file", ge=1)
+    ] = 50_000_000
+
     # --- local state -----------------------------------------------------
     data_dir: Annotated[
         str, _doc("Directory for the embedded stack's data (NATS store, S3 data, credentials)", min_length=1)

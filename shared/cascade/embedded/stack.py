@@ -39,6 +39,7 @@ import msgspec
 
 from cascade.embedded import nats as nats_conf
 from cascade.embedded.binaries import nats_server_binary, weed_binary
+from cascade.embedded.locate import remember_stack
 from cascade.embedded.ports import GRPC_OFFSET, port_is_free, wait_port
 from cascade.embedded.procs import child_kwargs, group_members, open_log, pid_alive, tail
 from cascade.embedded.seaweed import (
@@ -557,6 +558,7 @@ class EmbeddedStack:
         await self.nats.start()
         await self.s3.start()
         self.write_state()
+        remember_stack(self.layout.root, self.http_url)  # `cascade status` from any folder
 
         deadline = time.monotonic() + self.start_timeout_s
         await asyncio.gather(self._bootstrap_bus(deadline), self._bootstrap_s3(deadline))

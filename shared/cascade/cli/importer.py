@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from cascade.client import ApiError, AppUnreachableError, CascadeClient, UploadError, md5_etag
-from cascade.errors import NotFoundError, ValidationError
+from cascade.errors import CascadeError, ConfigError, NotFoundError, ValidationError
 from cascade.tracefiles import check_name
 
 STATE_NAME = ".cascade-import.json"
@@ -330,22 +330,25 @@ async def _earlier_trace(api: CascadeClient, args: argparse.Namespace, entry: di
 
 async def run_import(args: argparse.Namespace) -> dict[str, Any]:
     """Do the import; returns a summary (trace id, uploaded, skipped, final state)."""
+    for option, default in (("resume", False), ("timeout", 300.0), ("token_source", None),
+                            ("trace_id", None), ("name", None), ("token", None), ("app", None)):
+        if not hasattr(args, option):
+            setattr(args, option, default)
     path: Path = args.path.resolve()
     files, skipped_files = classify_files(path)
     if not getattr(args, "quiet", False):
         for skipped_name, why in skipped_files.items():
             print(f"skipped {skipped_name}: {why}")
-    if not getattr(args, "app", None):
+    if not args.app:
         args.app = default_url()
-    if getattr(args, "token_source", None) is None:
+    if args.token_source is None:
         args.token, args.token_source = resolve_token(args.token, args.app)
     name = args.name or path.name
     state_path = state_file_for(path, args.state_file)
     state = _load_state(state_path)
     entry_key = f"{args.app.rstrip('/')} {path}"
     entry: dict[str, Any] = dict(state.get(entry_key) or {})
-    async with CascadeClient(args.app, args.token,
-                             timeout=float(getattr(args, "timeout", 300.0))) as api:
+    async with CascadeClient(args.app, args.token, timeout=float(args.timeout)) as api:
         trace = await _earlier_trace(api, args, entry, name, path)
         if trace is None:
             source_gpu = source_gpu_for(files, args.source_gpu,
@@ -442,6 +445,12 @@ def main(args: argparse.Namespace) -> int:
         line, code = failure_line(exc, args.app or DEFAULT_URL, args.token_source or "")
         print(line, file=sys.stderr)
         return code
+    except ConfigError as exc:
+        print(f"cascade import: {exc}", file=sys.stderr)
+        return 2
+    except CascadeError as exc:
+        print(f"cascade import: {exc}", file=sys.stderr)
+        return 1
     print(f"trace {summary['trace_id']} (name {summary['name']}): uploaded "
           f"{summary['uploaded']}, already there {summary['skipped']}, skipped "
           f"{len(summary['skipped_files'])} other files, state {summary['state']}")

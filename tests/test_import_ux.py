@@ -109,7 +109,7 @@ async def test_app_failing_with_500_is_one_line_exit_1(tmp_path: Path) -> None:
 # ---- a real app ----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 async def stack(s3_server: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[TracesStack]:
-    async with running_stack(s3_server, tmp_path_factory.mktemp("importux"), prepare=False) as s:
+    async with running_stack(s3_server, tmp_path_factory.mktemp("importux")) as s:
         yield s
 
 
@@ -169,28 +169,63 @@ async def test_reimport_rules(stack: TracesStack, tmp_path: Path) -> None:
     def trace_id(out: str) -> str:
         return out.split("trace ", 1)[1].split()[0]
 
-    # a sealed earlier trace is never reused: the folder becomes a new trace, new name
+    # a ready earlier trace holding exactly this folder: nothing to do (and no seal again)
     sealed_folder = _folder(tmp_path, "sealed")
-    rc, out, err = await run(sealed_folder, "--name", "first")
-    assert rc == 0, err
+    rc, out, err = await run(sealed_folder, "--name", "first", "--wait", "60")
+    assert rc == 0 and "state ready" in out, out + err
     first = trace_id(out)
-    rc, out, err = await run(sealed_folder, "--name", "second")
+    rc, out, err = await run(sealed_folder)
+    assert rc == 0, err
+    lines = out.strip().splitlines()
+    assert lines[0] == (f"trace {first} (name first) already holds this folder (ready); "
+                        "nothing to upload")
+    assert lines[1].startswith(f"trace {first} (name first): uploaded 0, already there 1")
+    # a sealed earlier trace is never reused under a new name: the folder becomes a new trace
+    rc, out, err = await run(sealed_folder, "--name", "second", "--wait", "60")
     assert rc == 0, err
     lines = out.strip().splitlines()
     assert lines[0] == (f"the earlier upload of this folder, trace {first} (name first), is "
-                        "sealed; importing it as a new trace (name second)")
+                        "sealed (ready); importing it as a new trace (name second)")
     second = trace_id(lines[1])
     traces = await _traces(stack)
     assert second != first and traces[first]["name"] == "first"
-    assert traces[second]["name"] == "second" and traces[second]["sealed"]
+    assert traces[second]["name"] == "second" and traces[second]["state"] == "ready"
     # the same with a wrong token: a clear 401, and neither trace is touched
     rc, _, err = await run(sealed_folder, "--name", "third",
                            token_env=_env(tmp_path, CASCADE_API_TOKEN="wrong"))
     assert rc == 2 and "refused the token (401 unauthorized)" in _one_line(err)
     assert await _traces(stack) == traces
-    # --resume of a sealed trace is refused in one line
+    # --resume of a ready trace is refused in one line
     rc, _, err = await run(sealed_folder, "--resume")
-    assert rc == 1 and f"cannot resume trace {second} (name second): it is sealed" in _one_line(err)
+    assert rc == 1 and f"cannot resume trace {second} (name second): it is ready" in _one_line(err)
+
+    # sealed incomplete (an interrupted upload): continued with --resume only
+    async with stack.client() as api:
+        cut = {}
+        for label in ("resumed", "renewed"):
+            folder = _folder(tmp_path, label)
+            rc, out, err = await run(folder, "--name", label, "--no-seal")
+            assert rc == 0, err
+            cut[label] = (folder, trace_id(out))
+            await api.seal(cut[label][1], expected_files=["kernels.csv", "stats.csv"])
+            await api.wait_for_state(cut[label][1], {"incomplete"}, timeout=30)
+    folder, tid = cut["renewed"]
+    rc, out, err = await run(folder)
+    assert rc == 0, err
+    assert out.splitlines()[0] == (f"the earlier upload of this folder, trace {tid} (name "
+                                   "renewed), is sealed (incomplete); importing it as a new trace "
+                                   "(name renewed); --resume continues the earlier one instead")
+    assert trace_id(out.splitlines()[1]) != tid
+    folder, tid = cut["resumed"]
+    (folder / "stats.csv").write_text("kernel,cycles\n1,2\n")  # the file it missed
+    rc, out, err = await run(folder, "--resume")
+    assert "Traceback" not in err
+    assert out.splitlines()[0] == (f"resuming trace {tid} (name resumed, sealed incomplete) from "
+                                   "the earlier upload of this folder")
+    assert out.splitlines()[1].startswith(f"trace {tid} (name resumed): uploaded 1, already "
+                                          "there 1")
+    async with stack.client() as api:
+        assert (await api.wait_for_state(tid, {"ready"}, timeout=30))["state"] == "ready"
 
     # an unsealed earlier upload resumes when the name agrees (or none is given), saying so
     open_folder = _folder(tmp_path, "open")

@@ -10,10 +10,12 @@ any folder, see ``cascade status``), else http://127.0.0.1:8080; ``--token``, el
 
 Re-importing a folder: the trace id of every (app, PATH) pair is kept in a state file
 (``.cascade-import.json`` next to the data, or under ``~/.cascade/`` when that folder is
-read-only). An earlier upload that is not sealed yet is resumed (files the app holds with
-the same size and ETag are skipped) when ``--resume`` asks for it, or when no other
-``--name`` is given, and the command says so; an earlier trace that is sealed is left as it
-is and the folder becomes a new trace under the name given.
+read-only), and the command says in one line what it does with it. An earlier upload that
+is not sealed yet is resumed (files the app holds with the same size and ETag are skipped)
+when ``--resume`` asks for it or when no other ``--name`` is given. A sealed one is never
+reused under another name or with other files: the folder becomes a new trace (a ready
+trace that already holds exactly this folder is left as it is, nothing uploaded); one sealed
+incomplete (an interrupted ``cascade profile``) is finished with ``--resume``.
 
 Exit status: 0 done; 1 the app refused the request or the trace failed / is incomplete;
 2 the app could not be reached or refused the token. Errors are one line on stderr.
@@ -286,8 +288,12 @@ def _say(text: str) -> None:
 
 
 async def _earlier_trace(api: CascadeClient, args: argparse.Namespace, entry: dict[str, Any],
-                         name: str, path: Path) -> dict[str, Any] | None:
-    """The trace to continue, or None for a new one (saying which, in one line)."""
+                         name: str, path: Path, files: list[Path]) -> dict[str, Any] | None:
+    """The trace to continue, or None for a new one (saying which, in one line).
+
+    Ready earlier trace: the same again (name agreeing, every file there) is a no-op,
+    anything else a new trace. Sealed but not ready (incomplete, failed): continued with
+    ``--resume`` only. Unsealed: continued with ``--resume`` or when the name agrees."""
     if args.trace_id:
         return await api.get_trace(args.trace_id)
     earlier_id = entry.get("trace_id")
@@ -308,23 +314,37 @@ async def _earlier_trace(api: CascadeClient, args: argparse.Namespace, entry: di
                                   field="--resume") from None
         return None
     old_name = str(earlier.get("name", ""))
-    sealed = bool(earlier.get("sealed")) or earlier.get("state") == "ready"
-    if sealed:
+    state = str(earlier.get("state", ""))
+    agrees = not args.name or args.name == old_name
+    earlier_of = f"the earlier upload of this folder, trace {earlier_id} (name {old_name})"
+    if state == "ready":
         if args.resume:
             raise ValidationError(
-                f"cannot resume trace {earlier_id} (name {old_name}): it is sealed "
-                f"({earlier.get('state')}); drop --resume to import {path} as a new trace",
+                f"cannot resume trace {earlier_id} (name {old_name}): it is ready (sealed, it "
+                f"takes no more uploads); drop --resume to import {path} as a new trace",
                 field="--resume")
-        _say(f"the earlier upload of this folder, trace {earlier_id} (name {old_name}), is "
-             f"sealed; importing it as a new trace (name {name})")
+        remote = {f["name"]: f for f in earlier.get("files", [])}
+        sizes: dict[str, int] = dict(entry.get("part_sizes") or {})
+        if agrees and all(already_there(f, remote.get(f.name), sizes.get(f.name)) for f in files):
+            _say(f"trace {earlier_id} (name {old_name}) already holds this folder (ready); "
+                 "nothing to upload")
+            return earlier
+        _say(f"{earlier_of}, is sealed (ready); importing it as a new trace (name {name})")
         return None
-    if args.resume or not args.name or args.name == old_name:
+    if earlier.get("sealed"):
+        if args.resume:
+            _say(f"resuming trace {earlier_id} (name {old_name}, sealed {state}) from the "
+                 "earlier upload of this folder")
+            return earlier
+        _say(f"{earlier_of}, is sealed ({state}); importing it as a new trace (name {name}); "
+             "--resume continues the earlier one instead")
+        return None
+    if args.resume or agrees:
         _say(f"resuming trace {earlier_id} (name {old_name}) from the earlier upload of this "
              "folder")
         return earlier
-    _say(f"the earlier upload of this folder, trace {earlier_id} (name {old_name}), is not "
-         f"sealed and stays as it is; importing a new trace (name {name}); --resume continues "
-         "the earlier one instead")
+    _say(f"{earlier_of}, is not sealed and stays as it is; importing a new trace (name {name}); "
+         "--resume continues the earlier one instead")
     return None
 
 
@@ -349,7 +369,7 @@ async def run_import(args: argparse.Namespace) -> dict[str, Any]:
     entry_key = f"{args.app.rstrip('/')} {path}"
     entry: dict[str, Any] = dict(state.get(entry_key) or {})
     async with CascadeClient(args.app, args.token, timeout=float(args.timeout)) as api:
-        trace = await _earlier_trace(api, args, entry, name, path)
+        trace = await _earlier_trace(api, args, entry, name, path, files)
         if trace is None:
             source_gpu = source_gpu_for(files, args.source_gpu,
                                         force=bool(getattr(args, "force_source_gpu", False)))
@@ -380,7 +400,7 @@ async def run_import(args: argparse.Namespace) -> dict[str, Any]:
             _save_state(state_path, state)
             await _upload_all(api, trace_id, answer["uploads"], by_name, quiet=args.quiet)
         final = trace
-        if not args.no_seal:
+        if not args.no_seal and not (trace.get("state") == "ready" and not todo):
             final = await api.seal(trace_id, expected_files=[f.name for f in files],
                                    skipped_files=skipped_files or None)
             if args.wait > 0:

@@ -17,6 +17,7 @@ RUN python -c "import tomllib; print('\\n'.join(tomllib.load(open('pyproject.tom
 # The code, installed in place so the bundled samples/ next to it are found.
 COPY shared ./shared
 COPY services ./services
+COPY programs ./programs
 COPY samples ./samples
 RUN pip install --no-deps -e . \
  && useradd --system --uid 10001 --home-dir /var/lib/cascade --create-home cascade

@@ -30,7 +30,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check shared services tests
+	$(BIN)/ruff check shared services programs tests
 	$(BIN)/mypy
 
 bench: $(STAMP)

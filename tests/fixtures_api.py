@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp.test_utils import TestClient
-from cascade.bus import Bus
-from cascade.settings import Settings
-from cascade.storage import Storage
 
+from cascade.platform.bus import Bus
+from cascade.platform.settings import Settings
+from cascade.platform.storage import Storage
 from tests.test_v1 import FinishedSim, make_finished_sim, start_client
 
 

@@ -4,10 +4,10 @@ Loaded by ``tests/conftest.py`` (``pytest_plugins``).
 
 Fixtures:
 
-- ``nats_server`` (session): a running :class:`cascade.natsserver.NatsServer`.
+- ``nats_server`` (session): a running :class:`programs.embedded.nats.NatsServer`.
 - ``nats_url`` (session): its client URL.
 - ``bus_settings`` (function): real Settings pointing at it (short drain/ack waits).
-- ``bus`` (function): a connected :class:`cascade.bus.Bus` with streams ensured.
+- ``bus`` (function): a connected :class:`cascade.platform.bus.Bus` with streams ensured.
 
 Tests that share the server use unique ids (``unique()``) for subjects and
 durables, so they never see each other's messages.
@@ -20,9 +20,10 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from cascade.bus import Bus, connect
-from cascade.natsserver import NatsServer
-from cascade.settings import Settings, load_settings
+
+from cascade.platform.bus import Bus, connect
+from cascade.platform.settings import Settings, load_settings
+from programs.embedded.nats import NatsServer
 
 
 def unique(prefix: str = "t") -> str:

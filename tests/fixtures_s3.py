@@ -8,10 +8,10 @@ Fixtures:
 
 - ``s3_server`` (session): an :class:`S3Server` with ``endpoint``,
   ``access_key``, ``secret_key``, ``region``, ``data_dir``, ``log_path``, ``pid``.
-- ``storage`` (function): an open :class:`cascade.storage.Storage` on a fresh,
+- ``storage`` (function): an open :class:`cascade.platform.storage.Storage` on a fresh,
   empty bucket of its own.
 
-Helper: :func:`s3_settings` builds a real :class:`cascade.settings.Settings`
+Helper: :func:`s3_settings` builds a real :class:`cascade.platform.settings.Settings`
 pointing at the server.
 """
 
@@ -29,17 +29,18 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from botocore.session import get_session
-from cascade.embedded.binaries import weed_binary
-from cascade.embedded.ports import can_connect
-from cascade.embedded.procs import spawn, stop_popen, tail, wait_until
-from cascade.embedded.seaweed import (
+
+from cascade.platform.settings import Settings, load_settings
+from cascade.platform.storage import Storage
+from programs.embedded.binaries import weed_binary
+from programs.embedded.ports import can_connect
+from programs.embedded.procs import spawn, stop_popen, tail, wait_until
+from programs.embedded.seaweed import (
     generate_credentials,
     pick_ports,
     weed_mini_argv,
     write_s3_config,
 )
-from cascade.settings import Settings, load_settings
-from cascade.storage import Storage
 
 START_TIMEOUT_S = 60.0
 

@@ -10,14 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cascade.accelsimrun import (
-    BIN_VAR,
-    CONFIGS_VAR,
-    discover,
-    refuse_timeline_trace,
-    require,
-    run_accelsim,
-)
+
 from cascade.engine import predict
 from cascade.engine.accelsim import (
     AccelSimConfig,
@@ -27,7 +20,15 @@ from cascade.engine.accelsim import (
 from cascade.engine.perf import NOT_SIMULATED
 from cascade.errors import AccelSimError, JobTimeoutError, ValidationError
 from cascade.kerneltable import KernelTable
-
+from cascade.platform.accelsim import (
+    BIN_VAR,
+    CONFIGS_VAR,
+    discover,
+    refuse_timeline_trace,
+    require,
+    run_accelsim,
+    simulate,
+)
 from tests.accelsim_helpers import make_binary, make_config, pids_alive
 from tests.accelsim_standin import cycles_of
 
@@ -208,9 +209,8 @@ def test_blocking_predict_runs_the_binary_without_an_event_loop(tmp_path: Path) 
     cfg = make_config(tmp_path / "configs", "SM80_A100", pace_s=0.01, skip="2")
     _trace(tmp_path / "trace", 3)
     table = KernelTable.from_rows([{"name": f"k{i}", "kernel_id": i, "bytes": 4096.0} for i in (1, 2, 3)])
-    p = predict(table, "SM80_A100", model="accel-sim", config=AccelSimConfig(
-        binary=str(binary), trace_dir=str(tmp_path / "trace"),
-        config_files=[str(cfg / "gpgpusim.config")]))
+    p = predict(table, "SM80_A100", model="accel-sim", config=simulate(
+        str(binary), str(tmp_path / "trace"), [str(cfg / "gpgpusim.config")]))
     assert p.predicted_ns[[0, 2]] == pytest.approx([cycles_of(1) / 1.41, cycles_of(3) / 1.41])
     assert list(p.models) == ["accel-sim", "analytical", "accel-sim"]
 
@@ -221,7 +221,7 @@ def test_blocking_predict_runs_the_binary_without_an_event_loop(tmp_path: Path) 
 def test_unsimulated_kernels_use_the_builtin_model_flagged() -> None:
     table = KernelTable.from_rows([{"name": f"k{i}", "kernel_id": i, "bytes": 1e6, "flops": 1e6}
                                    for i in (1, 2, 3, 4)])
-    cfg = AccelSimConfig(simulated_cycles={1: 1410, 3: 2820, 9: 99}, core_clock_mhz=1410.0)
+    cfg = AccelSimConfig(simulated_cycles={"1": 1410, "3": 2820, "9": 99}, core_clock_mhz=1410.0)
     p = predict(table, "SM80_A100", model="accel-sim", config=cfg)
     assert p.predicted_ns[[0, 2]] == pytest.approx([1000.0, 2000.0])  # cycles at 1410 MHz, exactly
     assert list(p.models) == ["accel-sim", "analytical", "accel-sim", "analytical"]
@@ -233,7 +233,7 @@ def test_unsimulated_kernels_use_the_builtin_model_flagged() -> None:
 
 
 def test_blocking_runner_timeout_kills_the_group(tmp_path: Path) -> None:
-    from cascade.accelsimrun import run_accelsim_blocking
+    from cascade.platform.accelsim import run_accelsim_blocking
 
     pids = tmp_path / "pids"
     pids.mkdir()

@@ -22,12 +22,12 @@ from typing import Any
 
 import aiohttp
 import pytest
-from cascade.bench._runbed import generate_timeline, publish_trace
-from cascade.cli.importer import run_import
-from cascade.embedded.ports import free_port
-from cascade.engine.perf import NOT_SIMULATED
-from cascade.results import read_kernels, read_result
 
+from cascade.engine.perf import NOT_SIMULATED
+from cascade.platform.runstore import read_kernels, read_result
+from programs.bench._runbed import generate_timeline, publish_trace
+from programs.cli.importer import run_import
+from programs.embedded.ports import free_port
 from tests.accelsim_helpers import make_binary, make_config, pids_alive
 from tests.accelsim_standin import cycles_of
 from tests.traces_stack import TOKEN, TracesStack, running_stack, write_kernels
@@ -279,9 +279,9 @@ async def test_sim_timeout_kills_the_simulators_process_group(accel: dict[str, A
 
 
 async def test_instruction_files_fetched_once_per_node_from_any_listing(storage: Any, tmp_path: Path) -> None:
-    from cascade.accelsimrun import fetch_instruction_trace
     from cascade.errors import ValidationError
-    from cascade.tracefiles import raw_key
+    from cascade.platform.accelsim import fetch_instruction_trace
+    from cascade.platform.keys import raw_key
 
     cache = tmp_path / "cache"
     # raw tracer output only: Accel-Sim needs post-processed .traceg files

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from cascade.calibration import Calibration, ResidualTable, load_calibration
 from cascade.calibration.accuracy import calibrated_in, describe, expected_accuracy
 from cascade.engine import predict, predict_many
@@ -161,7 +162,7 @@ def test_cli_predict_prints_provenance_accuracy_and_extrapolation(tmp_path: Path
     trace.write_text("name,op,dtype,m,n,k,duration_ns\n"
                      "sm80_gemm,linear,fp16,4096,11008,4096,900000\n"
                      "sm80_gemm,linear,fp16,1,40,24,4000\n")
-    proc = subprocess.run([sys.executable, "-m", "cascade", "predict", "--trace", str(trace), "--source", "A100",
+    proc = subprocess.run([sys.executable, "-m", "programs.cli", "predict", "--trace", str(trace), "--source", "A100",
                            "--target", "H100,H200", "--model", "scaled"],
                           capture_output=True, text=True, check=True)
     lines = proc.stderr.strip().splitlines()

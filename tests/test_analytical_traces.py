@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 import numpy as np
 import pytest
+
 from cascade.engine import predict
 from cascade.engine.analytical import occupancy
 from cascade.engine.perf import roofline_ns

@@ -9,12 +9,12 @@ import msgspec
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-from cascade import subjects
-from cascade.bus import Bus
-from cascade.errors import ConflictError, NotFoundError
-from cascade.settings import Settings
-from cascade.storage import Storage
 
+from cascade.errors import ConflictError, NotFoundError
+from cascade.platform import subjects
+from cascade.platform.bus import Bus
+from cascade.platform.settings import Settings
+from cascade.platform.storage import Storage
 from services import ingest
 from services.api.app import create_app, route_modules
 from services.api.http import doc, public, read_json

@@ -10,8 +10,8 @@ import asyncio
 
 import pytest
 from aiohttp.test_utils import TestClient
-from cascade.bus import Bus
 
+from cascade.platform.bus import Bus
 from services.api.http import MAX_BODY_BYTES
 from services.api.routes.runs import EVENT_STREAMS, MAX_EVENT_ID, parse_last_event_id
 from tests.test_v1 import FinishedSim
@@ -95,10 +95,10 @@ async def test_domain_metrics_cover_the_stack(client: TestClient, finished: Fini
                                               bus: Bus) -> None:
     import time
 
-    from cascade import subjects
-    from cascade.state import SimRecord
     from prometheus_client.parser import text_string_to_metric_families
 
+    from cascade.platform import subjects
+    from cascade.platform.state import SimRecord
     from services.api.sim_models import SIM_MODELS
 
     sims = await bus.kv(subjects.KV_SIMS)

@@ -12,8 +12,8 @@ from pathlib import Path
 import msgspec
 import nats.js.errors
 import pytest
-from cascade import subjects
-from cascade.bus import Bus, Delivery, connect
+from nats.js import api as jsapi
+
 from cascade.errors import (
     BusConfigDriftError,
     BusUnavailableError,
@@ -21,17 +21,17 @@ from cascade.errors import (
     JobTimeoutError,
     ValidationError,
 )
-from cascade.messages import (
+from cascade.platform import subjects
+from cascade.platform.bus import Bus, Delivery, connect
+from cascade.platform.messages import (
     SimEvent,
     SimFailed,
     SimJob,
     TraceCreated,
     TraceEvent,
 )
-from cascade.natsserver import NatsServer
-from cascade.settings import Settings
-from nats.js import api as jsapi
-
+from cascade.platform.settings import Settings
+from programs.embedded.nats import NatsServer
 from tests.fixtures_nats import nats_settings, unique
 
 pytestmark = pytest.mark.integration

@@ -6,7 +6,8 @@ import subprocess
 import sys
 
 import pytest
-from cascade.cli import COMMANDS, build_parser
+
+from programs.cli import COMMANDS, build_parser
 
 
 def test_the_table_and_the_modules_agree() -> None:
@@ -20,10 +21,10 @@ def test_the_table_and_the_modules_agree() -> None:
 
 @pytest.mark.parametrize("argv", [["--help"], ["predict", "--help"], ["up", "--help"]])
 def test_help_imports_neither_numpy_nor_the_platform(argv: list[str]) -> None:
-    code = ("import sys\nfrom cascade.cli import main\n"
+    code = ("import sys\nfrom programs.cli import main\n"
             "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
             "heavy = sorted(m for m in ('numpy', 'pyarrow', 'nats', 'aiobotocore', 'aiohttp',"
-            " 'cascade.bus', 'cascade.storage') if m in sys.modules)\n"
+            " 'cascade.platform.bus', 'cascade.platform.storage') if m in sys.modules)\n"
             "print('HEAVY', ','.join(heavy))\n")
     out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
                          check=True).stdout
@@ -33,7 +34,7 @@ def test_help_imports_neither_numpy_nor_the_platform(argv: list[str]) -> None:
 
 
 def test_a_command_still_gets_its_full_parser(capsys: pytest.CaptureFixture[str]) -> None:
-    from cascade.cli import main
+    from programs.cli import main
 
     with pytest.raises(SystemExit):
         main(["predict", "--help"])

@@ -22,22 +22,23 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from cascade.bus import connect
-from cascade.embedded.nats import nats_host_port, render_config
-from cascade.embedded.ports import GRPC_OFFSET, free_port_pairs
-from cascade.embedded.procs import pid_alive
-from cascade.embedded.stack import (
+
+from cascade.platform.bus import connect
+from cascade.platform.settings import Settings, load_settings
+from cascade.platform.storage import Storage
+from programs.embedded.nats import nats_host_port, render_config
+from programs.embedded.ports import GRPC_OFFSET, free_port_pairs
+from programs.embedded.procs import pid_alive
+from programs.embedded.stack import (
     StackLayout,
     child_environment,
     ensure_credentials,
     load_state,
     read_credentials,
 )
-from cascade.settings import Settings, load_settings
-from cascade.storage import Storage
 
 REPO = Path(__file__).resolve().parents[1]
-CASCADE = [sys.executable, "-m", "cascade"]
+CASCADE = [sys.executable, "-m", "programs.cli"]
 START_DEADLINE_S = 90.0
 STOP_DEADLINE_S = 60.0
 
@@ -293,8 +294,8 @@ def test_nats_config_caps_jetstream(tmp_path: Path) -> None:
 
 
 def test_go_servers_get_the_memory_settings() -> None:
-    from cascade.embedded.stack import go_environment
-    from cascade.settings import load_settings
+    from cascade.platform.settings import load_settings
+    from programs.embedded.stack import go_environment
 
     env = go_environment(load_settings(), {"PATH": "/bin"})
     assert env == {"PATH": "/bin", "GOMEMLIMIT": "128MiB", "GOGC": "50"}

@@ -9,24 +9,26 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from cascade.engine import (
     get_model,
     model_names,
     perf,
     predict,
     predict_many,
-    register_model,
     workload_of,
 )
-from cascade.engine.accelsim import AccelSimConfig, parse_accelsim_output
-from cascade.engine.models import ModelContext
+from cascade.engine.accelsim import parse_accelsim_output
+from cascade.engine.base import ModelContext
 from cascade.engine.ops import FAMILIES, family_of, k_split_of, tensor_path_of, tile_of
 from cascade.engine.perf import roofline_ns
+from cascade.engine.registry import MODELS
 from cascade.errors import DuplicateNameError, TraceFormatError, UnknownNameError, ValidationError
 from cascade.gpus import default_registry
 from cascade.kerneltable import KernelTable
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from cascade.platform.accelsim import simulate
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 LOG = DATA / "accelsim-log" / "vectoradd-100-32.accelsim_log.txt"
@@ -45,7 +47,7 @@ def test_model_registry() -> None:
         get_model("magic")
     assert "roofline" in str(err.value)
     with pytest.raises(DuplicateNameError):
-        register_model("roofline", lambda: get_model("roofline"))
+        MODELS.register("roofline", None, lambda: get_model("roofline"))
 
 
 @pytest.mark.parametrize(("name", "tile", "tensor", "ksplit"), [
@@ -132,6 +134,7 @@ def test_scaled_on_own_source_reproduces_measured_times() -> None:
 
 def test_scaled_carries_a_memory_bound_gemms_deviation_and_not_a_compute_bound_ones() -> None:
     import msgspec
+
     from cascade.calibration import Calibration, Transfer, load_calibration
 
     rows = (gemm_rows(m=1, n=8192, k=8192, duration_ns=90_000.0, name="decode_linear")  # weight streaming
@@ -287,7 +290,7 @@ def test_accelsim_model_runs_binary_and_maps_kernels(tmp_path: Path) -> None:
     trace = tmp_path / "trace"
     trace.mkdir()
     (trace / "kernelslist.g").write_text("kernel-1.traceg\nkernel-2.traceg\n")
-    cfg = AccelSimConfig(binary=str(_stand_in(tmp_path)), trace_dir=str(trace), config_files=[])
+    cfg = simulate(str(_stand_in(tmp_path)), str(trace), [])
     t = KernelTable.from_rows([{"name": "vecAdd", "kernel_id": 1, "bytes": 1200.0},
                                {"name": "vecAdd", "kernel_id": 2, "bytes": 1200.0},
                                {"name": "other", "kernel_id": 3, "bytes": 1e6}])
@@ -306,8 +309,7 @@ def test_accelsim_model_failure_is_reported(tmp_path: Path) -> None:
     bad.write_text("#!/bin/sh\necho boom\nexit 3\n")
     os.chmod(bad, 0o755)
     with pytest.raises(CascadeError, match="exited with 3"):
-        predict(KernelTable.from_rows([{"name": "k"}]), "A100", model="accel-sim",
-                config=AccelSimConfig(binary=str(bad), trace_dir=str(trace)))
+        simulate(str(bad), str(trace), [])
 
 
 def test_power_limited_clock_slows_long_kernels_more_than_short_ones() -> None:

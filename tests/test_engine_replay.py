@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from cascade.engine import predict
 from cascade.engine.replay import replay
 from cascade.errors import ValidationError
 from cascade.kerneltable import KernelTable
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 
 def naive(h: list[float], d: list[float], streams: list[int], sync: list[int], orig_end: list[float]) -> list[float]:

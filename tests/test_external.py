@@ -6,8 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from cascade.calibration import external, load_calibration
+
+from cascade.calibration import load_calibration
 from cascade.errors import TraceFormatError, UnknownGPUError
+from cascade.fitting import external
 from cascade.gpus import default_registry
 
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from cascade.errors import ConfigError, DuplicateNameError, UnknownGPUError
 from cascade.gpus import (
     GPURegistry,
@@ -115,7 +116,7 @@ def test_missing_accelsim_option_is_a_clear_error() -> None:
 
 
 def test_cli_gpus_json_lists_every_spec() -> None:
-    out = subprocess.run([sys.executable, "-m", "cascade", "gpus", "--json"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "programs.cli", "gpus", "--json"], capture_output=True, text=True,
                          check=True)
     ids = {s["id"] for s in json.loads(out.stdout)}
     assert set(REQUIRED) <= ids
@@ -190,6 +191,7 @@ def test_implausible_spec_names_the_field_and_range(field: str, value: object, r
 
 def test_builtin_specs_obey_the_cross_field_rules() -> None:
     import msgspec
+
     from cascade.gpus.spec import check_consistency
 
     for spec in builtin_specs():

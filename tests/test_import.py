@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from cascade.cli.importer import classify_files, collect_files, infer_kind, run_import
-from cascade.client import md5_etag
-from cascade.errors import ValidationError
 
+from cascade.errors import ValidationError
+from cascade.platform.client import md5_etag
+from programs.cli.importer import classify_files, collect_files, infer_kind, run_import
 from tests.traces_stack import REAL_TRACE, REPO, TOKEN, TracesStack, traces_stack, write_kernels
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -100,7 +100,7 @@ async def test_cli_uses_token_from_environment(traces_stack: TracesStack, tmp_pa
     ))
     env = {**os.environ, "CASCADE_API_TOKEN": TOKEN}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cascade", "import", str(timeline), "--app", traces_stack.base_url,
+        sys.executable, "-m", "programs.cli", "import", str(timeline), "--app", traces_stack.base_url,
         "--source-gpu", "NVIDIA H100 80GB HBM3", "--wait", "60", "--quiet",
         cwd=REPO, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )
@@ -113,7 +113,7 @@ async def test_cli_uses_token_from_environment(traces_stack: TracesStack, tmp_pa
     assert record.kind == "timeline" and record.bundle_kernels == 3 and record.source_gpu == "SM90_H100"
     env.pop("CASCADE_API_TOKEN")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cascade", "import", str(timeline), "--app", traces_stack.base_url,
+        sys.executable, "-m", "programs.cli", "import", str(timeline), "--app", traces_stack.base_url,
         "--source-gpu", "SM90_H100", "--state-file", str(tmp_path / "other.json"), "--quiet",
         cwd=REPO, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )
@@ -198,7 +198,7 @@ async def test_parquet_timeline_goes_through_the_real_upload_path(traces_stack: 
     write_table(KernelTable.from_rows(rows), timeline)
     env = {**os.environ, "CASCADE_API_TOKEN": TOKEN}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cascade", "import", str(timeline), "--app", traces_stack.base_url,
+        sys.executable, "-m", "programs.cli", "import", str(timeline), "--app", traces_stack.base_url,
         "--source-gpu", "SM90_H100", "--wait", "60", "--quiet",
         cwd=REPO, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )

@@ -16,9 +16,9 @@ from typing import Any
 import msgspec
 import pytest
 from aiohttp import web
-from cascade.embedded.ports import free_port
-from cascade.embedded.stack import Credentials, StackLayout
 
+from programs.embedded.ports import free_port
+from programs.embedded.stack import Credentials, StackLayout
 from tests.traces_stack import TOKEN, TracesStack, running_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -37,7 +37,7 @@ def _env(tmp: Path, **extra: str) -> dict[str, str]:
 
 async def _cascade(*argv: str, env: dict[str, str], cwd: Path = REPO) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cascade", *argv, cwd=cwd, env=env,
+        sys.executable, "-m", "programs.cli", *argv, cwd=cwd, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
     assert proc.returncode is not None

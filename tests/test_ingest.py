@@ -13,9 +13,9 @@ from typing import Any
 from urllib.parse import quote_plus
 
 import pytest
-from cascade import subjects
-from cascade.tracefiles import decode_event_key, raw_key
 
+from cascade.platform import subjects
+from cascade.platform.keys import decode_event_key, raw_key
 from services.ingest.s3events import S3Notification, created_objects
 from tests.traces_stack import TracesStack, running_stack, write_kernels
 
@@ -202,7 +202,7 @@ async def test_expected_kernel_count_from_seal(stack: TracesStack, tmp_path: Pat
 
 
 async def test_reconcile_sets_kernel_counts_from_the_unit_records(stack: TracesStack, tmp_path: Path) -> None:
-    from cascade.tracestore import replace as _replace
+    from cascade.platform.tracestore import replace as _replace
 
     paths = write_kernels(tmp_path / "counts", 2, blocks=2, iterations=1, xz=False)
     lines = paths[1].read_text().splitlines(keepends=True)

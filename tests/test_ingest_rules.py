@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import pytest
-from cascade.errors import ValidationError
-from cascade.state import TraceRecord
-from cascade.subjects import check_token
-from cascade.tracefiles import check_name, kernel_stems, kv_token, part_key, split_raw_key
-from cascade.tracestore import ExpectedSet, FileRecord, UnitRecord, assess
 from hypothesis import given
 from hypothesis import strategies as st
+
+from cascade.errors import ValidationError
+from cascade.platform.keys import kv_token, part_key, split_raw_key
+from cascade.platform.state import TraceRecord
+from cascade.platform.subjects import check_token
+from cascade.platform.tracestore import ExpectedSet, FileRecord, UnitRecord, assess
+from cascade.traces.files import check_name, kernel_stems
 
 
 @pytest.mark.parametrize(("name", "kind", "unit", "kid"), [

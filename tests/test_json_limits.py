@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from cascade.errors import TraceFormatError
 from cascade.traces.jsonstream import JsonLimits, iter_chrome_json, use_limits
 from cascade.traces.timeline import import_timeline, read_chrome_trace
@@ -56,7 +57,7 @@ def test_huge_string_in_a_gzip_is_refused_while_it_is_read(tmp_path: Path, where
 
 
 def test_limits_come_from_use_limits_and_settings(tmp_path: Path) -> None:
-    from cascade.settings import load_settings
+    from cascade.platform.settings import load_settings
 
     body = json.dumps({"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1, "dur": 1,
                                         "name": "k" * 500}] * 5}).encode()
@@ -159,7 +160,7 @@ def test_too_long_device_name_is_refused(tmp_path: Path) -> None:
 
 _RSS_RUN = """
 import resource, sys
-from cascade.cli import main
+from programs.cli import main
 rc = main(sys.argv[1:])
 sys.stderr.write(f"\\nmaxrss_kib={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}\\n")
 sys.exit(rc)

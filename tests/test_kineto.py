@@ -12,13 +12,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from cascade.engine import ops
 from cascade.errors import TraceFormatError
 from cascade.traces.jsonstream import iter_chrome_json
 from cascade.traces.opshapes import op_work
 from cascade.traces.timeline import import_timeline, read_chrome_trace
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 DATA = Path(__file__).resolve().parent / "data"
 TIMELINES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "timelines"

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from cascade.errors import UnknownNameError
-from cascade.messages.jobs import SimJob
-from cascade.settings import load_settings
 
+from cascade.errors import UnknownNameError
+from cascade.platform.messages.jobs import SimJob
+from cascade.platform.settings import load_settings
 from services.orchestrator.backends import (
     KubernetesBackend,
     KubernetesTemplate,

@@ -7,8 +7,8 @@ import time
 from typing import Any
 
 import pytest
-from cascade.settings import load_settings
 
+from cascade.platform.settings import load_settings
 from services.orchestrator.backends import LocalBackend, settings_env
 from tests.test_runs import get, make_settings, make_trace, post, running, wait_run
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cascade.cli.importer import run_import
 
+from programs.cli.importer import run_import
 from tests.traces_stack import REAL_TRACE, TOKEN, TracesStack, traces_stack, write_kernels
 
 pytestmark = pytest.mark.integration

@@ -7,11 +7,12 @@ import io
 from pathlib import Path
 
 import pytest
-from cascade.cli import main
-from cascade.engine.io import load_kernel_table
+
 from cascade.errors import TraceFormatError
 from cascade.kerneltable import KernelTable
 from cascade.traces.bundle import BundleBuilder, write_bundle
+from cascade.traces.inputs import load_kernel_table
+from programs.cli import main
 
 REAL_TRACE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces" / "matrixmul-32x32-sm61"
 
@@ -71,7 +72,7 @@ def test_tool_folder_predicts_with_a_bad_kernel_and_extra_files(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import shutil
 
-    from cascade.engine.io import load_trace
+    from cascade.traces.inputs import load_trace
 
     folder = tmp_path / "tool"
     shutil.copytree(REAL_TRACE, folder)

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from cascade.bundlecache import fetch_bundle
-from cascade.traces.bundle import load_bundle
 
+from cascade.platform.bundlecache import fetch_bundle
+from cascade.traces.bundle import load_bundle
 from tests.traces_stack import TracesStack, running_stack, write_kernels
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

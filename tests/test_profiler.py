@@ -2,7 +2,7 @@
 Ctrl-C sealing an incomplete trace, local capture resumed, and the ``hf`` recipe on the
 CPU under the real PyTorch profiler, imported and simulated end to end.
 
-The stand-in (:mod:`cascade.profiler.standin`) is a separate process writing real-format
+The stand-in (:mod:`programs.profiler.standin`) is a separate process writing real-format
 raw Accel-Sim kernel traces into ``TRACES_FOLDER`` over several seconds. The stack is
 real: ``nats-server``, a SeaweedFS server of this module's own (so it can be killed and
 started again on the same ports and data), api, ingest, prepare and orchestrator.
@@ -23,26 +23,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cascade.cli.importer import run_import
-from cascade.client import md5_etag
-from cascade.embedded.binaries import weed_binary
-from cascade.embedded.ports import can_connect
-from cascade.embedded.procs import spawn, stop_popen, tail, wait_until
-from cascade.embedded.seaweed import (
+
+from cascade.platform.client import md5_etag
+from cascade.traces.baseline import read_baseline
+from programs.cli.importer import run_import
+from programs.embedded.binaries import weed_binary
+from programs.embedded.ports import can_connect
+from programs.embedded.procs import spawn, stop_popen, tail, wait_until
+from programs.embedded.seaweed import (
     generate_credentials,
     pick_ports,
     weed_mini_argv,
     write_s3_config,
 )
-from cascade.profiler.baseline import read_baseline
-from cascade.profiler.session import ProfileOptions, ProfileSession, profile
-
+from programs.profiler.session import ProfileOptions, ProfileSession, profile
 from tests.fixtures_s3 import S3Server, _signed_request_works
 from tests.traces_stack import REPO, TOKEN, TracesStack, running_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-STANDIN = ["-m", "cascade.profiler.standin"]
+STANDIN = ["-m", "programs.profiler.standin"]
 HAVE_HF = importlib.util.find_spec("torch") is not None and importlib.util.find_spec("transformers") is not None
 
 TINY_OPT = {
@@ -218,7 +218,7 @@ async def test_ctrl_c_stops_command_and_seals_incomplete(stack: TracesStack, tmp
 
 async def test_local_capture_then_resume_and_import_finish_the_same_trace(
         stack: TracesStack, tmp_path: Path) -> None:
-    from cascade.embedded.ports import free_port
+    from programs.embedded.ports import free_port
 
     out = tmp_path / "capture"
     cmd = [sys.executable, *STANDIN, "--kernels", "3", "--interval", "0.1"]
@@ -237,17 +237,17 @@ async def test_local_capture_then_resume_and_import_finish_the_same_trace(
 
 def test_command_exit_status_and_missing_command(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "cascade", "profile", "--out", str(tmp_path / "o"), "--mode",
+        [sys.executable, "-m", "programs.cli", "profile", "--out", str(tmp_path / "o"), "--mode",
          "instructions", "--baseline-repeats", "0", "--", sys.executable, *STANDIN,
          "--kernels", "1", "--interval", "0.05", "--exit-code", "7"],
         check=False, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 7, proc.stderr
     assert "standin: wrote 1 kernels" in proc.stdout  # COMMAND's output passes through
     assert (tmp_path / "o" / "kernel-1.trace").is_file()
-    proc = subprocess.run([sys.executable, "-m", "cascade", "profile", "--out", str(tmp_path / "o")],
+    proc = subprocess.run([sys.executable, "-m", "programs.cli", "profile", "--out", str(tmp_path / "o")],
                           check=False, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "COMMAND: give COMMAND after --" in proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "cascade", "profile", "--mode", "instructions",
+    proc = subprocess.run([sys.executable, "-m", "programs.cli", "profile", "--mode", "instructions",
                            "--out", str(tmp_path / "p"), "--", "/nonexistent/tracer-app"],
                           check=False, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "not found" in proc.stderr
@@ -255,7 +255,7 @@ def test_command_exit_status_and_missing_command(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not HAVE_HF, reason="torch and transformers are not installed")
 async def test_hf_recipe_on_cpu_profiled_imported_and_simulated(stack: TracesStack, tmp_path: Path) -> None:
-    from cascade.cli.profile import options_from_args, register
+    from programs.cli.profile import options_from_args, register
 
     config = tmp_path / "tiny-opt" / "config.json"
     config.parent.mkdir()
@@ -268,7 +268,7 @@ async def test_hf_recipe_on_cpu_profiled_imported_and_simulated(stack: TracesSta
         "hf", "--model", str(config), "--random-init", "--max-new-tokens", "4", "--repeats", "2",
         "--warmup", "1"])
     opts = options_from_args(args)
-    assert opts.recipe and opts.mode == "timeline" and opts.command[1:3] == ["-m", "cascade.profiler.hf"]
+    assert opts.recipe and opts.mode == "timeline" and opts.command[1:3] == ["-m", "programs.profiler.hf"]
     result = await profile(opts)
     assert result.exit_status == 0 and result.state == "ready", result
     base = result.baseline
@@ -310,7 +310,7 @@ async def test_failed_command_status_is_returned_and_what_arrived_sealed(
 
 
 def test_watcher_reports_complete_kernel_files_once(tmp_path: Path) -> None:
-    from cascade.profiler.watch import KernelFolderWatcher
+    from programs.profiler.watch import KernelFolderWatcher
 
     w = KernelFolderWatcher(tmp_path)
     (tmp_path / "kernel-1.trace").write_text("x")
@@ -330,8 +330,8 @@ def test_watcher_reports_complete_kernel_files_once(tmp_path: Path) -> None:
 
 def test_baseline_file_round_trip_and_errors(tmp_path: Path) -> None:
     from cascade.errors import ValidationError
-    from cascade.profiler.baseline import Baseline, write_baseline
-    from cascade.tracefiles import check_name
+    from cascade.traces.baseline import Baseline, write_baseline
+    from cascade.traces.files import check_name
 
     path = write_baseline(tmp_path / "baseline.json", Baseline(e2e_ms=[10.0, 12.0, 11.0],
                                                                step_ms=[[1.0, 2.0], [3.0, 4.0]]))

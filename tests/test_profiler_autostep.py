@@ -1,4 +1,4 @@
-"""Automatic step markers (cascade.profiler.autostep) in a Python COMMAND run the way
+"""Automatic step markers (programs.profiler.autostep) in a Python COMMAND run the way
 `cascade profile` runs it, with stand-in `transformers` and `vllm` packages on the path that
 have the real module layout (neither library is needed)."""
 
@@ -84,7 +84,7 @@ LLM(steps=5).generate()    # 5 engine steps
 
 @pytest.mark.parametrize("autostep", ["1", "0"])
 def test_generate_loops_mark_their_steps_in_the_baseline_pass(tmp_path: Path, autostep: str) -> None:
-    from cascade.profiler import ENV_STEPS
+    from programs.profiler import ENV_STEPS
 
     libs = _packages(tmp_path / "libs")
     script = tmp_path / "work.py"
@@ -92,7 +92,7 @@ def test_generate_loops_mark_their_steps_in_the_baseline_pass(tmp_path: Path, au
     marks = tmp_path / "steps.txt"
     env = {**os.environ, "PYTHONPATH": f"{libs}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            ENV_STEPS: str(marks), "CASCADE_PROFILE_AUTOSTEP": autostep}
-    subprocess.run([sys.executable, "-m", "cascade.profiler.torchrun", "--no-profile", "--",
+    subprocess.run([sys.executable, "-m", "programs.profiler.torchrun", "--no-profile", "--",
                     str(script)], env=env, check=True, cwd=tmp_path)
     lines = marks.read_text().split() if marks.exists() else []
     assert len(lines) == (12 if autostep == "1" else 0)
@@ -102,11 +102,11 @@ def test_generate_loops_mark_their_steps_in_the_baseline_pass(tmp_path: Path, au
 def test_the_baseline_pass_runs_python_commands_through_the_wrapper() -> None:
     import argparse
 
-    from cascade.profiler.session import ProfileSession
+    from programs.profiler.session import ProfileSession
 
     session = ProfileSession.__new__(ProfileSession)
     session.opts = argparse.Namespace(command=["python3", "-c", "print(1)"])  # type: ignore[assignment]
-    assert session.baseline_argv()[:5] == ["python3", "-m", "cascade.profiler.torchrun",
+    assert session.baseline_argv()[:5] == ["python3", "-m", "programs.profiler.torchrun",
                                            "--no-profile", "--"]
     session.opts = argparse.Namespace(command=["./a.out", "x"])  # type: ignore[assignment]
     assert session.baseline_argv() == ["./a.out", "x"]

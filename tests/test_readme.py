@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cascade.settings import settings_doc
+from cascade.platform.settings import settings_doc
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 

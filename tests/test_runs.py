@@ -20,12 +20,13 @@ from typing import Any
 
 import aiohttp
 import pytest
-from cascade import subjects
-from cascade.bench._runbed import generate_timeline, publish_trace
-from cascade.bus import connect
-from cascade.settings import Settings, load_settings
-from cascade.state import RunRecord, SimRecord, TraceRecord
-from cascade.storage import Storage
+
+from cascade.platform import subjects
+from cascade.platform.bus import connect
+from cascade.platform.settings import Settings, load_settings
+from cascade.platform.state import RunRecord, SimRecord, TraceRecord
+from cascade.platform.storage import Storage
+from programs.bench._runbed import generate_timeline, publish_trace
 
 pytestmark = pytest.mark.integration
 
@@ -356,7 +357,8 @@ async def test_invalid_requests(s3_server: Any, nats_url: str, tmp_path: Any) ->
         try:
             kv = await bus.kv(subjects.KV_TRACES)
             import msgspec
-            from cascade.state import Provenance
+
+            from cascade.platform.state import Provenance
 
             await kv.put(trace.id, msgspec.structs.replace(trace, state="preparing"))
             status, body = await post(stack.base, "/api/runs", {"trace_id": trace.id, "configs": ["SM90_H100"]})
@@ -450,7 +452,7 @@ async def test_run_state_in_kv_matches_api(s3_server: Any, nats_url: str, tmp_pa
     settings = make_settings(s3_server, nats_url, tmp_path, orchestrator_backend="pool")
     async with running(settings, "orchestrator", "sim:1"):
         trace = await make_trace(settings, 200)
-        from cascade.messages.run import RunRequested
+        from cascade.platform.messages.run import RunRequested
 
         bus = await connect(settings)
         try:

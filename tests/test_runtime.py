@@ -14,10 +14,10 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from cascade import subjects
-from cascade.bus import Bus
-from cascade.settings import Settings
 
+from cascade.platform import subjects
+from cascade.platform.bus import Bus
+from cascade.platform.settings import Settings
 from services import ingest, orchestrator
 from tests.fixtures_nats import nats_settings, unique
 
@@ -135,7 +135,7 @@ async def test_run_owns_and_closes_its_own_bus(nats_url: str) -> None:
     settings = nats_settings(nats_url)
     stop = asyncio.Event()
     task = asyncio.create_task(orchestrator.run(settings, stop=stop))
-    from cascade.bus import connect
+    from cascade.platform.bus import connect
 
     probe = await connect(settings)
     try:
@@ -150,9 +150,9 @@ async def test_run_owns_and_closes_its_own_bus(nats_url: str) -> None:
 
 
 async def test_stop_hands_back_in_flight_jobs(bus: Bus, bus_settings: Settings) -> None:
-    from cascade.bus import Delivery
-    from cascade.messages import SimJob
-    from cascade.runtime import ServiceContext, serve
+    from cascade.platform.bus import Delivery
+    from cascade.platform.messages import SimJob
+    from cascade.platform.runtime import ServiceContext, serve
 
     subject, durable = f"cascade.jobs.{unique('rt')}", unique("dur")
     started = asyncio.Event()

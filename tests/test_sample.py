@@ -13,9 +13,10 @@ from types import ModuleType
 
 import numpy as np
 import pytest
-from cascade import samples
+
 from cascade.errors import ConflictError, NotFoundError, TraceFormatError
 from cascade.kerneltable import COLUMNS, KernelTable
+from cascade.platform import samples
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "samples" / "opt125m-h100-e2e"

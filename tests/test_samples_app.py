@@ -11,14 +11,19 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from cascade import subjects
-from cascade.bus import Bus, connect
-from cascade.natsserver import NatsServer
-from cascade.samples import RECORDED_RUN_ID, RECORDED_TRACE_ID, SYNTHETIC_TRACE_ID, load_reference
-from cascade.settings import Settings
-from cascade.state import RunRecord, TraceRecord
-from cascade.storage import Storage
 
+from cascade.platform import subjects
+from cascade.platform.bus import Bus, connect
+from cascade.platform.samples import (
+    RECORDED_RUN_ID,
+    RECORDED_TRACE_ID,
+    SYNTHETIC_TRACE_ID,
+    load_reference,
+)
+from cascade.platform.settings import Settings
+from cascade.platform.state import RunRecord, TraceRecord
+from cascade.platform.storage import Storage
+from programs.embedded.nats import NatsServer
 from services.api.app import create_app
 from services.api.samples import load_sample_into_state
 from tests.fixtures_nats import nats_settings

@@ -9,6 +9,9 @@ from pathlib import Path
 import msgspec
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from cascade.errors import DuplicateNameError, TraceFormatError, UnknownNameError, ValidationError
 from cascade.serving import (
     MODEL_SHAPES,
@@ -36,8 +39,6 @@ from cascade.serving.metrics import records_csv
 from cascade.serving.scenario import draw_workload, resolve, simulate
 from cascade.serving.stepmodel import Law
 from cascade.serving.synthetic import SyntheticLaw, synthetic_step_model
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 GiB = 1 << 30
 MODEL = synthetic_step_model()

@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from cascade.cli import main
+
 from cascade.kerneltable import KernelTable
 from cascade.tableio import write_table
+from programs.cli import main
 
 HEADERS = (
     "============ Serving Benchmark Result ============",

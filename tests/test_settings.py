@@ -9,8 +9,9 @@ from pathlib import Path
 
 import msgspec
 import pytest
+
 from cascade.errors import ConfigError
-from cascade.settings import Settings, env_var, load_settings, settings_doc
+from cascade.platform.settings import Settings, env_var, load_settings, settings_doc
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -106,7 +107,7 @@ def test_settings_doc_lists_every_field() -> None:
     names = [r[0] for r in rows]
     assert names == [env_var(f) for f in Settings.__struct_fields__]
     assert all(desc and not desc.startswith(" (") for _, _, desc in rows)
-    assert ("CASCADE_HTTP_PORT", "8080") == rows[names.index("CASCADE_HTTP_PORT")][:2]
+    assert rows[names.index("CASCADE_HTTP_PORT")][:2] == ("CASCADE_HTTP_PORT", "8080")
 
 
 def test_redacted_hides_secrets() -> None:

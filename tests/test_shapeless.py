@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cascade.bench.shapeless import family_ratios, shapeless_resnet_table
+
 from cascade.engine import ops, predict
 from cascade.engine.perf import INFERRED_BLEND, INFERRED_FROM_NAME, LAUNCH, REGIMES, TF32_CONV
 from cascade.gpus import get_gpu
 from cascade.kerneltable import KernelTable
+from programs.bench.shapeless import family_ratios, shapeless_resnet_table
 
 
 @pytest.mark.parametrize(("name", "family", "dtype", "cls"), [

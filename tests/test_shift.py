@@ -6,15 +6,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from cascade.calibration import Calibration, load_calibration
 from cascade.calibration.accuracy import expected_accuracy
 from cascade.calibration.family import same_compute, sibling
-from cascade.calibration.layers import layer_rows
-from cascade.calibration.shift import SHIFTS, folds, pooled
-from cascade.engine.measured import MeasuredSet, Pair, pairs
 from cascade.engine.models import fixed_times
-from cascade.engine.validation import pair_predictions
 from cascade.engine.workload import workload_of
+from cascade.fitting.layers import layer_rows
+from cascade.fitting.measured import MeasuredSet, Pair, pairs
+from cascade.fitting.shift import SHIFTS, folds, pooled
+from cascade.fitting.validation import pair_predictions
 from cascade.gpus import default_registry
 from cascade.kerneltable import KernelTable
 
@@ -161,7 +162,7 @@ def test_layer_sums_score_whole_layers_only() -> None:
 
 
 def test_shift_option_names_are_checked() -> None:
-    from cascade.cli.calibrate import _shifts
+    from programs.cli.calibrate import _shifts
 
     assert _shifts("none") == () and _shifts("octave, extremes") == ("octave", "extremes")
     with pytest.raises(Exception, match="unknown shift"):
@@ -200,7 +201,7 @@ def test_cli_validate_shift_refits_and_prints_regions(tmp_path: Path) -> None:
         for b, m, n, k in shapes:
             lines.append(f"linear,{(2.0 * b * m * n * k / rate + 3e-5) * 1e3},{label}_sgemm,{b},{m},{n},{k}")
         (tmp_path / f"linear__{label}.csv").write_text("\n".join(lines) + "\n")
-    proc = subprocess.run([sys.executable, "-m", "cascade", "validate", "--data", str(tmp_path), "--shift", "extremes",
+    proc = subprocess.run([sys.executable, "-m", "programs.cli", "validate", "--data", str(tmp_path), "--shift", "extremes",
                            "--evals", "30"], capture_output=True, text=True, check=True, timeout=600)
     assert "| linear | linear | SM75_T4 -> SM70_V100-PCIe | smallest 10% | 6 |" in proc.stdout
     assert "largest 10%" in proc.stdout and "| source -> target | extremes | scaled mean | roofline mean |" in proc.stdout

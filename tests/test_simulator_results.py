@@ -6,24 +6,18 @@ from typing import Any
 
 import numpy as np
 import pytest
-from cascade.bench._runbed import generate_timeline
+
 from cascade.engine import predict
 from cascade.errors import ConflictError, UnknownGPUError
 from cascade.gpus import get_gpu
 from cascade.kerneltable import KernelTable
-from cascade.results import (
-    build_result,
-    kernels_with_predictions,
-    read_kernels,
-    read_result,
-    result_key,
-    steps_to_records,
-    write_result,
-)
-from cascade.runplan import plan_sims, resolve_config, sim_id, spec_mapping
+from cascade.platform.keys import result_key
+from cascade.platform.runstore import read_kernels, read_result, write_result
+from cascade.platform.state import TraceRecord
+from cascade.runs.plan import plan_sims, resolve_config, sim_id, spec_mapping
+from cascade.runs.results import build_result, kernels_with_predictions, steps_to_records
 from cascade.serving.stepmodel import StepRecord
-from cascade.state import TraceRecord
-
+from programs.bench._runbed import generate_timeline
 from services.simulator.engine import baseline_for, replay_timeline
 
 

@@ -13,16 +13,16 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from cascade.embedded.locate import known_stacks, locate_data_dir, remember_stack, stack_for_url
-from cascade.embedded.stack import ComponentState, StackLayout, StackState
 
+from programs.embedded.locate import known_stacks, locate_data_dir, remember_stack, stack_for_url
+from programs.embedded.stack import ComponentState, StackLayout, StackState
 from tests.test_embedded import Stack, _stack_env
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _status(env: dict[str, str], cwd: Path, *extra: str) -> tuple[int, str, str]:
-    proc = subprocess.run([sys.executable, "-m", "cascade", "status", *extra], env=env, cwd=cwd,
+    proc = subprocess.run([sys.executable, "-m", "programs.cli", "status", *extra], env=env, cwd=cwd,
                           capture_output=True, text=True, timeout=60, check=False)
     return proc.returncode, proc.stdout, proc.stderr
 

@@ -7,6 +7,7 @@ import math
 import msgspec
 import numpy as np
 import pytest
+
 from cascade.errors import ValidationError
 from cascade.kerneltable import KernelTable
 from cascade.serving.reshape import reshape_kernels, roofline_predictor

@@ -1,4 +1,4 @@
-"""cascade.storage against a real SeaweedFS server (signature checks on)."""
+"""cascade.platform.storage against a real SeaweedFS server (signature checks on)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import aiohttp
 import pytest
+
 from cascade.errors import NotFoundError, StorageError, TooLargeError, ValidationError
-from cascade.storage import MIN_PART_SIZE, Storage
+from cascade.platform.storage import MIN_PART_SIZE, Storage
 
 pytestmark = pytest.mark.integration
 

@@ -10,10 +10,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from cascade.cli import main
+
 from cascade.errors import TraceFormatError
 from cascade.kerneltable import KernelTable
 from cascade.tableio import iter_tables, read_table, write_table
+from programs.cli import main
 
 HEADER = "name,grid_x,duration_ns,dtype,m,op"
 

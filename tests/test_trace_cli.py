@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from cascade.cli import main
+
 from cascade.traces.generate import TraceSpec, write_trace_folder
+from programs.cli import main
 
 REAL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces" / \
     "matrixmul-32x32-sm61"

@@ -13,13 +13,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cascade.cli.importer import source_gpu_for
-from cascade.engine.io import LoadedTrace, load_kernel_table, load_trace, source_of_trace
+
 from cascade.errors import UnknownGPUError, ValidationError
 from cascade.gpus import GPURegistry, builtin_specs, default_registry
 from cascade.gpus.registry import suggest_gpus
 from cascade.kerneltable import KernelTable
+from cascade.traces.inputs import LoadedTrace, load_kernel_table, load_trace, source_of_trace
 from cascade.traces.timeline import read_nsys_sqlite, timeline_device
+from programs.cli.importer import source_gpu_for
 
 REPO = Path(__file__).resolve().parents[1]
 BERT = REPO.parent / "shared" / "data" / "timelines" / "h100-bert-small.pt.trace.json.gz"
@@ -79,7 +80,7 @@ def test_predict_cli_takes_the_source_from_the_trace(tmp_path: Path) -> None:
     if not BERT.exists():
         pytest.skip(f"{BERT} not present")
     out = tmp_path / "p.csv"
-    run = subprocess.run([sys.executable, "-m", "cascade", "predict", "--trace", str(BERT),
+    run = subprocess.run([sys.executable, "-m", "programs.cli", "predict", "--trace", str(BERT),
                           "--target", "SM90_H100,SM80_A100", "--out", str(out)],
                          capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
     assert run.returncode == 0, run.stderr
@@ -91,7 +92,7 @@ def test_predict_cli_takes_the_source_from_the_trace(tmp_path: Path) -> None:
     a100 = sum(float(r["predicted_ns"]) for r in rows if r["target"] == "SM80_A100")
     h100 = sum(float(r["predicted_ns"]) for r in same)
     assert 1.0 < a100 / h100 < 3.5  # an A100 is slower than the H100 it was measured on
-    bad = subprocess.run([sys.executable, "-m", "cascade", "predict", "--trace", str(BERT),
+    bad = subprocess.run([sys.executable, "-m", "programs.cli", "predict", "--trace", str(BERT),
                           "--source", "SM80_A100", "--target", "SM90_H100"],
                          capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
     assert bad.returncode != 0 and "SM90_H100" in bad.stderr and "SM80_A100" in bad.stderr

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from cascade.bundlecache import fetch_bundle
-from cascade.client import ApiError
-from cascade.traces.bundle import load_bundle
 
+from cascade.platform.bundlecache import fetch_bundle
+from cascade.platform.client import ApiError
+from cascade.traces.bundle import load_bundle
 from tests.traces_stack import REAL_TRACE, TracesStack, traces_stack, write_kernels
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -152,7 +152,7 @@ async def test_delete_removes_objects_and_state(traces_stack: TracesStack, tmp_p
 
 
 async def test_read_only_trace_cannot_be_deleted(traces_stack: TracesStack) -> None:
-    from cascade.state import Provenance, TraceRecord
+    from cascade.platform.state import Provenance, TraceRecord
 
     record = TraceRecord(id="sample-ro", name="sample", source_gpu="SM90_H100", state="ready",
                          provenance=Provenance(badge="Sample", read_only=True))

@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from cascade.errors import TraceFormatError
 from cascade.traces.generate import (
     GLOBAL_BASE,
@@ -29,9 +32,6 @@ from cascade.traces.generate import (
 )
 from cascade.traces.memory import LineSampler, units_touched
 from cascade.traces.parse import KernelFeatures, KernelTraceParser
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from tests.reference_parser.memory import LineSampler as ReferenceSampler
 from tests.reference_parser.memory import units_touched as reference_units_touched
 from tests.reference_parser.parse import KernelTraceParser as ReferenceParser

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from cascade.errors import TraceFormatError, ValidationError
 from cascade.tableio import write_table
 from cascade.traces.bundle import BundleBuilder, load_bundle, write_bundle

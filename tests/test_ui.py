@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-from cascade.errors import NotFoundError
 from yarl import URL
 
+from cascade.errors import NotFoundError
 from services.api.routes import ui
 
 

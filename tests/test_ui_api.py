@@ -4,10 +4,10 @@ recorded figures in a recorded run's results."""
 from __future__ import annotations
 
 import pytest
+
 from cascade.errors import ValidationError
 from cascade.gpus import default_registry
 from cascade.kerneltable import KernelTable
-
 from services.api.routes.configs import _checked_fields
 from services.api.routes.runs import with_reference
 from services.api.routes.traces import trace_summary

@@ -23,13 +23,13 @@ from typing import Any
 import msgspec
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from cascade import subjects
-from cascade.bus import Bus, connect
-from cascade.natsserver import NatsServer
-from cascade.samples import RECORDED_RUN_ID, SYNTHETIC_TRACE_ID
-from cascade.state import TraceRecord
-from cascade.storage import Storage
 
+from cascade.platform import subjects
+from cascade.platform.bus import Bus, connect
+from cascade.platform.samples import RECORDED_RUN_ID, SYNTHETIC_TRACE_ID
+from cascade.platform.state import TraceRecord
+from cascade.platform.storage import Storage
+from programs.embedded.nats import NatsServer
 from services.api.app import create_app
 from tests.fixtures_nats import nats_settings
 

@@ -12,9 +12,9 @@ from urllib.parse import parse_qsl, urlsplit
 
 import aiohttp
 import pytest
-from cascade.client import ApiError
-from cascade.tracefiles import raw_key
 
+from cascade.platform.client import ApiError
+from cascade.platform.keys import raw_key
 from tests.traces_stack import TracesStack, running_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

@@ -1,6 +1,6 @@
 """OpenAI-style /v1 estimates against a finished sim (real NATS KV + real S3 results).
 
-The finished sim is written the way the simulator writes one (``cascade.results``),
+The finished sim is written the way the simulator writes one (``cascade.runs.results``),
 from the synthetic OPT-125m sample timeline with its source durations as the
 prediction, so its calibration range is the sample's: a six-token prefill and decode
 contexts 7 to 37.
@@ -19,16 +19,17 @@ import msgspec
 import numpy as np
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from cascade import subjects
-from cascade.bus import Bus
+
 from cascade.calibration import load_calibration
 from cascade.calibration.accuracy import expected_accuracy
-from cascade.results import SimResult, build_result, kernels_with_predictions, write_result
-from cascade.samples import load_sample
-from cascade.settings import Settings
-from cascade.state import Provenance, RunRecord, SimRecord, TraceRecord
-from cascade.storage import Storage
-
+from cascade.platform import subjects
+from cascade.platform.bus import Bus
+from cascade.platform.runstore import write_result
+from cascade.platform.samples import load_sample
+from cascade.platform.settings import Settings
+from cascade.platform.state import Provenance, RunRecord, SimRecord, TraceRecord
+from cascade.platform.storage import Storage
+from cascade.runs.results import SimResult, build_result, kernels_with_predictions
 from services.api.app import create_app
 from services.api.sim_models import SIM_MODELS
 
@@ -378,7 +379,6 @@ def test_approximate_tokens_rule() -> None:
 def test_fast_prompt_counter_matches_the_generic_checks(prompt: object) -> None:
     """The msgspec fast path counts exactly what the generic checks count, and fails the same way."""
     from cascade.errors import ValidationError
-
     from services.api.routes.v1 import PromptCounter, _count_prompts, count_prompt_json
 
     counter = PromptCounter("")

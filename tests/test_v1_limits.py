@@ -9,11 +9,11 @@ from __future__ import annotations
 import openai
 import pytest
 from aiohttp.test_utils import TestClient
-from cascade import subjects
-from cascade.bus import Bus
-from cascade.serving.contexts import DEFAULT_CONTEXT_TOKENS, context_length
-from cascade.storage import Storage
 
+from cascade.platform import subjects
+from cascade.platform.bus import Bus
+from cascade.platform.storage import Storage
+from cascade.serving.contexts import DEFAULT_CONTEXT_TOKENS, context_length
 from services.api.sim_models import SIM_MODELS
 from tests.test_v1 import FinishedSim, make_finished_sim
 

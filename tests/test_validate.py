@@ -11,14 +11,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from cascade.calibration import Calibration, load_calibration
-from cascade.calibration.fit import compass_search, heldout_mask
-from cascade.engine.io import load_kernel_table
-from cascade.engine.measured import discover, load_neusight, load_vidur, pairs
-from cascade.engine.validation import evaluate
 from cascade.errors import TraceFormatError, UnknownGPUError, ValidationError
+from cascade.fitting.fit import compass_search, heldout_mask
+from cascade.fitting.measured import discover, load_neusight, load_vidur, pairs
+from cascade.fitting.validation import evaluate
 from cascade.gpus import default_registry
 from cascade.kerneltable import CSV_HEADER
+from cascade.traces.inputs import load_kernel_table
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 MEASURED = DATA / "measured"
@@ -109,7 +110,7 @@ def test_scaled_beats_roofline_on_vidur_a100_to_h100() -> None:
 
 
 def test_cli_validate_json(small_data: Path) -> None:
-    out = subprocess.run([sys.executable, "-m", "cascade", "validate", "--data", str(small_data), "--json"],
+    out = subprocess.run([sys.executable, "-m", "programs.cli", "validate", "--data", str(small_data), "--json"],
                          capture_output=True, text=True, check=True)
     doc = json.loads(out.stdout)
     rows = doc["results"]
@@ -122,7 +123,7 @@ def test_cli_validate_json(small_data: Path) -> None:
 
 
 def test_cli_validate_table(small_data: Path) -> None:
-    out = subprocess.run([sys.executable, "-m", "cascade", "validate", "--data", str(small_data / "vidur"),
+    out = subprocess.run([sys.executable, "-m", "programs.cli", "validate", "--data", str(small_data / "vidur"),
                           "--models", "roofline,scaled"], capture_output=True, text=True, check=True)
     assert "MAPE" in out.stdout and "SM80_A100 -> SM90_H100" in out.stdout
 
@@ -217,7 +218,7 @@ def test_cli_predict_csv(tmp_path: Path) -> None:
     table, source = load_kernel_table(trace)
     assert len(table) == 3 and source is None
     out = tmp_path / "pred.csv"
-    subprocess.run([sys.executable, "-m", "cascade", "predict", "--trace", str(trace), "--source", "A100",
+    subprocess.run([sys.executable, "-m", "programs.cli", "predict", "--trace", str(trace), "--source", "A100",
                     "--target", "H100,NVIDIA H200", "--out", str(out)], check=True, capture_output=True)
     lines = out.read_text().splitlines()
     assert lines[0].split(",")[-4:] == ["target", "predicted_ns", "regime", "model"]
@@ -232,14 +233,14 @@ def test_cli_predict_csv(tmp_path: Path) -> None:
 def test_cli_predict_unknown_target_lists_known(tmp_path: Path) -> None:
     trace = tmp_path / "k.csv"
     trace.write_text("name,duration_ns\nk,1000\n")
-    out = subprocess.run([sys.executable, "-m", "cascade", "predict", "--trace", str(trace), "--target", "Voodoo2"],
+    out = subprocess.run([sys.executable, "-m", "programs.cli", "predict", "--trace", str(trace), "--target", "Voodoo2"],
                          check=False, capture_output=True, text=True)
     assert out.returncode != 0 and "SM90_H100" in out.stderr
 
 
 def _write_vidur(path: Path, spec_id: str, shape: dict[str, int], seed: int) -> None:
     """A synthetic Vidur-style profile: times from a simple physical model of the spec."""
-    from cascade.engine.measured import VIDUR_OPS
+    from cascade.fitting.measured import VIDUR_OPS
 
     spec = default_registry().get(spec_id)
     rng = np.random.default_rng(seed)
@@ -285,7 +286,7 @@ def test_validate_other_model_and_gpu_names(tmp_path: Path) -> None:
             cells[lat] = str(float(cells[lat]) * scale)
             out.append(",".join(cells))
         (ns / f"linear__{label}.csv").write_text("\n".join(out) + "\n")
-    res = subprocess.run([sys.executable, "-m", "cascade", "validate", "--data", str(tmp_path), "--json",
+    res = subprocess.run([sys.executable, "-m", "programs.cli", "validate", "--data", str(tmp_path), "--json",
                           "--models", "roofline,scaled"], capture_output=True, text=True, check=True)
     rows_out = json.loads(res.stdout)["results"]
     pairs_seen = {(r["dataset"], r["source"], r["target"]) for r in rows_out}
@@ -302,8 +303,8 @@ def test_validate_other_model_and_gpu_names(tmp_path: Path) -> None:
 
 
 def test_tile_menus_keep_the_tiles_a_path_ran_often_enough() -> None:
-    from cascade.calibration.fit import _tile_menus
     from cascade.engine.workload import workload_of
+    from cascade.fitting.fit import _tile_menus
     from cascade.kerneltable import KernelTable
 
     def rows(name: str, n: int, batch: int) -> list[dict[str, object]]:
@@ -318,7 +319,7 @@ def test_tile_menus_keep_the_tiles_a_path_ran_often_enough() -> None:
 
 def test_cli_calibrate_fits_and_records_provenance_contexts_and_menus(small_data: Path, tmp_path: Path) -> None:
     out = tmp_path / "cal.json"
-    proc = subprocess.run([sys.executable, "-m", "cascade", "calibrate", "--data", str(small_data), "--out", str(out),
+    proc = subprocess.run([sys.executable, "-m", "programs.cli", "calibrate", "--data", str(small_data), "--out", str(out),
                            "--evals", "60", "--no-leave-one-gpu-out"], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     cal = load_calibration(out)
@@ -335,15 +336,15 @@ def test_cli_calibrate_fits_and_records_provenance_contexts_and_menus(small_data
     # nothing to fit on: a clear error, exit 1, no file
     empty = tmp_path / "empty"
     empty.mkdir()
-    proc = subprocess.run([sys.executable, "-m", "cascade", "calibrate", "--data", str(empty),
+    proc = subprocess.run([sys.executable, "-m", "programs.cli", "calibrate", "--data", str(empty),
                            "--out", str(tmp_path / "none.json")], capture_output=True, text=True, check=False)
     assert proc.returncode == 1 and "no Vidur or NeuSight files" in proc.stderr
     assert not (tmp_path / "none.json").exists()
 
 
 def test_leave_one_tp_degree_out_scores_only_the_degree_the_fit_never_saw(tmp_path: Path) -> None:
-    from cascade.calibration import extrapolate
-    from cascade.engine.measured import discover, vidur_tp_degree
+    from cascade.fitting import extrapolate
+    from cascade.fitting.measured import discover, vidur_tp_degree
 
     vd = tmp_path / "vidur"
     vd.mkdir()
@@ -381,8 +382,10 @@ def test_residual_cells_group_gemm_shapes_and_skip_other_kernels() -> None:
 
 def test_residual_table_lookup_and_scaled_model_applies_it_across_architectures_only() -> None:
     import msgspec
+
     from cascade.calibration import ResidualTable
-    from cascade.engine.models import ModelContext, ScaledConfig, ScaledModel
+    from cascade.engine.base import ModelContext
+    from cascade.engine.models import ScaledConfig, ScaledModel
     from cascade.engine.perf import residual_cells
     from cascade.engine.workload import workload_of
     from cascade.kerneltable import KernelTable
@@ -411,7 +414,7 @@ def test_residual_table_lookup_and_scaled_model_applies_it_across_architectures_
 
 
 def test_residual_grids_come_from_fit_rows_only(small_data: Path) -> None:
-    from cascade.calibration.fit import _residual_tables
+    from cascade.fitting.fit import _residual_tables
 
     reg = default_registry()
     archs = {s.id: s.arch for s in reg}
@@ -482,7 +485,7 @@ def test_cli_predict_applies_the_targets_residual_grid_unless_told_not_to(tmp_pa
     assert correction != 1.0  # the packaged grid covers this shape
 
     def run(*extra: str) -> float:
-        proc = subprocess.run([sys.executable, "-m", "cascade", "predict", "--trace", str(trace), "--source", "H100",
+        proc = subprocess.run([sys.executable, "-m", "programs.cli", "predict", "--trace", str(trace), "--source", "H100",
                                "--target", "A100", "--model", "scaled", *extra],
                               capture_output=True, text=True, check=True)
         return float(proc.stdout.splitlines()[1].split(",")[-3])
@@ -491,9 +494,9 @@ def test_cli_predict_applies_the_targets_residual_grid_unless_told_not_to(tmp_pa
 
 
 def test_leave_largest_shapes_out_scores_only_gemms_above_the_quantile(small_data: Path, tmp_path: Path) -> None:
-    from cascade.calibration import extrapolate
-    from cascade.engine.measured import discover, pairs
     from cascade.engine.workload import workload_of
+    from cascade.fitting import extrapolate
+    from cascade.fitting.measured import discover, pairs
 
     sets = [s for s in discover(small_data, default_registry()) if s.kind == "neusight" and s.dataset == "bmm"]
     rows = extrapolate.leave_largest_out(sets, quantile=0.75, evals=40)

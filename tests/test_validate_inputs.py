@@ -6,8 +6,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from cascade.cli import main
+
 from cascade.gpus import get_gpu
+from programs.cli import main
 
 MEASURED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "measured"
 

@@ -6,6 +6,7 @@ import gzip
 import lzma
 
 import pytest
+
 from cascade.errors import TraceFormatError
 from cascade.traces.xzstream import BoundedDecompressor
 

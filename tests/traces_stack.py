@@ -22,14 +22,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cascade.bus import Bus, connect
-from cascade.client import CascadeClient
-from cascade.embedded.ports import free_port
-from cascade.natsserver import NatsServer
-from cascade.settings import Settings, load_settings
-from cascade.storage import Storage
+
+from cascade.platform.bus import Bus, connect
+from cascade.platform.client import CascadeClient
+from cascade.platform.settings import Settings, load_settings
+from cascade.platform.storage import Storage
+from cascade.platform.tracestore import TraceStore
 from cascade.traces.generate import TraceSpec, header_text, write_kernel
-from cascade.tracestore import TraceStore
+from programs.embedded.nats import NatsServer
+from programs.embedded.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"

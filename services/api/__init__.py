@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
-
 from aiohttp import web
-from cascade.bus import Bus
-from cascade.runtime import ServiceContext, serve
-from cascade.settings import Settings
 
+from cascade.platform.runtime import Service, ServiceContext
 from services.api.app import create_app
 
 NAME = "api"
@@ -24,29 +19,21 @@ async def start_http(ctx: ServiceContext, app: web.Application, host: str, port:
     return runner
 
 
-async def run(
-    settings: Settings,
-    *,
-    bus: Bus | None = None,
-    storage: Any = None,
-    stop: asyncio.Event | None = None,
-) -> None:
-    """Run the api until ``stop`` is set or SIGTERM/SIGINT arrives."""
-
-    async def setup(ctx: ServiceContext) -> None:
-        app = create_app(
-            settings, bus=ctx.bus, storage=ctx.storage, registry=ctx.registry,
-            service_status=ctx.status,
-        )
-        await start_http(ctx, app, settings.http_host, settings.http_port)
-        if not settings.api_tokens:
-            ctx.log.warning("CASCADE_API_TOKENS is empty: write requests are not authenticated")
-        ctx.log.info("api listening", url=f"http://{settings.http_host}:{settings.http_port}")
-
-    await serve(
-        NAME, settings, setup, bus=bus, storage=storage, stop=stop, use_storage=True,
-        install_signals=stop is None,
+async def start(ctx: ServiceContext) -> None:
+    """Wire the api: the HTTP application (REST, progress streams, /v1, web UI)."""
+    settings = ctx.settings
+    app = create_app(
+        settings, bus=ctx.bus, storage=ctx.require_storage(), registry=ctx.registry,
+        service_status=ctx.status,
     )
+    await start_http(ctx, app, settings.http_host, settings.http_port)
+    if not settings.api_tokens:
+        ctx.log.warning("CASCADE_API_TOKENS is empty: write requests are not authenticated")
+    ctx.log.info("api listening", url=f"http://{settings.http_host}:{settings.http_port}")
 
 
-__all__ = ["NAME", "create_app", "run", "start_http"]
+SERVICE = Service(NAME, start, uses_storage=True)
+run = SERVICE.run
+
+
+__all__ = ["NAME", "SERVICE", "create_app", "run", "start_http"]

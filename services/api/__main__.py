@@ -2,8 +2,7 @@
 
 import sys
 
-from cascade.runtime import main
+from cascade.platform.runtime import service_main
+from services.api import SERVICE
 
-from services.api import run
-
-sys.exit(main("api", run))
+sys.exit(service_main(SERVICE))

@@ -18,12 +18,13 @@ from types import ModuleType
 from typing import Any
 
 from aiohttp import web
-from cascade.bus import Bus
-from cascade.runtime import new_registry
-from cascade.settings import Settings
 from prometheus_client import CollectorRegistry
 
 import services.api.routes as routes_pkg
+from cascade.platform.bus import Bus
+from cascade.platform.runtime import new_registry
+from cascade.platform.settings import Settings
+from cascade.platform.storage import Storage
 from services.api.http import MAX_BODY_BYTES, auth_middleware, error_middleware, metrics_middleware
 from services.api.keys import (
     BUS,
@@ -53,7 +54,7 @@ def create_app(
     settings: Settings,
     *,
     bus: Bus,
-    storage: Any,
+    storage: Storage,
     registry: CollectorRegistry | None = None,
     service_status: Callable[[], dict[str, Any]] | None = None,
     client_max_size: int = MAX_BODY_BYTES,
@@ -61,7 +62,7 @@ def create_app(
     """Build the api application around the given collaborators.
 
     ``storage`` needs an ``async ping()`` for ``/readyz`` (normally a
-    :class:`cascade.storage.Storage`). ``registry`` is the Prometheus registry
+    :class:`cascade.platform.storage.Storage`). ``registry`` is the Prometheus registry
     served at ``/metrics`` (a fresh one with the bus collector if omitted).
     """
     registry = registry if registry is not None else new_registry(bus, service="api")

@@ -22,9 +22,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import web
-from cascade.log import get_logger
 from prometheus_client.core import GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import Collector
+
+from cascade.platform.log import get_logger
 
 log = get_logger("cascade.api.metrics")
 

@@ -20,10 +20,10 @@ from typing import Any, TypeVar
 
 import msgspec
 from aiohttp import web
-from cascade.errors import CascadeError, UnauthorizedError, ValidationError
-from cascade.log import get_logger
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from cascade.errors import CascadeError, UnauthorizedError, ValidationError
+from cascade.platform.log import get_logger
 from services.api.keys import SETTINGS
 
 T = TypeVar("T")

@@ -6,14 +6,16 @@ from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
-from cascade.bus import Bus
-from cascade.settings import Settings
 from prometheus_client import CollectorRegistry
+
+from cascade.platform.bus import Bus
+from cascade.platform.settings import Settings
+from cascade.platform.storage import Storage
 
 SETTINGS = web.AppKey("settings", Settings)
 BUS = web.AppKey("bus", Bus)
-STORAGE = web.AppKey("storage", object)
-"""The :class:`cascade.storage.Storage` (anything with ``async ping()`` in tests)."""
+STORAGE = web.AppKey("storage", Storage)
+"""The :class:`cascade.platform.storage.Storage`."""
 REGISTRY = web.AppKey("registry", CollectorRegistry)
 """Prometheus registry served at ``/metrics``."""
 OPENAPI = web.AppKey("openapi", dict)

@@ -16,8 +16,8 @@ from typing import Any
 
 import msgspec
 from aiohttp import web
-from cascade import __version__
 
+from cascade import __version__
 from services.api.http import SAFE_METHODS
 
 _PARAM = re.compile(r"\{([^}:]+)(:[^}]*)?\}")

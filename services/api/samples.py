@@ -31,14 +31,16 @@ from typing import Any
 
 import msgspec
 from aiohttp import web
-from cascade import subjects
-from cascade.errors import CascadeError, ConflictError
-from cascade.log import get_logger
-from cascade.samples import DEFAULT_SAMPLE, Sample, load_sample
-from cascade.state import Provenance, RunRecord, SimRecord, TraceRecord
-from cascade.tracefiles import bundle_prefix
-from cascade.traces.bundle import KERNELS_NAME, MANIFEST_NAME, BundleBuilder
 
+from cascade.errors import CascadeError, ConflictError
+from cascade.ids import check_token
+from cascade.platform import subjects
+from cascade.platform.keys import bundle_prefix
+from cascade.platform.log import get_logger
+from cascade.platform.samples import DEFAULT_SAMPLE, Sample, load_sample
+from cascade.platform.state import Provenance, RunRecord, SimRecord, TraceRecord
+from cascade.platform.storage import Storage
+from cascade.traces.bundle import KERNELS_NAME, MANIFEST_NAME, BundleBuilder
 from services.api.keys import BUS, SETTINGS, STORAGE
 
 log = get_logger("cascade.api.samples")
@@ -54,7 +56,7 @@ class SampleLoadReport(msgspec.Struct, frozen=True, kw_only=True):
 
 def recorded_sim_id(run_id: str, config: str) -> str:
     """Id of the recorded run's sim on one config."""
-    return subjects.check_token(f"{run_id}-{config.lower()}", "sim_id")
+    return check_token(f"{run_id}-{config.lower()}", "sim_id")
 
 
 def recorded_records(sample: Sample, now: float) -> tuple[TraceRecord, RunRecord, list[SimRecord]]:
@@ -82,7 +84,7 @@ def recorded_records(sample: Sample, now: float) -> tuple[TraceRecord, RunRecord
         id=sample.recorded_run_id, trace_id=sample.recorded_trace_id,
         configs=[r.config for r in ref.results], replicas=1, model=ref.kernel_model,
         state="completed", created_at=now, updated_at=now, sim_ids=[s.id for s in sims],
-        provenance=prov, options={"recorded": True},
+        provenance=prov,
     )
     return trace, run, sims
 
@@ -124,7 +126,7 @@ async def _create(kv: Any, key: str, value: Any, report: dict[str, list[str]]) -
     return True
 
 
-async def load_sample_into_state(bus: Any, storage: Any, *, name: str = DEFAULT_SAMPLE,
+async def load_sample_into_state(bus: Any, storage: Storage, *, name: str = DEFAULT_SAMPLE,
                                  root: str | None = None) -> SampleLoadReport:
     """Put the sample's traces, run, sims, reference and synthetic bundle into KV and S3.
 

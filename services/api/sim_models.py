@@ -6,7 +6,7 @@ replicas each keep their own view, all fed by the same KV). A model is one finis
 sim, named ``cascade/<trace>/<config>``; when a trace was simulated on a config
 several times, the most recently finished sim wins.
 
-Fitted step models are cached per sim (:class:`cascade.stepmodels.StepModelCache`)
+Fitted step models are cached per sim (:class:`cascade.runs.estimates.StepModelCache`)
 and refitted when the sim's record changes (a new result: new fingerprint). The
 S3 copy at ``results/{run}/{sim}/stepmodel.json`` saves the refit after a restart.
 """
@@ -22,20 +22,23 @@ from typing import Any
 import msgspec
 import nats.js.errors
 from aiohttp import web
-from cascade import subjects
+
 from cascade.errors import CascadeError, ConflictError, NotFoundError, ValidationError
-from cascade.log import get_logger
-from cascade.results import SimResult, read_kernels, read_result, steps_to_records
-from cascade.serving.contexts import context_length
-from cascade.state import RunRecord, SimRecord, TraceRecord
-from cascade.stepmodels import (
+from cascade.ids import check_token
+from cascade.platform import subjects
+from cascade.platform.log import get_logger
+from cascade.platform.runstore import load_or_fit, read_kernels, read_result
+from cascade.platform.state import RunRecord, SimRecord, TraceRecord
+from cascade.platform.storage import Storage
+from cascade.runs.estimates import (
     SimStepModel,
     StepModelCache,
     engine_predictor,
     kernel_extrapolator,
-    load_or_fit,
     sim_fingerprint,
 )
+from cascade.runs.results import SimResult, steps_to_records
+from cascade.serving.contexts import context_length
 
 log = get_logger("cascade.api.models")
 
@@ -99,7 +102,7 @@ _TRACE_DEC = msgspec.json.Decoder(TraceRecord)
 class SimModels:
     """In-memory index of finished sims (fed by KV watches) and their fitted step models."""
 
-    def __init__(self, bus: Any, storage: Any, *, predictor: Any = None) -> None:
+    def __init__(self, bus: Any, storage: Storage, *, predictor: Any = None) -> None:
         self.bus = bus
         self.storage = storage
         self.predictor = predictor
@@ -188,7 +191,8 @@ class SimModels:
                 self.cache.invalidate(key)
 
     def _table(self, what: str) -> dict[str, Any]:
-        return {"sims": self._sims, "runs": self._runs, "traces": self._traces}[what]
+        tables: dict[str, dict[str, Any]] = {"sims": self._sims, "runs": self._runs, "traces": self._traces}
+        return tables[what]
 
     async def wait_until(self, predicate: Any, timeout: float = 10.0) -> None:
         """Wait (bounded) until ``predicate()`` holds after KV changes reach the index."""
@@ -263,7 +267,7 @@ class SimModels:
 
     async def by_sim(self, sim_id: str, *, field: str = "sim") -> ModelEntry:
         """The entry of one sim id (it must be finished and usable)."""
-        subjects.check_token(sim_id, field)
+        check_token(sim_id, field)
         sim = self._sims.get(sim_id)
         if sim is None or sim.run_id not in self._runs:
             await self._refresh()
@@ -286,7 +290,7 @@ class SimModels:
 
     async def by_run(self, run_id: str, config: str | None, *, field: str = "run") -> ModelEntry:
         """The latest finished sim of ``run_id`` on ``config`` (config optional for one-config runs)."""
-        subjects.check_token(run_id, field)
+        check_token(run_id, field)
         run = self._runs.get(run_id)
         if run is None:
             await self._refresh()

@@ -2,8 +2,7 @@
 
 import sys
 
-from cascade.runtime import main
+from cascade.platform.runtime import service_main
+from services.ingest import SERVICE
 
-from services.ingest import run
-
-sys.exit(main("ingest", run))
+sys.exit(service_main(SERVICE))

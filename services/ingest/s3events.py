@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import msgspec
-from cascade.tracefiles import decode_event_key
+
+from cascade.platform.keys import decode_event_key
 
 
 class S3ObjectInfo(msgspec.Struct, frozen=True, kw_only=True):

@@ -20,21 +20,20 @@ import asyncio
 import time
 from typing import Any
 
-from cascade import subjects
-from cascade.bus import Delivery
 from cascade.errors import CascadeError, NotFoundError, ValidationError
-from cascade.messages.jobs import BundleJob, PrepareJob
-from cascade.messages.trace import (
+from cascade.platform import subjects
+from cascade.platform.bus import Delivery
+from cascade.platform.keys import raw_prefix, split_raw_key
+from cascade.platform.messages.jobs import BundleJob, PrepareJob
+from cascade.platform.messages.trace import (
     FileReceived,
     TraceSealed,
     TraceStateChanged,
     UploadReported,
 )
-from cascade.profiler.baseline import read_baseline
-from cascade.runtime import ServiceContext
-from cascade.state import TraceRecord
-from cascade.tracefiles import check_name, kernel_stems, raw_prefix, split_raw_key
-from cascade.tracestore import (
+from cascade.platform.runtime import ServiceContext
+from cascade.platform.state import TraceRecord
+from cascade.platform.tracestore import (
     ExpectedSet,
     FileRecord,
     FileSource,
@@ -46,7 +45,8 @@ from cascade.tracestore import (
     overwrite_note,
     replace,
 )
-
+from cascade.traces.baseline import read_baseline
+from cascade.traces.files import check_name, kernel_stems
 from services.ingest.s3events import S3Notification, created_objects
 
 #: Traces in these states are reconciled against their S3 listing.
@@ -64,7 +64,7 @@ def grace_period_s(reconcile_interval_s: float) -> float:
 class IngestService:
     """The ingest service's handlers, wired to the bus by :meth:`start`.
 
-    Collaborators come from the :class:`~cascade.runtime.ServiceContext`
+    Collaborators come from the :class:`~cascade.platform.runtime.ServiceContext`
     (bus, storage, settings, stop event, exit stack), so tests can pass their own.
     """
 
@@ -73,7 +73,7 @@ class IngestService:
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
         self.bus = ctx.bus
-        self.storage = ctx.storage
+        self.storage = ctx.require_storage()
         self.settings = ctx.settings
         self.log = ctx.log.bind(component="ingest")
         self.started = False
@@ -93,11 +93,10 @@ class IngestService:
             (subjects.trace_event("*", "sealed"), TraceSealed, self.on_sealed,
              subjects.DURABLE_INGEST_SEALS),
         ):
-            consumer = await self.bus.subscribe(
+            await self.ctx.subscribe(
                 subject, msg_type, handler, durable=durable, deliver_new=False,
                 concurrency=4, ack_wait=30.0, max_deliver=5,
             )
-            self.ctx.stack.push_async_callback(consumer.stop)
         self.ctx.spawn(self.reconcile_loop(), name="ingest-reconcile")
         self.ctx.add_stats(self.stats)
         self.started = True

@@ -2,40 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
-
-from cascade.bus import Bus
-from cascade.runtime import ServiceContext, serve
-from cascade.settings import Settings
-
+from cascade.platform.runtime import Service, ServiceContext
 from services.orchestrator.backends import Backend
 from services.orchestrator.service import OrchestratorService
 
-NAME = "orchestrator"
 
-
-async def run(
-    settings: Settings,
-    *,
-    bus: Bus | None = None,
-    storage: Any = None,
-    stop: asyncio.Event | None = None,
-    backend: Backend | None = None,
-) -> None:
-    """Run the orchestrator service until ``stop`` is set or SIGTERM/SIGINT arrives.
+async def start(ctx: ServiceContext, *, backend: Backend | None = None) -> None:
+    """Wire the orchestrator: run and sim events in, sim jobs and run state out.
 
     ``backend`` replaces the one named by ``settings.orchestrator_backend``.
     """
-
-    async def setup(ctx: ServiceContext) -> None:
-        service = OrchestratorService(ctx, backend=backend)
-        await service.start()
-
-    await serve(
-        NAME, settings, setup, bus=bus, storage=storage, stop=stop, use_storage=False,
-        install_signals=stop is None,
-    )
+    await OrchestratorService(ctx, backend=backend).start()
 
 
-__all__ = ["NAME", "run"]
+SERVICE = Service("orchestrator", start, uses_storage=False)
+NAME = SERVICE.name
+run = SERVICE.run
+
+__all__ = ["NAME", "SERVICE", "run"]

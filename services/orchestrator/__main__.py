@@ -2,8 +2,7 @@
 
 import sys
 
-from cascade.runtime import main
+from cascade.platform.runtime import service_main
+from services.orchestrator import SERVICE
 
-from services.orchestrator import run
-
-sys.exit(main("orchestrator", run))
+sys.exit(service_main(SERVICE))

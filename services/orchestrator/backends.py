@@ -34,10 +34,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import msgspec
-from cascade.errors import ConfigError, DuplicateNameError, UnknownNameError
-from cascade.log import get_logger
-from cascade.messages.jobs import SimJob
-from cascade.settings import Settings, env_var
+
+from cascade.errors import ConfigError
+from cascade.platform.log import get_logger
+from cascade.platform.messages.jobs import SimJob
+from cascade.platform.settings import Settings, env_var
+from cascade.registry import Registry
 
 log = get_logger("cascade.orchestrator.backends")
 
@@ -80,30 +82,18 @@ class Backend:
         return {"backend": self.name}
 
 
-_BACKENDS: dict[str, type[Backend]] = {}
-
-
-def register_backend(cls: type[Backend]) -> type[Backend]:
-    """Class decorator: register a backend under ``cls.name`` (duplicate names are an error)."""
-    if not cls.name:
-        raise DuplicateNameError(f"backend class {cls.__name__} has no name")
-    if cls.name in _BACKENDS and _BACKENDS[cls.name] is not cls:
-        raise DuplicateNameError(f"orchestrator backend {cls.name!r} is already registered")
-    _BACKENDS[cls.name] = cls
-    return cls
+#: Orchestrator backends by name (registered at the end of this module).
+BACKENDS: Registry[type[Backend]] = Registry("orchestrator backend")
 
 
 def backend_names() -> list[str]:
     """Registered backend names."""
-    return sorted(_BACKENDS)
+    return BACKENDS.names()
 
 
 def create_backend(name: str, settings: Settings, demand: Demand, **kwargs: Any) -> Backend:
     """Instantiate the backend registered as ``name`` (UnknownNameError lists the known ones)."""
-    cls = _BACKENDS.get(name)
-    if cls is None:
-        raise UnknownNameError("orchestrator backend", name, _BACKENDS)
-    return cls(settings, demand, **kwargs)
+    return BACKENDS.impl(name)(settings, demand, **kwargs)
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
@@ -130,7 +120,6 @@ def once_idle_timeout(settings: Settings) -> float:
 # --------------------------------------------------------------------------- pool
 
 
-@register_backend
 class PoolBackend(Backend):
     """Long-running simulator workers pull jobs; nothing to start or stop here."""
 
@@ -140,7 +129,6 @@ class PoolBackend(Backend):
 # --------------------------------------------------------------------------- local
 
 
-@register_backend
 class LocalBackend(Backend):
     """One ``--once`` simulator process per unfinished sim, at most ``max_local_sims`` at once."""
 
@@ -342,7 +330,6 @@ def job_name(prefix: str, sim_id: str) -> str:
     return base
 
 
-@register_backend
 class KubernetesBackend(Backend):
     """One batch/v1 Job per sim (kubernetes_asyncio)."""
 
@@ -460,3 +447,8 @@ class KubernetesBackend(Backend):
 def _label(value: str) -> str:
     out = re.sub(r"[^A-Za-z0-9_.-]+", "-", value)[:63].strip("-_.")
     return out or "x"
+
+
+BACKENDS.register(PoolBackend.name, None, PoolBackend)
+BACKENDS.register(LocalBackend.name, None, LocalBackend)
+BACKENDS.register(KubernetesBackend.name, None, KubernetesBackend)

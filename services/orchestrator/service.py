@@ -26,13 +26,16 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from cascade import subjects
-from cascade.bus import Delivery
+import msgspec
+
 from cascade.errors import CascadeError, ConflictError
-from cascade.messages.jobs import SimJob
-from cascade.messages.run import (
+from cascade.ids import check_token
+from cascade.platform import subjects
+from cascade.platform.bus import Delivery
+from cascade.platform.messages.jobs import SimJob
+from cascade.platform.messages.run import (
     RunCancelRequested,
     RunCompleted,
     RunEvent,
@@ -40,7 +43,7 @@ from cascade.messages.run import (
     RunRequested,
     RunStateChanged,
 )
-from cascade.messages.sim import (
+from cascade.platform.messages.sim import (
     SimCancelled,
     SimCompleted,
     SimEvent,
@@ -49,10 +52,9 @@ from cascade.messages.sim import (
     SimQueued,
     SimStarted,
 )
-from cascade.runplan import load_custom_specs, plan_sims, resolve_config
-from cascade.runtime import ServiceContext
-from cascade.state import TERMINAL_RUN_STATES, RunRecord, SimRecord, TraceRecord
-
+from cascade.platform.runs import new_run, sim_jobs
+from cascade.platform.runtime import ServiceContext
+from cascade.platform.state import TERMINAL_RUN_STATES, RunRecord, SimRecord, TraceRecord
 from services.orchestrator.backends import Backend, SimRef, create_backend
 
 TERMINAL_SIM_STATES = frozenset({"completed", "failed", "cancelled"})
@@ -71,7 +73,7 @@ class SimTrack:
 class OrchestratorService:
     """The orchestrator's handlers, wired to the bus by :meth:`start`.
 
-    Collaborators come from the :class:`~cascade.runtime.ServiceContext`
+    Collaborators come from the :class:`~cascade.platform.runtime.ServiceContext`
     (bus, storage, settings, stop event, exit stack); ``backend`` overrides the
     one named by ``settings.orchestrator_backend`` (tests pass their own).
     """
@@ -106,17 +108,15 @@ class OrchestratorService:
         await self.backend.start()
         self.ctx.stack.push_async_callback(self.backend.stop)
         await self.resume()
-        runs = await self.bus.subscribe(
+        await self.ctx.subscribe(
             subjects.RUN_EVENTS, RunEvent, self.on_run_event,
             durable=subjects.DURABLE_ORCHESTRATOR_RUNS, deliver_new=True, concurrency=4,
             on_exhausted=self.on_run_event_exhausted,
         )
-        self.ctx.stack.push_async_callback(runs.stop)
-        sims = await self.bus.subscribe(
+        await self.ctx.subscribe(
             subjects.SIM_EVENTS, SimEvent, self.on_sim_event,
             durable=subjects.DURABLE_ORCHESTRATOR_SIMS, deliver_new=True, concurrency=8,
         )
-        self.ctx.stack.push_async_callback(sims.stop)
         self.ctx.spawn(self._sweep(), name="orchestrator-sweep")
         self.ctx.add_stats(self.stats)
         self.started = True
@@ -171,21 +171,12 @@ class OrchestratorService:
 
     async def on_run_requested(self, req: RunRequested) -> None:
         """Create the run record if needed, then plan and queue its sims."""
-        subjects.check_token(req.run_id, "run_id")
+        check_token(req.run_id, "run_id")
         entry = await self.runs_kv.get(req.run_id, RunRecord)
         if entry is None:
-            custom = await load_custom_specs(self.bus)
-            resolved = [resolve_config(c, custom=custom, where=f"configs[{i}]")
-                        for i, c in enumerate(req.configs)]
-            now = time.time()
-            record = RunRecord(
-                id=req.run_id, trace_id=req.trace_id, configs=[r.config_id for r in resolved],
-                replicas=req.replicas, model=req.model, options=dict(req.options),
-                created_at=now, updated_at=now, name=req.name,
-                sim_ids=[s for s, _, _ in plan_sims(req.run_id, [r.config_id for r in resolved],
-                                                   req.replicas)],
-                custom_specs={r.config_id: r.inline for r in resolved if r.inline is not None},
-            )
+            record, _ = await new_run(self.bus, run_id=req.run_id, trace_id=req.trace_id,
+                                      configs=req.configs, replicas=req.replicas, model=req.model,
+                                      replay=req.replay, name=req.name)
             with contextlib.suppress(ConflictError):
                 await self.runs_kv.create(req.run_id, record)
             entry = await self.runs_kv.get(req.run_id, RunRecord)
@@ -207,23 +198,17 @@ class OrchestratorService:
             state = "missing" if trace is None else trace.state
             await self.fail_run(run.id, f"trace {run.trace_id} is {state}, not ready to simulate")
             return
-        plan = plan_sims(run.id, run.configs, run.replicas)
         jobs: list[SimJob] = []
         now = time.time()
-        for sid, config_id, replica in plan:
-            record = SimRecord(id=sid, run_id=run.id, config=config_id, replica=replica,
-                               model=run.model)
+        for record, job in sim_jobs(run, trace):
+            sid = record.id
             with contextlib.suppress(ConflictError):
                 await self.sims_kv.create(sid, record)
             current = await self.sims_kv.get(sid, SimRecord)
             if current is not None and current.value.state in TERMINAL_SIM_STATES:
                 continue
             self.open.setdefault(sid, SimTrack(run.id, "queued"))
-            jobs.append(SimJob(
-                run_id=run.id, sim_id=sid, trace_id=run.trace_id, bundle_key=trace.bundle_key,
-                config=run.custom_specs.get(config_id) or config_id, replica=replica,
-                model=run.model, options=dict(run.options),
-            ))
+            jobs.append(job)
         items: list[tuple[str, Any, str | None]] = []
         for job in jobs:
             cfg = job.config if isinstance(job.config, str) else str(job.config.get("id", ""))
@@ -233,7 +218,7 @@ class OrchestratorService:
             items.append((subjects.JOB_SIM, job, job.sim_id))
         if items:
             await self.bus.publish_many(items)
-        sim_ids = [s for s, _, _ in plan]
+        sim_ids = [record.id for record, _ in sim_jobs(run, trace)]
 
         def mark(cur: RunRecord | None) -> RunRecord | None:
             if cur is None or cur.jobs_published:
@@ -242,7 +227,7 @@ class OrchestratorService:
 
         await self.runs_kv.mutate(run.id, RunRecord, mark)
         self.runs_started += 1
-        log.info("run queued", sims=len(plan), jobs=len(jobs), backend=self.backend.name)
+        log.info("run queued", sims=len(sim_ids), jobs=len(jobs), backend=self.backend.name)
         await self.backend.submit(jobs)
         await self.maybe_finish(run.id)
 
@@ -448,9 +433,10 @@ class OrchestratorService:
 # --------------------------------------------------------------------------- pure updates
 
 
-def _replace(record: Any, **changes: Any) -> Any:
-    import msgspec
+R = TypeVar("R", bound=msgspec.Struct)
 
+
+def _replace(record: R, **changes: Any) -> R:
     return msgspec.structs.replace(record, **changes)
 
 

@@ -2,35 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
-
-from cascade.bus import Bus
-from cascade.runtime import ServiceContext, serve
-from cascade.settings import Settings
-
+from cascade.platform.runtime import Service, ServiceContext
 from services.prepare.service import PrepareService
 
-NAME = "prepare"
+
+async def start(ctx: ServiceContext) -> None:
+    """Wire the prepare service: the prepare/bundle work queue."""
+    await PrepareService(ctx).start()
 
 
-async def run(
-    settings: Settings,
-    *,
-    bus: Bus | None = None,
-    storage: Any = None,
-    stop: asyncio.Event | None = None,
-) -> None:
-    """Run the prepare service until ``stop`` is set or SIGTERM/SIGINT arrives."""
+SERVICE = Service("prepare", start, uses_storage=True)
+NAME = SERVICE.name
+run = SERVICE.run
 
-    async def setup(ctx: ServiceContext) -> None:
-        service = PrepareService(ctx)
-        await service.start()
-
-    await serve(
-        NAME, settings, setup, bus=bus, storage=storage, stop=stop, use_storage=True,
-        install_signals=stop is None,
-    )
-
-
-__all__ = ["NAME", "run"]
+__all__ = ["NAME", "SERVICE", "run"]

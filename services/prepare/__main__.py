@@ -2,8 +2,7 @@
 
 import sys
 
-from cascade.runtime import main
+from cascade.platform.runtime import service_main
+from services.prepare import SERVICE
 
-from services.prepare import run
-
-sys.exit(main("prepare", run))
+sys.exit(service_main(SERVICE))

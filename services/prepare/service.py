@@ -30,28 +30,30 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from cascade import subjects
-from cascade.bundlecache import cache_dir_for
-from cascade.bus import Delivery
+
 from cascade.errors import TraceFormatError, ValidationError
 from cascade.gpus import default_registry
 from cascade.kerneltable import KernelTable
-from cascade.messages.jobs import BundleJob, PrepareJob
-from cascade.messages.trace import (
+from cascade.platform import subjects
+from cascade.platform.bundlecache import cache_dir_for
+from cascade.platform.bus import Delivery
+from cascade.platform.keys import bundle_prefix, part_key, raw_prefix, split_raw_key
+from cascade.platform.messages.jobs import BundleJob, PrepareJob
+from cascade.platform.messages.trace import (
     BundleReady,
     KernelFailed,
     KernelPrepared,
     TraceStateChanged,
 )
-from cascade.runtime import ServiceContext
-from cascade.state import TraceRecord
-from cascade.tracefiles import bundle_prefix, check_name, part_key, raw_prefix, split_raw_key
+from cascade.platform.runtime import ServiceContext
+from cascade.platform.state import TraceRecord
+from cascade.platform.tracestore import FileRecord, TraceStore, UnitRecord, assess, capped, replace
 from cascade.traces.bundle import KERNELS_NAME, MANIFEST_NAME, BundleBuilder, table_to_npz
+from cascade.traces.files import check_name
 from cascade.traces.jsonstream import JsonLimits, use_limits
 from cascade.traces.parse import KernelFeatures, KernelTraceParser
 from cascade.traces.timeline import import_timeline
 from cascade.traces.xzstream import BoundedDecompressor
-from cascade.tracestore import FileRecord, TraceStore, UnitRecord, assess, capped, replace
 
 #: KernelTable columns copied into a unit's progress record.
 SUMMARY_COLUMNS: tuple[str, ...] = (
@@ -81,7 +83,7 @@ def _summary(row: dict[str, Any]) -> dict[str, Any]:
 class PrepareService:
     """The prepare service's handlers, wired to the bus by :meth:`start`.
 
-    Collaborators come from the :class:`~cascade.runtime.ServiceContext`
+    Collaborators come from the :class:`~cascade.platform.runtime.ServiceContext`
     (bus, storage, settings, stop event, exit stack), so tests can pass their own.
     """
 
@@ -90,7 +92,7 @@ class PrepareService:
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
         self.bus = ctx.bus
-        self.storage = ctx.storage
+        self.storage = ctx.require_storage()
         self.settings = ctx.settings
         self.log = ctx.log.bind(component="prepare")
         self.started = False
@@ -104,12 +106,11 @@ class PrepareService:
     async def start(self) -> None:
         """Start the work-queue worker (its stop goes on ``ctx.stack``)."""
         self.store = await TraceStore.open(self.bus)
-        worker = await self.bus.run_worker(
+        await self.ctx.run_worker(
             subjects.JOB_PREPARE, subjects.DURABLE_PREPARE_JOBS, PrepareJob | BundleJob,
             self.handle, concurrency=CONCURRENCY, on_exhausted=self.on_exhausted,
             permanent=(ValidationError,),
         )
-        self.ctx.stack.push_async_callback(worker.stop)
         self.ctx.add_stats(self.stats)
         self.started = True
 

@@ -2,42 +2,22 @@
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
-
-from cascade.bus import Bus
-from cascade.runtime import ServiceContext, serve
-from cascade.settings import Settings
-
+from cascade.platform.runtime import Service, ServiceContext
 from services.simulator.service import SimulatorService
 
-NAME = "simulator"
 
+async def start(ctx: ServiceContext, *, once: bool = False, idle_timeout_s: float = 60.0,
+                worker_label: str = "") -> None:
+    """Wire the simulator: the sim-jobs work queue.
 
-async def run(
-    settings: Settings,
-    *,
-    bus: Bus | None = None,
-    storage: Any = None,
-    stop: asyncio.Event | None = None,
-    once: bool = False,
-    idle_timeout_s: float = 60.0,
-    worker_label: str = "",
-) -> None:
-    """Run the simulator until ``stop`` is set or SIGTERM/SIGINT arrives.
-
-    ``once``: take exactly one job (waiting at most ``idle_timeout_s``), then return.
+    ``once``: take exactly one job (waiting at most ``idle_timeout_s``), then stop.
     """
-
-    async def setup(ctx: ServiceContext) -> None:
-        service = SimulatorService(ctx, once=once, idle_timeout_s=idle_timeout_s,
-                                   worker_label=worker_label)
-        await service.start()
-
-    await serve(
-        NAME, settings, setup, bus=bus, storage=storage, stop=stop, use_storage=True,
-        install_signals=stop is None,
-    )
+    await SimulatorService(ctx, once=once, idle_timeout_s=idle_timeout_s,
+                           worker_label=worker_label).start()
 
 
-__all__ = ["NAME", "run"]
+SERVICE = Service("simulator", start, uses_storage=True)
+NAME = SERVICE.name
+run = SERVICE.run
+
+__all__ = ["NAME", "SERVICE", "run"]

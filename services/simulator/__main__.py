@@ -8,12 +8,10 @@ label. Settings come from CASCADE_* variables.
 """
 
 import argparse
-import functools
 import sys
 
-from cascade.runtime import main
-
-from services.simulator import run
+from cascade.platform.runtime import service_main
+from services.simulator import SERVICE
 
 parser = argparse.ArgumentParser(prog="python -m services.simulator", description=__doc__)
 mode = parser.add_mutually_exclusive_group()
@@ -24,6 +22,5 @@ parser.add_argument("--idle-timeout", type=float, default=60.0, metavar="S",
 parser.add_argument("--worker-label", default="", help="label added to the worker identity")
 args = parser.parse_args()
 once = bool(args.once or args.one)
-sys.exit(main("simulator", functools.partial(
-    run, once=once, idle_timeout_s=args.idle_timeout, worker_label=args.worker_label or args.one,
-)))
+sys.exit(service_main(SERVICE, once=once, idle_timeout_s=args.idle_timeout,
+                      worker_label=args.worker_label or args.one))

@@ -2,7 +2,7 @@
 
 1. the config's Accel-Sim folder from ``CASCADE_ACCELSIM_CONFIGS`` and the binary from
    ``CASCADE_ACCELSIM_BIN`` (refused, naming the setting, when either is missing here);
-2. the trace's instruction files on local disk (:func:`cascade.accelsimrun.fetch_instruction_trace`,
+2. the trace's instruction files on local disk (:func:`cascade.platform.accelsim.fetch_instruction_trace`,
    once per trace per node);
 3. ``accel-sim.out`` in its own process group and working directory, stdout parsed as it is
    written: one ``SimProgress`` (with :class:`KernelSimulated`) per finished kernel, percent =
@@ -22,7 +22,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from cascade.accelsimrun import (
+
+from cascade.engine.accelsim import AccelSimConfig, SimulatedKernel
+from cascade.engine.perf import FLAGS_DTYPE
+from cascade.errors import CancelledRunError, JobTimeoutError
+from cascade.platform.accelsim import (
     AccelSimGPUConfig,
     clean_workdir,
     discover_from,
@@ -31,18 +35,11 @@ from cascade.accelsimrun import (
     run_accelsim,
     trace_cache_dir,
 )
-from cascade.engine.accelsim import AccelSimConfig, SimulatedKernel
-from cascade.engine.perf import FLAGS_DTYPE
-from cascade.errors import CancelledRunError, JobTimeoutError
-from cascade.messages.jobs import SimJob
-from cascade.messages.sim import KernelSimulated, SimCompleted, SimProgress
-from cascade.results import (
-    SimulatorProvenance,
-    build_result,
-    kernels_with_predictions,
-    write_result,
-)
-from cascade.state import TraceRecord
+from cascade.platform.messages.jobs import SimJob
+from cascade.platform.messages.sim import KernelSimulated, SimCompleted, SimProgress
+from cascade.platform.runstore import write_result
+from cascade.platform.state import TraceRecord
+from cascade.runs.results import SimulatorProvenance, build_result, kernels_with_predictions
 
 if TYPE_CHECKING:
     from services.simulator.engine import SimulationInputs
@@ -79,7 +76,6 @@ async def simulate_accelsim(
 ) -> None:
     """Run one sim through Accel-Sim (see the module docstring) and publish its result."""
     from cascade.engine import predict
-
     from services.simulator.engine import _REGIME_NAMES, replay_timeline
 
     settings = service.settings
@@ -146,7 +142,8 @@ async def simulate_accelsim(
             on_disk.kernel_ids[k.uid - 1] if 0 < k.uid <= listed else k.uid)
         by_id[int(kid)] = k.cycles
     clock_used = outcome.kernels[0].core_clock_mhz if outcome.kernels else clock
-    cfg = AccelSimConfig(simulated_cycles=by_id, core_clock_mhz=clock_used)
+    cfg = AccelSimConfig(simulated_cycles={str(k): c for k, c in by_id.items()},
+                         core_clock_mhz=clock_used)
     table = inputs.table
     pred = await asyncio.to_thread(predict, table, target, source=inputs.source, model="accel-sim",
                                    config=cfg)

@@ -14,15 +14,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
+
 from cascade.engine import predict
 from cascade.engine.perf import FLAGS_DTYPE, REGIMES
+from cascade.engine.registry import model_name
 from cascade.engine.replay import replay
 from cascade.gpus import GPURegistry, GPUSpec, default_registry
 from cascade.kerneltable import KernelTable
-from cascade.results import StepResult, step_sequences
-from cascade.runplan import MODELS
-from cascade.state import TraceRecord
+from cascade.platform.state import TraceRecord
+from cascade.runs.results import StepResult, step_sequences
 from cascade.traces.bundle import load_bundle
 
 _REGIME_NAMES = np.asarray(REGIMES, dtype=object)
@@ -123,13 +125,10 @@ def load_inputs(folder: Path, trace: TraceRecord, target: GPUSpec, model: str,
     )
 
 
-def predict_chunk(part: KernelTable, inputs: SimulationInputs, model: str) -> ChunkOutput:
-    """Predict one chunk of kernels on the target (CPU-bound: call it in a thread)."""
-    if model not in MODELS:
-        from cascade.errors import UnknownNameError
-
-        raise UnknownNameError("kernel model", model, MODELS)
-    pred = predict(part, inputs.target, source=inputs.source, model=model)
+def predict_chunk(part: KernelTable, inputs: SimulationInputs, model: msgspec.Struct) -> ChunkOutput:
+    """Predict one chunk of kernels on the target with ``model`` (a model config: its tag names
+    the model) (CPU-bound: call it in a thread)."""
+    pred = predict(part, inputs.target, source=inputs.source, model=model_name(model), config=model)
     names = [str(m) for m in pred.models]
     return ChunkOutput(
         predicted_ns=pred.predicted_ns, regime=_REGIME_NAMES[pred.regime.astype(np.int64)],

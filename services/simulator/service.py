@@ -6,7 +6,7 @@ consumer ``sim-jobs``, explicit ack, in-progress heartbeats while it works,
 
 1. skips the job if its sim is already final or its run was cancelled;
 2. publishes ``SimStarted``; loads the bundle from the local content-addressed
-   cache (:func:`cascade.bundlecache.fetch_bundle` downloads only what is
+   cache (:func:`cascade.platform.bundlecache.fetch_bundle` downloads only what is
    missing); resolves the target spec (built-in id or inline custom spec);
 3. predicts kernel durations in chunks (in a worker thread), publishing
    ``SimProgress`` after every chunk that crosses a percent and at least once
@@ -29,7 +29,6 @@ simulation for tests and demos.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import os
 import socket
@@ -39,9 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
-from cascade import subjects
-from cascade.bundlecache import cache_dir_for, fetch_bundle
-from cascade.bus import Delivery
+
 from cascade.engine.perf import FLAGS_DTYPE
 from cascade.errors import (
     AccelSimError,
@@ -54,13 +51,23 @@ from cascade.errors import (
     ValidationError,
 )
 from cascade.gpus.registry import GPURegistry, default_registry
-from cascade.messages.jobs import SimJob, decode_job
-from cascade.messages.sim import SimCancelled, SimCompleted, SimFailed, SimProgress, SimStarted
-from cascade.results import build_result, kernels_with_predictions, write_result
-from cascade.runplan import load_custom_specs, spec_of_job_config
-from cascade.runtime import ServiceContext
-from cascade.state import RunRecord, SimRecord, TraceRecord
-from nats.js import api as jsapi
+from cascade.platform import subjects
+from cascade.platform.bundlecache import cache_dir_for, fetch_bundle
+from cascade.platform.bus import Consumer, Delivery
+from cascade.platform.messages.jobs import SimJob
+from cascade.platform.messages.sim import (
+    SimCancelled,
+    SimCompleted,
+    SimFailed,
+    SimProgress,
+    SimStarted,
+)
+from cascade.platform.runstore import write_result
+from cascade.platform.runtime import ServiceContext
+from cascade.platform.specstore import load_custom_specs
+from cascade.platform.state import RunRecord, SimRecord, TraceRecord
+from cascade.runs.plan import spec_of_job_config
+from cascade.runs.results import build_result, kernels_with_predictions
 
 if TYPE_CHECKING:
     from services.simulator.engine import SimulationInputs
@@ -98,7 +105,7 @@ class SimulatorService:
     ) -> None:
         self.ctx = ctx
         self.bus = ctx.bus
-        self.storage = ctx.storage
+        self.storage = ctx.require_storage()
         self.settings = ctx.settings
         self.log = ctx.log.bind(component="simulator")
         self.once = once
@@ -117,14 +124,14 @@ class SimulatorService:
         self.sims_kv = await self.bus.kv(subjects.KV_SIMS)
         self.traces_kv = await self.bus.kv(subjects.KV_TRACES)
         self.ctx.add_stats(self.stats)
+        consumer = await self.ctx.run_worker(
+            subjects.JOB_SIM, subjects.DURABLE_SIM_JOBS, SimJob, self.handle,
+            concurrency=1, on_exhausted=self.on_exhausted, permanent=PERMANENT_ERRORS,
+            limit=1 if self.once else None,
+            idle_timeout_s=self.idle_timeout_s if self.once else None,
+        )
         if self.once:
-            self.ctx.spawn(self._run_once(), name="simulator-once")
-        else:
-            consumer = await self.bus.run_worker(
-                subjects.JOB_SIM, subjects.DURABLE_SIM_JOBS, SimJob, self.handle,
-                concurrency=1, on_exhausted=self.on_exhausted, permanent=PERMANENT_ERRORS,
-            )
-            self.ctx.stack.push_async_callback(consumer.stop)
+            self.ctx.spawn(self._finish_once(consumer), name="simulator-once")
         self.started = True
 
     def stats(self) -> dict[str, Any]:
@@ -134,93 +141,19 @@ class SimulatorService:
 
     # ------------------------------------------------------------------ one-shot mode
 
-    def consumer_config(self) -> jsapi.ConsumerConfig:
-        """The ``sim-jobs`` work-queue consumer, exactly as the pool workers create it."""
-        return jsapi.ConsumerConfig(
-            name=subjects.DURABLE_SIM_JOBS,
-            durable_name=subjects.DURABLE_SIM_JOBS,
-            ack_policy=jsapi.AckPolicy.EXPLICIT,
-            ack_wait=self.settings.job_ack_wait_s,
-            max_deliver=self.settings.job_max_deliver + 2,
-            filter_subject=subjects.JOB_SIM,
-            max_ack_pending=1000,
-            deliver_policy=jsapi.DeliverPolicy.ALL,
-        )
-
-    async def _run_once(self) -> None:
+    async def _finish_once(self, consumer: Consumer[Any]) -> None:
+        """One-job mode: stop the service once the job was handled (or none arrived)."""
         try:
-            await self.bus.jsm.add_consumer(subjects.JOBS_STREAM, config=self.consumer_config())
-            sub = await self.bus.js.pull_subscribe_bind(
-                durable=subjects.DURABLE_SIM_JOBS, stream=subjects.JOBS_STREAM
-            )
-            deadline = time.monotonic() + self.idle_timeout_s
-            msg = None
-            while msg is None and not self.ctx.stop.is_set() and time.monotonic() < deadline:
-                try:
-                    msgs = await sub.fetch(1, timeout=min(1.0, max(0.05, deadline - time.monotonic())))
-                except TimeoutError:
-                    continue
-                msg = msgs[0] if msgs else None
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
-            if msg is None:
+            stop = asyncio.create_task(self.ctx.stop.wait())
+            done = asyncio.create_task(consumer.done.wait())
+            await asyncio.wait({stop, done}, return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+            done.cancel()
+            if consumer.taken == 0:
                 self.log.info("no job arrived, exiting", idle_timeout_s=self.idle_timeout_s)
-                return
-            await self._process_one(msg)
         finally:
             self.handled.set()
             self.ctx.stop.set()
-
-    async def _process_one(self, msg: Any) -> None:
-        """Run one delivered job with the work-queue semantics of :meth:`Bus.run_worker`."""
-        attempt = msg.metadata.num_delivered
-        max_deliver = self.settings.job_max_deliver
-        try:
-            job = decode_job(msg.data)
-        except ValidationError as exc:
-            self.log.error("malformed job terminated", error=str(exc))
-            await msg.term()
-            return
-        if not isinstance(job, SimJob):
-            await msg.term()
-            return
-        if attempt > max_deliver:
-            await self.on_exhausted(job, JobTimeoutError(
-                f"no acknowledgement after {max_deliver} deliveries (the simulators crashed or "
-                "stopped heartbeating)"), attempt - 1)
-            await msg.term()
-            return
-
-        async def heartbeat() -> None:
-            while True:
-                await asyncio.sleep(max(0.05, self.settings.job_ack_wait_s / 3))
-                with contextlib.suppress(Exception):
-                    await msg.in_progress()
-
-        beat = asyncio.create_task(heartbeat())
-        delivery = Delivery(subject=msg.subject, attempt=attempt, max_attempts=max_deliver,
-                            stream_seq=msg.metadata.sequence.stream)
-        try:
-            await self.handle(job, delivery)
-        except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                await msg.nak()
-            raise
-        except PERMANENT_ERRORS as exc:
-            await self.on_exhausted(job, exc, attempt)
-            await msg.term()
-        except Exception as exc:  # noqa: BLE001 - retried by redelivery or reported
-            if attempt >= max_deliver:
-                await self.on_exhausted(job, exc, attempt)
-                await msg.term()
-            else:
-                self.log.warning("simulation failed, will retry", sim_id=job.sim_id,
-                                 attempt=attempt, error=str(exc) or type(exc).__name__)
-                await msg.nak(delay=1.0)
-        else:
-            await msg.ack()
-        finally:
-            beat.cancel()
 
     # ------------------------------------------------------------------ the job
 
@@ -264,7 +197,7 @@ class SimulatorService:
                 percent=0.0, attempt=delivery.attempt))
             self._first_progress()
             inputs = await self._load(job, trace)
-            if job.model == "accel-sim":
+            if job.model_name == "accel-sim":
                 from services.simulator.accelsim import simulate_accelsim
 
                 await simulate_accelsim(self, job, trace, inputs, delivery.attempt, t0, log)
@@ -299,7 +232,6 @@ class SimulatorService:
         # The engine is imported after the first progress event (start-up latency), and its
         # built-in models are registered here, not from two worker threads at once.
         from cascade.engine import model_names
-
         from services.simulator.engine import load_inputs
 
         model_names()
@@ -315,7 +247,7 @@ class SimulatorService:
         if name and registry.resolve(name) is None:  # a custom spec (POST /api/configs) as source
             custom = await load_custom_specs(self.bus)
             registry = GPURegistry([*registry, *custom.values()])
-        return await asyncio.to_thread(load_inputs, folder, trace, target, job.model, registry)
+        return await asyncio.to_thread(load_inputs, folder, trace, target, job.model_name, registry)
 
     async def _simulate(
         self, job: SimJob, inputs: SimulationInputs, attempt: int, t0: float, log: Any
@@ -324,9 +256,7 @@ class SimulatorService:
 
         table = inputs.table
         n = len(table)
-        delay = float(job.options.get("chunk_delay_s", 0.0) or 0.0)
-        if not math.isfinite(delay) or delay < 0 or delay > 60:
-            raise ValidationError("expected a number of seconds in [0, 60]", field="options.chunk_delay_s")
+        delay = job.replay.chunk_delay_s
         chunk = max(MIN_CHUNK, math.ceil(n / MAX_CHUNKS)) if delay == 0 else max(1, math.ceil(n / MAX_CHUNKS))
         predicted = np.zeros(n, dtype=np.float64)
         regime = np.empty(n, dtype=object)

@@ -138,10 +138,7 @@ class KernelTable:
             arr = np.asarray(values)
             if key in COLUMNS:
                 dt = COLUMNS[key][0]
-                if dt == _STR:
-                    arr = np.asarray(values, dtype=object)
-                else:
-                    arr = arr.astype(dt, copy=False)
+                arr = np.asarray(values, dtype=object) if dt == _STR else arr.astype(dt, copy=False)
             cols[key] = arr
         lengths = {len(a) for a in cols.values()}
         if len(lengths) > 1:

@@ -9,6 +9,7 @@ wraps it for callers that want a typed result and a located error.
 from __future__ import annotations
 
 import msgspec
+
 from cascade.errors import TraceFormatError
 
 #: Address encodings after ``mem_width``.

@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import IO, Any
 
 import msgspec
+
 from cascade.errors import TraceFormatError, TruncatedStreamError
 from cascade.kerneltable import KernelTable
 from cascade.traces import opcodes as oc
 from cascade.traces.header import SPACE_WINDOW_BYTES, KernelHeader, parse_header
-
 from tests.reference_parser.lines import LINE_FORM, FieldError, parse_prefix, parse_tokens
 from tests.reference_parser.memory import (
     LINE_SHIFT,
@@ -278,7 +278,7 @@ class KernelTraceParser:
             lines = lines[start:]
             base += start
         if not self._format:
-            for idx, line in enumerate(lines):
+            for line in lines:
                 s = line.strip()
                 if not s or s.startswith(b"#"):
                     if s == b"#BEGIN_TB":

@@ -12,13 +12,14 @@ from typing import Any
 
 import msgspec
 from aiohttp import web
-from cascade.accelsimrun import MODEL as ACCELSIM
-from cascade.accelsimrun import AccelSimSetup, discover_from
+
+from cascade.engine.registry import model_names
 from cascade.errors import NotFoundError, ValidationError
 from cascade.gpus import ARCHES, GPUSpec, default_registry, normalize_name, spec_from_mapping
 from cascade.gpus.spec import plausibility_error
-from cascade.runplan import MODELS, load_custom_specs, save_custom_spec
-
+from cascade.platform.accelsim import MODEL as ACCELSIM
+from cascade.platform.accelsim import AccelSimSetup, discover_from
+from cascade.platform.specstore import load_custom_specs, save_custom_spec
 from services.api.http import doc, integral_floats, json_response
 from services.api.keys import BUS, SETTINGS
 
@@ -71,7 +72,7 @@ class ConfigList(msgspec.Struct, frozen=True, kw_only=True):
     """The accel-sim model's setup (CASCADE_ACCELSIM_BIN, CASCADE_ACCELSIM_CONFIGS)."""
 
 
-BUILTIN_MODELS = [m for m in MODELS if m != ACCELSIM]
+BUILTIN_MODELS = [m for m in model_names() if m != ACCELSIM]
 
 
 def models_for(config_id: str, setup: AccelSimSetup | None) -> list[str]:

@@ -8,10 +8,11 @@ from typing import Any
 
 import msgspec
 from aiohttp import web
-from cascade import __version__, subjects
-from cascade.errors import CascadeError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from cascade import __version__
+from cascade.errors import CascadeError
+from cascade.platform import subjects
 from services.api.domain_metrics import DOMAIN_METRICS
 from services.api.domain_metrics import install as install_domain_metrics
 from services.api.http import doc, json_response

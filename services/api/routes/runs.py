@@ -43,24 +43,28 @@ import io
 import math
 import time
 from collections import OrderedDict
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import msgspec
 import nats.errors
 from aiohttp import web
-from cascade import subjects
-from cascade.accelsimrun import discover_from, refuse_timeline_trace, require
+from nats.js import api as jsapi
+
+from cascade.engine.registry import ModelConfig, model_names
 from cascade.errors import ConflictError, NotFoundError, TooManyError, ValidationError
 from cascade.gpus import known_gpu_names
-from cascade.messages.run import (
+from cascade.ids import check_token
+from cascade.platform import subjects
+from cascade.platform.accelsim import MODEL as ACCELSIM
+from cascade.platform.accelsim import discover_from, refuse_timeline_trace, require
+from cascade.platform.messages.run import (
     RunCancelRequested,
     RunCompleted,
     RunFailed,
-    RunRequested,
     RunStateChanged,
     decode_run_event,
 )
-from cascade.messages.sim import (
+from cascade.platform.messages.sim import (
     SimCancelled,
     SimCompleted,
     SimFailed,
@@ -69,20 +73,13 @@ from cascade.messages.sim import (
     SimStarted,
     decode_sim_event,
 )
-from cascade.results import SimResult, read_kernels, read_result
-from cascade.runplan import (
-    MAX_REPLICAS,
-    MAX_SIMS,
-    load_custom_specs,
-    new_run_id,
-    plan_sims,
-    resolve_config,
-)
-from cascade.samples import is_recorded_run, list_samples, load_reference, refuse_rerun
-from cascade.state import TERMINAL_RUN_STATES, RunRecord, SimRecord, TraceRecord
+from cascade.platform.runs import new_run, run_requested
+from cascade.platform.runstore import read_kernels, read_result
+from cascade.platform.samples import is_recorded_run, list_samples, load_reference, refuse_rerun
+from cascade.platform.state import TERMINAL_RUN_STATES, RunRecord, SimRecord, TraceRecord
+from cascade.runs.plan import MAX_REPLICAS, ReplayOptions, new_run_id, plan_sims
+from cascade.runs.results import SimResult
 from cascade.tableio import write_csv_text, write_table
-from nats.js import api as jsapi
-
 from services.api.http import doc, json_response, query_choice, query_int, read_json
 from services.api.keys import BUS, SETTINGS, STORAGE
 
@@ -92,7 +89,8 @@ HEARTBEAT_S = 15.0
 """Seconds between ``: ping`` comments on an idle event stream."""
 RESULT_CACHE = web.AppKey("run_result_cache", OrderedDict)
 
-Model = Literal["auto", "analytical", "scaled", "roofline", "accel-sim"]
+ModelName = Annotated[str, msgspec.Meta(extra_json_schema={"enum": model_names()})]
+"""A kernel model by name, with its default settings (the names come from the model registry)."""
 
 
 class CreateRun(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -107,11 +105,10 @@ class CreateRun(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """GPU spec ids / aliases / custom spec names, or custom specs given inline."""
     replicas: Annotated[int, msgspec.Meta(ge=1, le=MAX_REPLICAS)] = 1
     """Independent simulations per configuration."""
-    model: Model = "auto"
-    """Kernel model."""
-    options: Annotated[dict[str, Any], msgspec.Meta(extra_json_schema={
-        "properties": {"chunk_delay_s": {"type": "number", "minimum": 0, "maximum": 60}}})] = {}
-    """Model / replay options (``chunk_delay_s`` paces a simulation, for demos and tests)."""
+    model: ModelName | ModelConfig = "auto"  # type: ignore[valid-type]
+    """Kernel model: a name, or ``{"kind": name, ...settings}``."""
+    options: ReplayOptions = ReplayOptions()
+    """Replay options (``chunk_delay_s`` paces a simulation, for demos and tests)."""
     name: Annotated[str, msgspec.Meta(max_length=200)] = ""
     """Human label."""
 
@@ -159,7 +156,7 @@ OBJECT_CONTENT = {"application/json": {"schema": {"type": "object"}}}
 async def _run(request: web.Request, run_id: str) -> RunRecord:
     kv = await request.app[BUS].kv(subjects.KV_RUNS)
     try:
-        subjects.check_token(run_id, "run_id")
+        check_token(run_id, "run_id")
     except ValidationError:
         raise NotFoundError(f"no run {run_id!r}") from None
     entry = await kv.get(run_id, RunRecord)
@@ -185,15 +182,6 @@ def _planned(run: RunRecord) -> dict[str, tuple[str, int]]:
     return {s: (c, r) for s, c, r in plan_sims(run.id, run.configs, run.replicas)}
 
 
-def _check_options(options: dict[str, Any]) -> None:
-    delay = options.get("chunk_delay_s")
-    if delay is not None and (
-        isinstance(delay, bool) or not isinstance(delay, int | float)
-        or not math.isfinite(delay) or not 0 <= delay <= 60
-    ):
-        raise ValidationError("expected a number of seconds in [0, 60]", field="options.chunk_delay_s")
-
-
 # --------------------------------------------------------------------------- create / list / get
 
 
@@ -209,7 +197,7 @@ async def create_run(request: web.Request) -> web.Response:
     bus = request.app[BUS]
     traces = await bus.kv(subjects.KV_TRACES)
     try:
-        subjects.check_token(body.trace_id, "trace_id")
+        check_token(body.trace_id, "trace_id")
     except ValidationError:
         raise NotFoundError(f"no trace {body.trace_id!r}") from None
     entry = await traces.get(body.trace_id, TraceRecord)
@@ -227,39 +215,18 @@ async def create_run(request: web.Request) -> web.Response:
             f"trace {trace.id} is {trace.state}, not ready: runs need a prepared bundle "
             f"({trace.kernels_prepared}/{trace.kernels_total or trace.expected_kernels or '?'} "
             "kernels prepared)", state=trace.state)
-    _check_options(body.options)
-    if len(body.configs) * body.replicas > MAX_SIMS:
-        raise ValidationError(
-            f"{len(body.configs)} configs x {body.replicas} replicas is over the limit of "
-            f"{MAX_SIMS} simulations per run", field="replicas")
-    custom = await load_custom_specs(bus)
-    resolved = [resolve_config(c, custom=custom, where=f"configs[{i}]") for i, c in enumerate(body.configs)]
-    ids = [r.config_id for r in resolved]
-    dupes = sorted({c for c in ids if ids.count(c) > 1})
-    if dupes:
-        raise ValidationError(f"configuration listed twice: {', '.join(dupes)}", field="configs")
-    if body.model == "accel-sim":
-        refuse_timeline_trace(trace.id, trace.kind)
-        require(await asyncio.to_thread(discover_from, request.app[SETTINGS]), ids)
     run_id = new_run_id()
-    now = time.time()
-    record = RunRecord(
-        id=run_id, trace_id=trace.id, configs=ids, replicas=body.replicas, model=body.model,
-        options=dict(body.options), state="queued", created_at=now, updated_at=now,
-        sim_ids=[s for s, _, _ in plan_sims(run_id, ids, body.replicas)],
-        custom_specs={r.config_id: r.inline for r in resolved if r.inline is not None},
-        name=body.name,
-    )
+    record, plan = await new_run(bus, run_id=run_id, trace_id=trace.id, configs=body.configs,
+                                 replicas=body.replicas, model=body.model, replay=body.options,
+                                 name=body.name)
+    if record.model == ACCELSIM:
+        refuse_timeline_trace(trace.id, trace.kind)
+        require(await asyncio.to_thread(discover_from, request.app[SETTINGS]), record.configs)
     runs = await bus.kv(subjects.KV_RUNS)
     await runs.create(run_id, record)
     try:
-        await bus.publish(
-            subjects.RUN_REQUESTED,
-            RunRequested(run_id=run_id, trace_id=trace.id, configs=[r.job_ref for r in resolved],
-                         replicas=body.replicas, model=body.model, options=dict(body.options),
-                         name=body.name),
-            msg_id=f"{run_id}:requested",
-        )
+        await bus.publish(subjects.RUN_REQUESTED, run_requested(record, plan),
+                          msg_id=f"{run_id}:requested")
     except BaseException:
         await runs.delete(run_id)
         raise

@@ -46,15 +46,16 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 from aiohttp import web
-from cascade import subjects
+
 from cascade.errors import ConflictError, NotFoundError, ValidationError
 from cascade.gpus import get_gpu
-from cascade.log import get_logger
+from cascade.ids import check_token
+from cascade.platform import subjects
+from cascade.platform.log import get_logger
 from cascade.serving.capacity import CapacityResult, max_rate, min_replicas
 from cascade.serving.kv import MODEL_SHAPES, KVConfig, ModelShape
 from cascade.serving.report import format_summary
 from cascade.serving.scenario import Scenario, ScenarioResult, resolve, run_scenario
-
 from services.api.http import doc, json_response, read_json
 from services.api.keys import BUS, get_storage
 from services.api.sim_models import ModelEntry, install, sim_models
@@ -535,7 +536,7 @@ async def get_scenario(request: web.Request) -> web.Response:
     """A background scenario's progress, and its answer once completed (under ``response``)."""
     job_id = request.match_info["id"]
     try:
-        subjects.check_token(job_id, "id")
+        check_token(job_id, "id")
     except ValidationError:
         raise NotFoundError(f"no scenario job {job_id[:80]!r}") from None
     meta = await request.app[BUS].kv(subjects.KV_META)

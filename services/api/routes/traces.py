@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 import numpy as np
 from aiohttp import web
-from cascade import subjects
+
 from cascade.errors import (
     ConflictError,
     NotFoundError,
@@ -27,19 +27,14 @@ from cascade.errors import (
     ValidationError,
 )
 from cascade.gpus import default_registry, known_gpu_names
-from cascade.messages.trace import TraceCreated, TraceDeleted, TraceSealed, UploadReported
-from cascade.runplan import load_custom_specs, resolve_config
-from cascade.state import TraceRecord
-from cascade.storage import MAX_PARTS, MIN_PART_SIZE, Storage, UploadedPart
-from cascade.tracefiles import (
-    MAX_NAME_LENGTH,
-    NAME_PATTERN,
-    bundles_prefix,
-    check_name,
-    raw_key,
-    trace_prefix,
-)
-from cascade.tracestore import (
+from cascade.ids import check_token
+from cascade.platform import subjects
+from cascade.platform.keys import bundles_prefix, raw_key, trace_prefix
+from cascade.platform.messages.trace import TraceCreated, TraceDeleted, TraceSealed, UploadReported
+from cascade.platform.specstore import load_custom_specs
+from cascade.platform.state import TraceRecord
+from cascade.platform.storage import MAX_PARTS, MIN_PART_SIZE, Storage, UploadedPart
+from cascade.platform.tracestore import (
     DeclaredUpload,
     ExpectedSet,
     TraceStore,
@@ -47,7 +42,8 @@ from cascade.tracestore import (
     declared_mismatch,
     replace,
 )
-
+from cascade.runs.plan import resolve_config
+from cascade.traces.files import MAX_NAME_LENGTH, NAME_PATTERN, check_name
 from services.api.http import doc, json_response, query_choice, query_int, read_json
 from services.api.keys import BUS, SETTINGS, STORAGE
 
@@ -70,7 +66,7 @@ SCHEMA_MAX_UPLOAD = 64 * 1024**3
 """File size limit the OpenAPI document states (the default ``max_upload_bytes``)."""
 FileName = Annotated[str, msgspec.Meta(extra_json_schema={
     "pattern": NAME_PATTERN, "minLength": 1, "maxLength": MAX_NAME_LENGTH})]
-"""A raw file name (validated by :func:`cascade.tracefiles.check_name`; the schema says which)."""
+"""A raw file name (validated by :func:`cascade.traces.files.check_name`; the schema says which)."""
 JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
 
 
@@ -196,7 +192,7 @@ _CLIENT_FAULTS = ("NoSuchUpload", "InvalidPart", "InvalidPartOrder", "MalformedX
 
 
 def _storage(request: web.Request) -> Storage:
-    storage: Storage = request.app[STORAGE]  # type: ignore[assignment]
+    storage: Storage = request.app[STORAGE]
     return storage
 
 
@@ -212,7 +208,7 @@ async def setup(app: web.Application) -> None:
 def _trace_id(request: web.Request) -> str:
     tid = request.match_info["trace_id"]
     try:
-        return subjects.check_token(tid, "trace_id")
+        return check_token(tid, "trace_id")
     except ValidationError:
         raise NotFoundError(f"no trace {tid!r}") from None
 
@@ -605,20 +601,20 @@ async def trace_summary_route(request: web.Request) -> web.Response:
     if record.state != "ready" or not record.bundle_key:
         return json_response({"trace_id": tid, "ready": False, "kernels": 0, "time_ns": 0.0,
                               "families": {}, "steps": [], "instruction_mix": {}})
-    from cascade.bundlecache import fetch_bundle, load_kernel_table
+    from cascade.platform.bundlecache import bundle_kernels, fetch_bundle
 
     settings = request.app[SETTINGS]
     directory = await fetch_bundle(_storage(request), record, settings.data_path / "cache" / "bundles")
-    table = load_kernel_table(directory)
+    table = bundle_kernels(directory)
     return json_response({"trace_id": tid, "ready": True, **trace_summary(table)})
 
 
 async def _bundle_rows(request: web.Request, record: TraceRecord) -> tuple[list[dict[str, Any]], list[str]]:
-    from cascade.bundlecache import fetch_bundle, load_kernel_table
+    from cascade.platform.bundlecache import bundle_kernels, fetch_bundle
 
     settings = request.app[SETTINGS]
     directory = await fetch_bundle(_storage(request), record, settings.data_path / "cache" / "bundles")
-    table = load_kernel_table(directory)
+    table = bundle_kernels(directory)
     columns = [c for c in (*SUMMARY_COLUMNS, *BUNDLE_EXTRA_COLUMNS) if table.has(c)]
     data = {c: table[c].tolist() for c in columns}
     data["family"] = _family_names(table).tolist()

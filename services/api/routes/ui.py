@@ -1,7 +1,6 @@
 """The web UI: ``GET /`` serves ``index.html``; ``GET /ui/{file}`` serves the static files.
 
-Files come from ``shared/cascade/web`` (the :mod:`cascade` package's ``web``
-folder). Only regular files inside that folder are served: a path that leaves
+Files come from ``services/api/web`` (this service's ``web`` folder). Only regular files inside that folder are served: a path that leaves
 it (``..``, absolute paths, symlinks pointing outside) or names a folder is a
 404, never a directory listing.
 """
@@ -10,16 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import cascade
 from aiohttp import web
-from cascade.errors import NotFoundError
 
+from cascade.errors import NotFoundError
 from services.api.http import doc
 
 routes = web.RouteTableDef()
 
 #: Folder the UI files are served from.
-WEB_DIR: Path = Path(cascade.__file__).resolve().parent / "web"
+WEB_DIR: Path = Path(__file__).resolve().parents[1] / "web"
 
 #: Content types by suffix (explicit: the platform's mimetypes table varies).
 CONTENT_TYPES: dict[str, str] = {

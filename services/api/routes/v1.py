@@ -55,10 +55,10 @@ from typing import Annotated, Any, Literal
 import msgspec
 import numpy as np
 from aiohttp import web
-from cascade.errors import CascadeError, NotFoundError, ValidationError
-from cascade.log import get_logger
-from cascade.stepmodels import DEFAULT_TOKEN_BUDGET, RequestEstimate, SimStepModel
 
+from cascade.errors import CascadeError, NotFoundError, ValidationError
+from cascade.platform.log import get_logger
+from cascade.runs.estimates import DEFAULT_TOKEN_BUDGET, RequestEstimate, SimStepModel
 from services.api.http import decode_json, doc
 from services.api.keys import SETTINGS
 from services.api.sim_models import ModelEntry, install, sim_models

@@ -1,7 +1,7 @@
 """Fitted model parameters, stored as JSON data with provenance.
 
 ``default.json`` is produced by ``cascade calibrate --data ../shared/data/measured``
-(see :mod:`cascade.calibration.fit`). Parameters are few and physical: per GPU the
+(see :mod:`cascade.fitting.fit`). Parameters are few and physical: per GPU the
 achievable fraction of SIMT / tensor peak and of DRAM bandwidth (with a
 multiplier per op family), the fixed per-kernel time of each measurement kind,
 and per architecture the GEMM tile its libraries typically pick.
@@ -382,3 +382,9 @@ __all__ = [
     "measurement_context",
     "save_calibration",
 ]
+
+
+def measurement_of(kind: str, dataset: str) -> str:
+    """Measurement kind of a data set kind (``vidur``, ``neusight``) and its data set name
+    (see :attr:`MeasuredSet.measurement`)."""
+    return "kernel" if kind == "vidur" else f"{kind}-{dataset}"

@@ -7,7 +7,7 @@ figure that matches a prediction's situation, and says which one it picked:
 
 1. target == source: the measured durations are kept (``scaled``), nothing to estimate;
 2. both GPUs calibrated in the measurement context: the pair's MAPE on the *shifted-shape*
-   protocol (:mod:`cascade.calibration.shift`: whole regions of the shape space never
+   protocol (:mod:`cascade.fitting.shift`: whole regions of the shape space never
    fitted; the mean over the protocols of each one's count-weighted MAPE over its regions
    and data sets), else, for a calibration without
    those rows, its random-split held-out MAPE;
@@ -32,7 +32,7 @@ from typing import Any
 
 import msgspec
 
-from cascade.calibration import Calibration, measurement_context
+from cascade.calibration import Calibration, measurement_context, measurement_of
 from cascade.calibration.family import sibling
 from cascade.gpus.spec import GPUSpec
 
@@ -104,7 +104,6 @@ def _summary(rows: list[Mapping[str, object]], weighted: bool) -> tuple[float, f
 
 
 def _context_of(row: Mapping[str, object]) -> str:
-    from cascade.engine.measured import measurement_of
 
     kind = measurement_of(str(row.get("kind") or "vidur"), str(row.get("dataset") or ""))
     return measurement_context(kind) or "kernel"

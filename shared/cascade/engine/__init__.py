@@ -1,29 +1,31 @@
-"""Cascade's performance engine: kernel models, prediction and timeline replay."""
+"""Cascade's performance engine: kernel models, prediction and timeline replay.
 
-from cascade.engine.models import (
-    KernelModel,
-    ModelContext,
-    ModelOutput,
-    get_model,
-    model_names,
-    register_model,
-)
+Modules: :mod:`~cascade.engine.base` (what models share), :mod:`~cascade.engine.models`,
+:mod:`~cascade.engine.analytical`, :mod:`~cascade.engine.accelsim` (the models, each beside its
+config), :mod:`~cascade.engine.registry` (models by name, the tagged union of their configs),
+:mod:`~cascade.engine.perf` (roofline physics, regimes, extrapolation flags),
+:mod:`~cascade.engine.predict` and :mod:`~cascade.engine.replay`.
+"""
+
+from cascade.engine.base import KernelModel, ModelContext, ModelOutput
 from cascade.engine.perf import REGIMES
-from cascade.engine.predict import Prediction, Provenance, predict, predict_many
+from cascade.engine.predict import Prediction, PredictionProvenance, predict, predict_many
+from cascade.engine.registry import MODELS, ModelConfig, get_model, model_names
 from cascade.engine.workload import Workload, workload_of
 
 __all__ = [
+    "MODELS",
     "REGIMES",
     "KernelModel",
+    "ModelConfig",
     "ModelContext",
     "ModelOutput",
     "Prediction",
-    "Provenance",
+    "PredictionProvenance",
     "Workload",
     "get_model",
     "model_names",
     "predict",
     "predict_many",
-    "register_model",
     "workload_of",
 ]

@@ -8,7 +8,7 @@ kernels onto a kernel table; rows Accel-Sim did not simulate use the ``analytica
 carry the :data:`cascade.engine.perf.NOT_SIMULATED` extrapolation bit.
 
 Running the simulator (subprocess, process group, cancel, timeout) is platform work, in
-:mod:`cascade.accelsimrun`; this module does no I/O.
+:mod:`cascade.platform.accelsim`; this module does no I/O.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import msgspec
 import numpy as np
 
 from cascade.engine import perf
-from cascade.engine.models import ModelContext, ModelOutput, _names
+from cascade.engine.analytical import AnalyticalConfig, AnalyticalModel
+from cascade.engine.base import ModelContext, ModelOutput, model_column
 from cascade.engine.workload import Workload
 from cascade.errors import TraceFormatError, ValidationError
 from cascade.gpus.spec import GPUSpec
@@ -173,29 +174,37 @@ def parse_accelsim_output(text: str | Iterable[str], source: str = "<accel-sim o
     return parser.kernels
 
 
-class AccelSimConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """Where accel-sim and its inputs are (``predict`` runs the binary once, synchronously)."""
+class AccelSimConfig(msgspec.Struct, frozen=True, kw_only=True, tag="accel-sim", tag_field="kind"):
+    """What Accel-Sim simulated: cycles per kernel and the core clock they run at.
 
-    binary: str = ""
-    """Path of ``accel-sim.out``."""
-    trace_dir: str = ""
-    """Trace directory with ``kernelslist.g``."""
-    config_files: list[str] = []
-    """``gpgpusim.config`` and ``trace.config`` of the target GPU."""
-    timeout_s: float = 3600.0
-    """Seconds the simulation may run before its process group is killed."""
-    simulated_cycles: dict[int, int] = {}
-    """Cycles per table ``kernel_id`` already simulated (given: ``predict`` runs nothing)."""
+    Running the simulator is platform work (the simulator service, or
+    :func:`cascade.platform.accelsim.simulate` for ``cascade predict`` and scripts), which
+    fills this config; the model itself only maps the cycles onto the kernel table.
+    """
+
+    simulated_cycles: dict[str, int] = {}
+    """Cycles per table ``kernel_id`` (a decimal string, as JSON object keys are)."""
     core_clock_mhz: float = 0.0
     """Core clock for ``simulated_cycles``."""
+
+
+def _cycles_by_kernel(cycles: dict[str, int]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for key, value in cycles.items():
+        if not key.isdigit() or len(key) > 18 or value < 0:
+            raise ValidationError(f"expected a kernel id (digits) and cycles >= 0, got {key!r}: {value!r}",
+                                  field="config.simulated_cycles")
+        out[int(key)] = value
+    return out
 
 
 class AccelSimModel:
     """Cycle-level simulation by Accel-Sim; kernels it did not report use ``analytical``.
 
     The simulator service streams the binary's output itself
-    (:func:`cascade.accelsimrun.run_accelsim`) and calls :func:`predictions_from_simulation`;
-    this ``predict`` (for ``cascade predict`` and scripts) runs it to completion first.
+    (:func:`cascade.platform.accelsim.run_accelsim`) and passes the cycles in
+    :class:`AccelSimConfig`; :func:`cascade.platform.accelsim.simulate` does the same without an
+    event loop.
     """
 
     name = "accel-sim"
@@ -209,17 +218,13 @@ class AccelSimModel:
                                       field="config.core_clock_mhz")
             done = [SimulatedKernel(uid=kid, name="", cycles=c, instructions=0,
                                     core_clock_mhz=cfg.core_clock_mhz, kernel_id=kid)
-                    for kid, c in cfg.simulated_cycles.items()]
+                    for kid, c in _cycles_by_kernel(cfg.simulated_cycles).items()]
             return predictions_from_simulation(table, w, target, ctx, done)
-        if not isinstance(cfg, AccelSimConfig) or not cfg.binary or not cfg.trace_dir:
-            raise ValidationError("the accel-sim model needs AccelSimConfig(binary=..., trace_dir=..., "
-                                  "config_files=[...]) (the simulator service sets them from "
-                                  "CASCADE_ACCELSIM_BIN and CASCADE_ACCELSIM_CONFIGS)", field="config")
-        from cascade.accelsimrun import run_accelsim_blocking
-
-        sims = run_accelsim_blocking(cfg.binary, cfg.trace_dir, list(cfg.config_files),
-                                     timeout_s=cfg.timeout_s)
-        return predictions_from_simulation(table, w, target, ctx, sims)
+        raise ValidationError(
+            "the accel-sim model maps simulated cycles onto the kernels: run the simulation first "
+            "(a run with model accel-sim does, through the simulator service; in Python "
+            "cascade.platform.accelsim.simulate(...) returns the AccelSimConfig to pass)",
+            field="config.simulated_cycles")
 
 
 def rows_of_simulated(table: KernelTable, sims: Sequence[SimulatedKernel],
@@ -252,13 +257,11 @@ def predictions_from_simulation(table: KernelTable, w: Workload, target: GPUSpec
                                 listed_ids: Sequence[int] = ()) -> ModelOutput:
     """Simulated durations per table row; rows Accel-Sim did not simulate use ``analytical``
     and carry :data:`cascade.engine.perf.NOT_SIMULATED` in their flags."""
-    from cascade.engine.analytical import AnalyticalConfig, AnalyticalModel
-
     n = len(table)
     match = rows_of_simulated(table, sims, listed_ids)
     durations = np.array([s.duration_ns for s in sims], dtype=np.float64)
     pred = np.where(match >= 0, durations[np.maximum(match, 0)] if len(sims) else np.nan, np.nan)
-    names = _names(n, AccelSimModel.name)
+    names = model_column(n, AccelSimModel.name)
     regime = np.full(n, perf.COMPUTE, dtype=np.int8)
     flags = np.zeros(n, dtype=perf.FLAGS_DTYPE)
     missing = match < 0

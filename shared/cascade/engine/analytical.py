@@ -17,7 +17,7 @@ import numpy as np
 from cascade.calibration import Calibration
 from cascade.calibration.accuracy import calibrated_in
 from cascade.engine import perf
-from cascade.engine.models import ModelContext, ModelOutput, _names
+from cascade.engine.base import ModelContext, ModelOutput, model_column
 from cascade.engine.workload import Workload
 from cascade.gpus.accelsim import fp32_lanes_per_sm
 from cascade.gpus.spec import GPUSpec
@@ -29,7 +29,7 @@ _REUSE_L2_BYTES = 32768 * 128.0
 _ALU_DEP_CYCLES = 6.0
 
 
-class AnalyticalConfig(msgspec.Struct, frozen=True, kw_only=True):
+class AnalyticalConfig(msgspec.Struct, frozen=True, kw_only=True, tag="analytical", tag_field="kind"):
     """Settings of the ``analytical`` model."""
 
     measurement: str = "device"
@@ -154,4 +154,4 @@ class AnalyticalModel:
         # instruction features carry no shape: only the target's own calibration matters
         fitted = calibrated_in(ctx.calibration, target.id, cfg.measurement)
         flags = np.full(len(w), 0 if fitted else perf.TARGET_UNCALIBRATED, dtype=perf.FLAGS_DTYPE)
-        return ModelOutput(pred, regime, _names(len(w), self.name), flags, {self.name: len(w)})
+        return ModelOutput(pred, regime, model_column(len(w), self.name), flags, {self.name: len(w)})

@@ -1,4 +1,5 @@
-"""Kernel models, registered by name, each with a frozen config Struct beside it.
+"""The ``roofline``, ``scaled`` and ``auto`` kernel models, each with its frozen config Struct
+(tagged by the model's name, so a run carries ``{"kind": "scaled", ...}``).
 
 A model maps (table, workload, target spec, context) to predicted device
 durations (ns) and regime codes for every kernel, vectorised with numpy.
@@ -6,118 +7,27 @@ durations (ns) and regime codes for every kernel, vectorised with numpy.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
-
 import msgspec
 import numpy as np
 
 from cascade.calibration import Calibration
 from cascade.engine import perf
+from cascade.engine.analytical import AnalyticalConfig, AnalyticalModel, has_features
+from cascade.engine.base import (
+    KernelModel,
+    ModelContext,
+    ModelOutput,
+    model_column,
+    source_durations,
+)
 from cascade.engine.workload import Workload
-from cascade.errors import DuplicateNameError, UnknownNameError, ValidationError
+from cascade.errors import ValidationError
 from cascade.gpus.spec import GPUSpec
 from cascade.kerneltable import KernelTable
 
 
-@dataclass(frozen=True, slots=True)
-class ModelContext:
-    """What a model may use besides the table: source spec, calibration, its config."""
-
-    source: GPUSpec | None
-    calibration: Calibration
-    config: Any
-    archs: dict[str, str] = field(default_factory=dict)
-    """Spec id -> arch for every spec the calibration may name."""
-
-
-@dataclass(frozen=True, slots=True)
-class ModelOutput:
-    """Per-kernel predictions of one model on one target."""
-
-    predicted_ns: np.ndarray
-    regime: np.ndarray
-    model: np.ndarray
-    """Per-kernel name of the model that produced the row (auto mixes models)."""
-    flags: np.ndarray | None = None
-    """Per-kernel extrapolation bits (:func:`cascade.engine.perf.extrapolation_flags`);
-    None: the model flags nothing (``roofline`` is a bound, not a calibrated estimate)."""
-    counts: dict[str, int] | None = None
-    """Kernels per model in ``model`` (None: count them from ``model``)."""
-
-
-class KernelModel(Protocol):
-    """A named kernel-time model."""
-
-    name: str
-    config_type: type[msgspec.Struct]
-
-    def predict(self, table: KernelTable, w: Workload, target: GPUSpec, ctx: ModelContext) -> ModelOutput:
-        """Predict every kernel's device time on ``target``."""
-        ...
-
-
-_MODELS: dict[str, Callable[[], KernelModel]] = {}
-
-
-def register_model(name: str, factory: Callable[[], KernelModel]) -> None:
-    """Register a model factory by name (a duplicate name is an error)."""
-    if name in _MODELS:
-        raise DuplicateNameError(f"kernel model {name!r} is already registered")
-    _MODELS[name] = factory
-
-
-def get_model(name: str) -> KernelModel:
-    """A model instance by name; unknown names raise :class:`UnknownNameError`."""
-    _ensure_builtin()
-    factory = _MODELS.get(name)
-    if factory is None:
-        raise UnknownNameError("kernel model", name, _MODELS)
-    return factory()
-
-
-def model_names() -> list[str]:
-    """Registered model names."""
-    _ensure_builtin()
-    return sorted(_MODELS)
-
-
-_BUILTIN_LOCK = threading.Lock()
-
-
-def _ensure_builtin() -> None:
-    """Register the built-in models once (thread-safe: simulators predict from worker threads)."""
-    if "auto" in _MODELS:
-        return
-    with _BUILTIN_LOCK:
-        if "auto" in _MODELS:
-            return
-        from cascade.engine.accelsim import AccelSimModel
-        from cascade.engine.analytical import AnalyticalModel
-
-        factories: tuple[Any, ...] = (
-            RooflineModel, ScaledModel, AnalyticalModel, AccelSimModel, AutoModel
-        )
-        for factory in factories:
-            register_model(factory.name, factory)
-
-
-def _names(n: int, name: str) -> np.ndarray:
-    out = np.empty(n, dtype=object)
-    out[:] = name
-    return out
-
-
-def source_durations(table: KernelTable) -> np.ndarray:
-    """Measured source durations (NaN where unknown or not positive)."""
-    d = table["duration_ns"].astype(np.float64)
-    return np.where(d > 0, d, np.nan)
-
-
 # ---- roofline --------------------------------------------------------------------------
-class RooflineConfig(msgspec.Struct, frozen=True, kw_only=True):
+class RooflineConfig(msgspec.Struct, frozen=True, kw_only=True, tag="roofline", tag_field="kind"):
     """Roofline has no parameters; it is the baseline every report shows."""
 
     scale_from_source: bool = True
@@ -145,11 +55,11 @@ class RooflineModel:
         peak = perf.peak_flops(w, target)
         regime = np.where(w.flops / peak >= w.bytes / target.bandwidth_bps, perf.COMPUTE, perf.MEMORY)
         regime = np.where(has_work, regime, perf.LAUNCH).astype(np.int8)
-        return ModelOutput(pred, regime, _names(len(w), self.name))
+        return ModelOutput(pred, regime, model_column(len(w), self.name))
 
 
 # ---- scaled ----------------------------------------------------------------------------
-class ScaledConfig(msgspec.Struct, frozen=True, kw_only=True):
+class ScaledConfig(msgspec.Struct, frozen=True, kw_only=True, tag="scaled", tag_field="kind"):
     """Settings of the ``scaled`` model."""
 
     measurement: str = "kernel"
@@ -269,11 +179,11 @@ class ScaledModel:
         if src.id != target.id:
             flags |= inferred | tf32
         regime = perf.never_launch_bound(mt.regime, mt, t_src, fs)
-        return ModelOutput(pred, regime, _names(len(w), self.name), flags, {self.name: len(w)})
+        return ModelOutput(pred, regime, model_column(len(w), self.name), flags, {self.name: len(w)})
 
 
 # ---- auto ------------------------------------------------------------------------------
-class AutoConfig(msgspec.Struct, frozen=True, kw_only=True):
+class AutoConfig(msgspec.Struct, frozen=True, kw_only=True, tag="auto", tag_field="kind"):
     """Settings of ``auto`` (passed on to the models it picks)."""
 
     scaled: ScaledConfig = ScaledConfig()
@@ -287,37 +197,35 @@ class AutoModel:
     config_type = AutoConfig
 
     def predict(self, table: KernelTable, w: Workload, target: GPUSpec, ctx: ModelContext) -> ModelOutput:
-        from cascade.engine.analytical import AnalyticalConfig, has_features
-
         cfg = ctx.config if isinstance(ctx.config, AutoConfig) else AutoConfig()
         n = len(w)
         pred = np.full(n, np.nan)
         regime = np.zeros(n, dtype=np.int8)
         flags = np.zeros(n, dtype=perf.FLAGS_DTYPE)
         counts: dict[str, int] = {}
-        names = _names(n, "")
+        names = model_column(n, "")
         use_scaled = np.zeros(n, dtype=bool)
         if ctx.source is not None:
             use_scaled = np.isfinite(source_durations(table))
         use_analytical = ~use_scaled & (has_features(table) | (w.flops > 0) | (w.bytes > 0))
         use_roof = ~use_scaled & ~use_analytical
-        plan = (
-            (use_scaled, "scaled", cfg.scaled),
-            (use_analytical, "analytical", AnalyticalConfig()),
-            (use_roof, "roofline", RooflineConfig()),
+        plan: tuple[tuple[np.ndarray, str, msgspec.Struct, KernelModel], ...] = (
+            (use_scaled, "scaled", cfg.scaled, ScaledModel()),
+            (use_analytical, "analytical", AnalyticalConfig(), AnalyticalModel()),
+            (use_roof, "roofline", RooflineConfig(), RooflineModel()),
         )
-        for mask, name, sub_cfg in plan:
+        for mask, name, sub_cfg, model in plan:
             if not mask.any():
                 continue
             sub_ctx = ModelContext(ctx.source, ctx.calibration, sub_cfg, ctx.archs)
             if mask.all():  # one model for every row: its output as it is
-                out = get_model(name).predict(table, w, target, sub_ctx)
+                out = model.predict(table, w, target, sub_ctx)
                 whole = np.zeros(n, dtype=perf.FLAGS_DTYPE) if out.flags is None else out.flags
                 if name == "roofline":
                     whole = whole | perf.BOUND_ONLY
                 return ModelOutput(out.predicted_ns, out.regime, out.model, whole, {name: n})
             idx = np.flatnonzero(mask)
-            out = get_model(name).predict(table.take(idx), _take_workload(w, idx), target, sub_ctx)
+            out = model.predict(table.take(idx), _take_workload(w, idx), target, sub_ctx)
             pred[idx] = out.predicted_ns
             regime[idx] = out.regime
             names[idx] = out.model

@@ -11,15 +11,16 @@ import numpy as np
 
 from cascade.calibration import Calibration, load_calibration
 from cascade.calibration.accuracy import AccuracyEstimate, expected_accuracy
-from cascade.engine.models import ModelContext, ModelOutput, get_model
+from cascade.engine.base import ModelContext, ModelOutput
 from cascade.engine.perf import BOUND_ONLY, REGIMES, TARGET_UNCALIBRATED, describe_flags
+from cascade.engine.registry import get_model
 from cascade.engine.workload import Workload, workload_of
 from cascade.gpus.registry import GPURegistry, default_registry
 from cascade.gpus.spec import GPUSpec
 from cascade.kerneltable import KernelTable
 
 
-class Provenance(msgspec.Struct, frozen=True, kw_only=True):
+class PredictionProvenance(msgspec.Struct, frozen=True, kw_only=True):
     """Where a prediction came from."""
 
     model: str
@@ -50,7 +51,7 @@ class Prediction:
     """Regime code per kernel (index into :data:`cascade.engine.perf.REGIMES`)."""
     models: np.ndarray
     """Name of the model that produced each row."""
-    provenance: Provenance
+    provenance: PredictionProvenance
     flags: np.ndarray | None = None
     """Per-kernel extrapolation bits (:data:`cascade.engine.perf.EXTRAPOLATION_REASONS`);
     None when the model flags nothing."""
@@ -116,7 +117,7 @@ def predict_many(
         counts = _counts(model, res)
         acc = accuracy_of(cal, src.id if src else None, spec.id, measurement, model, counts,
                           res.flags)
-        prov = Provenance(
+        prov = PredictionProvenance(
             model=model, spec_id=spec.id, spec_hash=spec.spec_hash(),
             source_id=src.id if src else "", source_hash=src.spec_hash() if src else "",
             calibration_id=cal.id, calibration_version=cal.version, calibration_digest=digest,
@@ -154,7 +155,7 @@ class PredictionTotals:
         """Every flagging batch's extrapolation bits (for counts; None when nothing flagged)."""
         return np.concatenate(self.flags) if self.flags else None
 
-    def provenance(self, cal: Calibration) -> Provenance:
+    def provenance(self, cal: Calibration) -> PredictionProvenance:
         """The first batch's provenance with the accuracy read for every batch's kernels."""
         pv = self.first.provenance
         acc = accuracy_of(cal, pv.source_id or None, pv.spec_id, pv.measurement, pv.model,

@@ -133,10 +133,6 @@ class GPURegistry:
             loaded.append(self.add(load_spec_file(path), replace=replace))
         return loaded
 
-    def add_file(self, path: str | Path, *, replace: bool = False) -> GPUSpec:
-        """Load and register one user spec file."""
-        return self.add(load_spec_file(path), replace=replace)
-
 
 _VENDOR_WORDS = re.compile(r"\b(nvidia|geforce|tesla|quadro|rtx|gtx)\b")
 

@@ -19,7 +19,7 @@ import msgspec
 import numpy as np
 
 from cascade.errors import TraceFormatError, ValidationError
-from cascade.serving.registry import Registry
+from cascade.registry import Registry
 
 PosF = Annotated[float, msgspec.Meta(gt=0)]
 PosI = Annotated[int, msgspec.Meta(ge=1)]

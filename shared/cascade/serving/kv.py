@@ -56,9 +56,6 @@ class KVConfig(msgspec.Struct, frozen=True, kw_only=True):
                 f"- {self.activation_reserve_bytes} B reserve < one block", field="kv_config")
         return blocks
 
-    def capacity_tokens(self) -> int:
-        return self.num_blocks() * self.block_size
-
 
 GiB = 1 << 30
 

@@ -7,7 +7,7 @@ from typing import Protocol
 
 import msgspec
 
-from cascade.serving.registry import Registry
+from cascade.registry import Registry
 
 
 class Router(Protocol):

@@ -130,7 +130,7 @@ def resolve(scenario: Scenario | dict[str, Any]) -> ResolvedScenario:
 
 
 @dataclass(frozen=True)
-class Workload:
+class DrawnRequests:
     """Drawn requests: arrival times (s) and lengths."""
 
     arrived_at: np.ndarray
@@ -138,7 +138,7 @@ class Workload:
     output_tokens: np.ndarray
 
 
-def draw_workload(rs: ResolvedScenario) -> Workload:
+def draw_workload(rs: ResolvedScenario) -> DrawnRequests:
     """Arrivals and lengths for a scenario (independent RNG streams per quantity, from the seed)."""
     sc = rs.scenario
     s_arr, s_prompt, s_out = np.random.SeedSequence(sc.seed).spawn(3)
@@ -162,7 +162,7 @@ def draw_workload(rs: ResolvedScenario) -> Workload:
         else:
             _, draw = LENGTHS.get(str(type(law).__struct_config__.tag))
             lens.append(np.maximum(1, draw(law, count, np.random.default_rng(ss))))
-    return Workload(np.asarray(times, dtype=float), lens[0].astype(np.int64),
+    return DrawnRequests(np.asarray(times, dtype=float), lens[0].astype(np.int64),
                     lens[1].astype(np.int64))
 
 
@@ -222,7 +222,7 @@ class ScenarioResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def simulate(rs: ResolvedScenario, step_model: StepTimeModel, kv_config: KVConfig, *,
-             workload: Workload | None = None, record_steps: bool = False,
+             workload: DrawnRequests | None = None, record_steps: bool = False,
              progress: Progress | None = None, fast_forward: bool = True) -> SimOutcome:
     """Run the simulation of a resolved scenario and return the raw outcome."""
     wl = workload if workload is not None else draw_workload(rs)

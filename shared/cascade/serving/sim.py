@@ -26,7 +26,7 @@ import msgspec
 import numpy as np
 
 from cascade.errors import CascadeError
-from cascade.serving.registry import Registry
+from cascade.registry import Registry
 from cascade.serving.routers import Router
 from cascade.serving.schedulers import Static, Vllm
 from cascade.serving.stepmodel import StepCost
@@ -306,7 +306,7 @@ class Simulation:
                 if i:
                     pieces.append(np.array([ends[s] - ends[rg[i - 1]]]))
             emitted[rid] = tot
-        for ends, cnt in zip(step_ends, counts):
+        for ends, cnt in zip(step_ends, counts, strict=False):
             mult = np.cumsum(cnt)[1:len(ends)]
             if len(ends) > 1:
                 pieces.append(np.repeat(np.diff(ends), mult))
@@ -588,7 +588,7 @@ class StaticScheduler:
             ext.decode_context[0] = min(ext.decode_context[0], int(p.min()) + 1)
             ext.decode_context[1] = max(ext.decode_context[1], int(p.max()) + steps - 1)
         endl = ends.tolist()
-        for rid, oi in zip(batch, o.tolist()):
+        for rid, oi in zip(batch, o.tolist(), strict=False):
             sim.push(endl[oi - 1], PRIO_END, _EV_FINISH, rid, 0)
         used = rep.num_blocks - free
         return _Plan([(rid, 0) for rid in batch], starts.tolist(), endl, False, used)

@@ -172,7 +172,7 @@ def _fit_law(tokens: np.ndarray, attention: np.ndarray, y: np.ndarray) -> Law:
     scale = np.array([max(float(np.max(np.abs(cols[c]))), 1e-30) for c in usable])
     coef = _nnls_small(x / scale, y) / scale
     full = dict.fromkeys(_TERMS, 0.0)
-    full.update({c: float(v) for c, v in zip(usable, coef)})
+    full.update({c: float(v) for c, v in zip(usable, coef, strict=False)})
     pred = x @ coef
     return Law(intercept_ns=full["intercept"], per_token_ns=full["tokens"],
                per_attention_ns=full["attention"], terms=tuple(usable),

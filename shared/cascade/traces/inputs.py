@@ -1,22 +1,70 @@
-"""Local inputs for `cascade predict`: bundles, Accel-Sim trace folders, kernel files, timelines.
+"""Local trace inputs, read by every command that takes a trace path (``cascade predict``,
+``cascade trace``, ``cascade validate``): kernel-table files (CSV, Parquet, .npz), prepared
+bundles, Accel-Sim trace folders, single kernel trace files and timelines (PyTorch profiler,
+Nsight Systems SQLite, Cascade JSONL).
 
-Registers loaders with :mod:`cascade.engine.io` (which handles CSV and .npz
-kernel tables itself), so every CLI that takes a trace path accepts all of them.
+Each kind is a :class:`TraceLoader` in :data:`LOADERS`, tried in registration order; add one
+with ``LOADERS.register(name, None, TraceLoader(accepts, load))``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-from cascade.engine.io import LoadedTrace, register_loader
-from cascade.errors import TraceFormatError
+from cascade import tableio
+from cascade.errors import TraceFormatError, UnknownGPUError, ValidationError
 from cascade.gpus import get_gpu
+from cascade.gpus.registry import GPURegistry, default_registry, suggest_gpus
 from cascade.gpus.spec import GPUSpec
 from cascade.kerneltable import KernelTable
-from cascade.traces.bundle import load_bundle
+from cascade.registry import Registry
+from cascade.traces.bundle import KERNELS_NAME, MANIFEST_NAME, load_bundle
 from cascade.traces.folder import parse_trace_folder
 from cascade.traces.parse import kernel_id_from_name, parse_kernel_file
 from cascade.traces.timeline import read_timeline
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedTrace:
+    """A kernel table loaded from a local input, with what the input says about itself."""
+
+    table: KernelTable
+    source: GPUSpec | None = None
+    """The GPU spec the input names (a bundle's manifest), resolved already."""
+    device: str = ""
+    """The device name the trace file records (PyTorch ``deviceProperties``, Nsight
+    ``TARGET_INFO_GPU``), to be resolved against the caller's registry ('' if none)."""
+    warnings: tuple[str, ...] = ()
+    """What the loader skipped or could not read, one sentence each."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceLoader:
+    """One kind of local input: a predicate on the path and the function that reads it."""
+
+    accepts: Callable[[Path], bool]
+    load: Callable[[Path], LoadedTrace]
+
+
+#: The loaders, tried in registration order (the kinds are disjoint).
+LOADERS: Registry[TraceLoader] = Registry("trace loader")
+
+
+def _is_table_file(path: Path) -> bool:
+    return path.is_file() and path.name.lower().endswith(tableio.SUFFIXES)
+
+
+def load_table_file(path: Path) -> LoadedTrace:
+    """A Cascade kernel table (CSV, CSV.gz, Parquet)."""
+    return LoadedTrace(tableio.read_table(path))
+
+
+def load_npz_file(path: Path) -> LoadedTrace:
+    """A kernel table saved as ``.npz``."""
+    return LoadedTrace(KernelTable.load_npz(path))
+
 
 _KERNEL_SUFFIXES = (".trace", ".traceg", ".trace.xz", ".traceg.xz")
 _TIMELINE_SUFFIXES = (".json", ".json.gz", ".jsonl", ".sqlite", ".sqlite3", ".db")
@@ -24,7 +72,7 @@ _TIMELINE_SUFFIXES = (".json", ".json.gz", ".jsonl", ".sqlite", ".sqlite3", ".db
 
 def is_bundle_dir(path: Path) -> bool:
     """A folder holding a prepared bundle (manifest.json + kernels.npz)."""
-    return path.is_dir() and (path / "manifest.json").is_file() and (path / "kernels.npz").is_file()
+    return path.is_dir() and (path / MANIFEST_NAME).is_file() and (path / KERNELS_NAME).is_file()
 
 
 def is_trace_folder(path: Path) -> bool:
@@ -36,11 +84,11 @@ def is_trace_folder(path: Path) -> bool:
     return any(kernel_id_from_name(p.name) is not None for p in path.iterdir())
 
 
-def load_bundle_dir(path: Path) -> tuple[KernelTable, GPUSpec | None]:
+def load_bundle_dir(path: Path) -> LoadedTrace:
     """The bundle's kernels and the GPU its manifest says the trace was captured on."""
     bundle = load_bundle(path)
     source = bundle.manifest.source_gpu
-    return bundle.kernels, (get_gpu(source) if source else None)
+    return LoadedTrace(bundle.kernels, get_gpu(source) if source else None)
 
 
 _ACCELSIM_FILES = ("kernelslist", "kernelslist.g", "stats.csv")
@@ -68,9 +116,9 @@ def load_trace_folder(path: Path) -> LoadedTrace:
     return LoadedTrace(result.table(), None, warnings=tuple(warnings))
 
 
-def load_kernel_file(path: Path) -> tuple[KernelTable, GPUSpec | None]:
+def load_kernel_file(path: Path) -> LoadedTrace:
     """One kernel trace file (.trace/.traceg, optionally .xz)."""
-    return parse_kernel_file(path).table(), None
+    return LoadedTrace(parse_kernel_file(path).table())
 
 
 def load_timeline_file(path: Path) -> LoadedTrace:
@@ -80,18 +128,83 @@ def load_timeline_file(path: Path) -> LoadedTrace:
     return LoadedTrace(tl.table, None, device=tl.device, warnings=tl.warnings)
 
 
-def register() -> None:
-    """Register the loaders (idempotent)."""
-    global _registered
-    if _registered:
-        return
-    _registered = True
-    register_loader(is_bundle_dir, load_bundle_dir)
-    register_loader(is_trace_folder, load_trace_folder)
-    register_loader(lambda p: p.is_file() and p.name.lower().endswith(_KERNEL_SUFFIXES),
-                    load_kernel_file)
-    register_loader(lambda p: p.is_file() and p.name.lower().endswith(_TIMELINE_SUFFIXES),
-                    load_timeline_file)
+LOADERS.register("bundle", None, TraceLoader(is_bundle_dir, load_bundle_dir))
+LOADERS.register("accel-sim folder", None, TraceLoader(is_trace_folder, load_trace_folder))
+LOADERS.register("kernel trace file", None, TraceLoader(
+    lambda p: p.is_file() and p.name.lower().endswith(_KERNEL_SUFFIXES), load_kernel_file))
+LOADERS.register("timeline", None, TraceLoader(
+    lambda p: p.is_file() and p.name.lower().endswith(_TIMELINE_SUFFIXES), load_timeline_file))
+LOADERS.register("kernel table", None, TraceLoader(_is_table_file, load_table_file))
+LOADERS.register("npz kernel table", None, TraceLoader(
+    lambda p: p.is_file() and p.suffix.lower() == ".npz", load_npz_file))
 
 
-_registered = False
+def load_trace(path: str | Path) -> LoadedTrace:
+    """Load a kernel table from ``path`` with the first loader that accepts it."""
+    p = Path(path)
+    if not p.exists():
+        raise TraceFormatError(str(p), None, "an existing kernel-table CSV, .npz, bundle or trace folder")
+    for _, loader in LOADERS.items():
+        if loader.accepts(p):
+            return loader.load(p)
+    raise TraceFormatError(str(p), None, "a Cascade kernel-table CSV (.csv, .csv.gz), Parquet "
+                                         "(.parquet) or .npz file")
+
+
+@dataclass(frozen=True, slots=True)
+class StreamedTrace:
+    """A local input as batches: kernel-table files (CSV, Parquet) stream in batches of
+    bounded size; every other input (bundles, trace folders, timelines) is one batch."""
+
+    batches: Iterator[tableio.Batch]
+    source: GPUSpec | None = None
+    device: str = ""
+    warnings: tuple[str, ...] = ()
+
+
+def stream_trace(path: str | Path, batch_rows: int = tableio.BATCH_ROWS) -> StreamedTrace:
+    """Like :func:`load_trace`, in batches of at most ``batch_rows`` rows for table files."""
+    p = Path(path)
+    if _is_table_file(p):
+        return StreamedTrace(tableio.iter_batches(p, batch_rows))
+    loaded = load_trace(p)
+    return StreamedTrace(iter([tableio.Batch(loaded.table)]), loaded.source, loaded.device,
+                         loaded.warnings)
+
+
+def load_kernel_table(path: str | Path, registry: GPURegistry | None = None
+                      ) -> tuple[KernelTable, GPUSpec | None]:
+    """Load a kernel table and the GPU the input says it was captured on (None if it names
+    none, or names one ``registry`` does not know)."""
+    loaded = load_trace(path)
+    if loaded.source is not None or not loaded.device:
+        return loaded.table, loaded.source
+    return loaded.table, (registry or default_registry()).resolve(loaded.device)
+
+
+def source_of_trace(registry: GPURegistry, given: str | None,
+                    loaded: LoadedTrace | StreamedTrace, *,
+                    override: bool = False, what: str = "--source",
+                    override_flag: str = "--force-source") -> GPUSpec | None:
+    """The source GPU of a trace: the one it names by default, ``given`` when the caller
+    names one. A ``given`` GPU that contradicts the trace's own is an error naming both
+    (``override`` accepts it on purpose); a trace naming a GPU the registry does not know,
+    with nothing given, is an error that suggests the closest known ones."""
+    named = loaded.source
+    if named is None and loaded.device:
+        named = registry.resolve(loaded.device)
+    if given:
+        spec = registry.get(given)
+        if named is not None and named.id != spec.id and not override:
+            device = f" ({loaded.device!r})" if loaded.device else ""
+            raise ValidationError(
+                f"the trace was recorded on {named.id}{device} but {given!r} ({spec.id}) was "
+                f"given; drop {what} to use the trace's GPU, or pass {override_flag} to "
+                f"simulate it as captured on {spec.id}", field=what)
+        return spec
+    if named is None and loaded.device:
+        raise UnknownGPUError(loaded.device, registry.ids(),
+                              suggestions=suggest_gpus(registry, loaded.device),
+                              hint=f"the trace names this GPU; pass {what} SPEC, or add its spec "
+                                   "(--specs DIR / POST /api/configs) with the name as an alias")
+    return named

@@ -62,7 +62,7 @@ class JsonLimits(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def from_settings(cls, settings: Any) -> JsonLimits:
-        """The limits a :class:`cascade.settings.Settings` holds (defaults for missing ones)."""
+        """The limits a :class:`cascade.platform.settings.Settings` holds (defaults for missing ones)."""
         default = cls()
         return cls(
             max_string_chars=int(getattr(settings, "trace_json_max_string_chars",

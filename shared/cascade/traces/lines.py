@@ -149,16 +149,16 @@ def parse_tokens(t: list[bytes], lineinfo: bool) -> ParsedTokens:
                 nd_ = n - 1 if n > 0 else 0
                 f = f"{nd_} address deltas (integers)"
                 addr = [int(x) for x in t[i + 1 : i + 1 + nd_]]
-                if len(addr) != nd_:  # type: ignore[arg-type]
+                if len(addr) != nd_:
                     raise ValueError
                 i += 1 + nd_
             elif mode_tok == b"0":
                 mode = 0
                 f = f"{n} addresses (0x hex)"
                 addr = [_hex(x) for x in t[i : i + n]]
-                if len(addr) != n:  # type: ignore[arg-type]
+                if len(addr) != n:
                     raise ValueError
-                base = addr[0] if n else 0  # type: ignore[index]
+                base = addr[0] if n else 0
                 i += n
             else:
                 raise ValueError

@@ -313,7 +313,7 @@ class KernelTraceParser:
             lines = lines[start:]
             base += start
         if not self._format:
-            for idx, line in enumerate(lines):
+            for line in lines:
                 s = line.strip()
                 if not s or s.startswith(b"#"):
                     if s == b"#BEGIN_TB":
@@ -656,12 +656,12 @@ class KernelTraceParser:
             elif mode == 2:
                 used = n if n > 0 else 1
                 addr = [int(x) for x in t[1:used]]
-                if len(addr) != used - 1:  # type: ignore[arg-type]
+                if len(addr) != used - 1:
                     raise ValueError
             else:
                 addr = [int(x, 16) for x in t[:n]]
                 used = n
-                if len(addr) != n or any(x[:2] != b"0x" for x in t[:n]):  # type: ignore[arg-type]
+                if len(addr) != n or any(x[:2] != b"0x" for x in t[:n]):
                     raise ValueError
             if len(t) > used:
                 int(t[used])
@@ -715,7 +715,7 @@ class KernelTraceParser:
         return _Pattern(self._pattern_ids, offs, max(offs) if offs else 0, stride, n, width, wide,
                         aligned, min(0, span), max(0, span) + width - 1)
 
-    def _fast_memory(
+    def _fast_memory(  # noqa: C901 - one inlined hot path per memory-op shape, kept flat for speed
         self, head: tuple[str, int, int, int, int, int], tail: bytes, c: int, check: int = -1
     ) -> int | None:
         """Address features of a mode 1/2 memory line from its cached address pattern.
@@ -888,7 +888,7 @@ class KernelTraceParser:
         elif space == 1:
             self._smem_acc += c
             if mode == 1:
-                key = (base & 127, addr, n, width)  # type: ignore[assignment]
+                key = (base & 127, addr, n, width)
                 extra = self._bank_cache.get(key)  # type: ignore[arg-type]
                 if extra is None:
                     extra = bank_conflict_wavefronts(lane_addresses(1, base & 127, addr, n), width)
@@ -1148,7 +1148,7 @@ def parse_kernel_stream(
                 data = data.encode()
             parser.feed(data)
     else:
-        for data in stream:  # type: ignore[union-attr]
+        for data in stream:
             parser.feed(data.encode() if isinstance(data, str) else data)
     return parser.finish()
 

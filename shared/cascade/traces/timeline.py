@@ -582,7 +582,7 @@ def _nsys_device(con: sqlite3.Connection, tables: set[str],
     return "", -1
 
 
-def read_nsys_sqlite(path: str | Path) -> Timeline:
+def read_nsys_sqlite(path: str | Path) -> Timeline:  # noqa: C901 - one pass per optional table
     """An ``nsys export --type sqlite`` database as a :class:`Timeline`.
 
     Reads ``CUPTI_ACTIVITY_KIND_KERNEL`` (names through ``StringIds``; launch

@@ -1,0 +1,235 @@
+"""`cascade bench platform`: time `cascade up` to /readyz 200 and measure the stack's memory.
+
+Runs the real command (this venv's interpreter, ``-m cascade up``) in a fresh
+temporary data directory on free ports: a cold start (credentials, buckets
+and streams created), a stop, and a warm start on the same data. After the
+warm start it lets the stack idle for ``--settle`` seconds, then sums
+resident memory (RSS, and PSS which counts shared pages once) over the
+whole process tree, per process. Then it uses the stack as a user would
+(``--imports`` uploads of a generated instruction-trace folder through the real
+``cascade import``, and a run of three GPUs x two replicas on the last one),
+lets it idle again and measures again: what a stack holds after work, not only
+after a start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from programs.embedded.ports import GRPC_OFFSET, free_port_pairs
+
+NAME = "platform"
+HELP = "time `cascade up` to /readyz 200 and measure the idle stack's resident memory"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``cascade bench platform``."""
+    parser.add_argument("--settle", type=float, default=5.0,
+                        help="seconds to let the stack idle before measuring memory (default 5)")
+    parser.add_argument("--timeout", type=float, default=120.0,
+                        help="give up when /readyz is not 200 after this many seconds (default 120)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary data directory")
+    parser.add_argument("--imports", type=int, default=3,
+                        help="trace imports before the second measurement (default 3; 0 skips)")
+    parser.add_argument("--kernels", type=int, default=12,
+                        help="kernel files in the imported trace folder (default 12)")
+
+
+def _readyz(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        tree.setdefault(ppid, []).append(int(entry.name))
+    return tree
+
+
+def _tree(root: int) -> list[int]:
+    children = _children()
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, ()))
+    return out
+
+
+def _kib(path: Path, field: str) -> int:
+    try:
+        for line in path.read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def memory(root: int) -> tuple[int, int, list[tuple[str, int]]]:
+    """(RSS KiB, PSS KiB, [(process, RSS KiB)]) summed over ``root`` and its descendants."""
+    rss = pss = 0
+    rows = []
+    for pid in _tree(root):
+        proc = Path(f"/proc/{pid}")
+        r = _kib(proc / "status", "VmRSS")
+        rss += r
+        pss += _kib(proc / "smaps_rollup", "Pss")
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        except OSError:
+            cmd = "?"
+        rows.append((cmd[:70], r))
+    return rss, pss, rows
+
+
+def _print_memory(title: str, rss: int, pss: int, rows: list[tuple[str, int]]) -> None:
+    print(f"{title} ({len(rows)} processes)")
+    print(f"  RSS sum : {rss / 1024:7.1f} MiB")
+    print(f"  PSS sum : {pss / 1024:7.1f} MiB  (shared pages counted once)")
+    for cmd, r in sorted(rows, key=lambda x: -x[1]):
+        print(f"    {r / 1024:7.1f} MiB  {cmd}")
+
+
+def _api(base: str, token: str, method: str, path: str, body: object = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(base + path, data=data, method=method, headers={
+        "Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read() or b"null")
+
+
+def _work(env: dict[str, str], base: str, workdir: Path, imports: int, kernels: int,
+          timeout: float) -> str:
+    """Imports and a run through the real CLI and API; returns a one-line summary."""
+    from cascade.traces.generate import TraceSpec, write_trace_folder
+    from programs.embedded.stack import StackLayout, read_credentials
+
+    creds = read_credentials(StackLayout(env["CASCADE_DATA_DIR"]))
+    assert creds is not None
+    token = creds.api_token
+    template = workdir / "trace-template"
+    write_trace_folder(template, [TraceSpec(kernel_id=i, iterations=20 + 4 * i, grid=(8, 2, 1),
+                                            block=(128, 1, 1)) for i in range(1, kernels + 1)])
+    size = sum(f.stat().st_size for f in template.iterdir()) / 2**20
+    trace_id = ""
+    t0 = time.perf_counter()
+    for i in range(imports):
+        folder = workdir / f"trace-{i}"
+        shutil.copytree(template, folder)
+        out = subprocess.run(
+            [sys.executable, "-m", "programs.cli", "import", str(folder), "--app", base,
+             "--token", token, "--name", f"bench-{i}", "--source-gpu", "SM80_A100",
+             "--wait", str(timeout), "--quiet"], env=env, capture_output=True, text=True,
+            check=False)
+        if out.returncode != 0:
+            raise SystemExit(f"cascade import failed:\n{out.stdout}\n{out.stderr}")
+        trace_id = out.stdout.split()[1].rstrip(":")
+    imported = time.perf_counter() - t0
+    run = _api(base, token, "POST", "/api/runs", {
+        "trace_id": trace_id, "configs": ["SM90_H100", "SM80_A100", "SM89_L40S"], "replicas": 2,
+        "model": "auto"})
+    run_id = run["id"]
+    t0 = time.perf_counter()
+    state = ""
+    while time.perf_counter() - t0 < timeout:
+        state = _api(base, token, "GET", f"/api/runs/{run_id}")["run"]["state"]
+        if state in ("completed", "failed", "cancelled"):
+            break
+        time.sleep(0.2)
+    return (f"{imports} imports of a {kernels}-kernel folder ({size:.1f} MiB) in {imported:.1f} s; "
+            f"run {run_id} (3 GPUs x 2 replicas) {state} in {time.perf_counter() - t0:.1f} s")
+
+
+def _start(env: dict[str, str], log: Path, url: str, timeout: float) -> tuple[subprocess.Popen[bytes], float]:
+    t0 = time.perf_counter()
+    with log.open("ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "programs.cli", "up"], env=env, stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    while not _readyz(url):
+        if proc.poll() is not None:
+            raise SystemExit(f"cascade up exited with {proc.returncode}; see {log}")
+        if time.perf_counter() - t0 > timeout:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
+            raise SystemExit(f"/readyz not 200 after {timeout} s; see {log}")
+        time.sleep(0.05)
+    return proc, time.perf_counter() - t0
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> tuple[int, float]:
+    t0 = time.perf_counter()
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(120)
+    return code, time.perf_counter() - t0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the benchmark and print its figures."""
+    workdir = Path(tempfile.mkdtemp(prefix="cascade-bench-platform-"))
+    nats_port, s3_port, http_port = free_port_pairs(3, offset=GRPC_OFFSET)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
+    env.update(
+        CASCADE_DATA_DIR=str(workdir / "data"),
+        CASCADE_NATS_URL=f"nats://127.0.0.1:{nats_port}",
+        CASCADE_S3_ENDPOINT=f"http://127.0.0.1:{s3_port}",
+        CASCADE_HTTP_PORT=str(http_port),
+        CASCADE_LOG_FORMAT="json",
+    )
+    url = f"http://127.0.0.1:{http_port}/readyz"
+    log = workdir / "cascade-up.log"
+    try:
+        proc, cold = _start(env, log, url, args.timeout)
+        code1, stop1 = _stop(proc)
+        proc, warm = _start(env, log, url, args.timeout)
+        time.sleep(args.settle)
+        idle = memory(proc.pid)
+        worked = None
+        summary = ""
+        if args.imports > 0:
+            try:
+                summary = _work(env, url.removesuffix("/readyz"), workdir, args.imports,
+                                args.kernels, args.timeout)
+            except BaseException:
+                _stop(proc)
+                raise
+            time.sleep(args.settle)
+            worked = memory(proc.pid)
+        code2, stop2 = _stop(proc)
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print("cascade up -> /readyz 200")
+    print(f"  cold start (new data dir) : {cold:6.2f} s   (target < 15 s)")
+    print(f"  warm start (same data)    : {warm:6.2f} s")
+    print(f"  stop (SIGTERM -> exit)    : {stop1:6.2f} s, {stop2:6.2f} s  (exit codes {code1}, {code2})")
+    _print_memory(f"idle stack memory after {args.settle:g} s", *idle)
+    if worked is not None:
+        print(summary)
+        _print_memory(f"stack memory {args.settle:g} s after that work", *worked)
+    if args.keep:
+        print(f"data and log kept in {workdir}")
+    return 0 if code1 == 0 and code2 == 0 else 1

@@ -1,0 +1,61 @@
+"""`cascade gpus [--json] [--specs DIR]`: list known GPU specs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import msgspec
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser("gpus", help="list the GPU specs Cascade knows")
+    p.add_argument("--json", action="store_true", help="print the full specs as JSON")
+    p.add_argument("--specs", metavar="DIR", help="also load user spec files (*.toml, *.json) from DIR")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the registry as a table or JSON."""
+    from cascade.gpus import GPURegistry, builtin_specs
+
+    reg = GPURegistry(builtin_specs())
+    if args.specs:
+        reg.load_dir(args.specs)
+    specs = list(reg)
+    from cascade.platform.accelsim import discover
+    from cascade.platform.settings import load_settings
+
+    settings = load_settings()
+    def resolve(name: str) -> str:
+        spec = reg.resolve(name)
+        return spec.id if spec is not None else name
+
+    setup = discover(settings.accelsim_bin, settings.accelsim_configs, resolve=resolve)
+    base = ["auto", "scaled", "analytical", "roofline"]
+
+    def models(spec_id: str) -> list[str]:
+        return [*base, "accel-sim"] if setup.can_run(spec_id) else base
+
+    if args.json:
+        out = [msgspec.to_builtins(s) | {"spec_hash": s.spec_hash(), "models": models(s.id),
+                                         "accelsim": setup.can_run(s.id)} for s in specs]
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(out), indent=2).decode() + "\n")
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="GPU specs")
+    for col in ("id", "name", "sm", "SMs", "MHz", "mem GB", "GB/s", "L2 MB", "FP32 TF", "FP16 TC TF",
+                "accel-sim", "aliases"):
+        table.add_column(col)
+    for s in specs:
+        table.add_row(s.id, s.name, str(s.sm_version), str(s.sms), f"{s.boost_clock_mhz:g}",
+                      f"{s.memory_gb:g}", f"{s.memory_bandwidth_gbps:g}", f"{s.l2_mb:g}",
+                      f"{s.fp32_tflops:g}", f"{s.tensor_tflops.get('fp16', 0):g}",
+                      "yes" if setup.can_run(s.id) else "-", ", ".join(s.aliases[:2]))
+    Console(width=200).print(table)
+    runnable = setup.runnable()
+    print(f"accel-sim model: {'configs ' + ', '.join(runnable) if runnable else 'not available'}"
+          + "".join(f"\n  {p}" for p in setup.problems if not runnable or "CASCADE_ACCELSIM_BIN" not in p))
+    return 0

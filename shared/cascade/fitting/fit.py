@@ -1,0 +1,489 @@
+"""Fit the calibration on measured cross-GPU data (``cascade calibrate``).
+
+Objective: the mean absolute percentage error of the ``scaled`` model over every
+ordered GPU pair (groups weighted equally), plus a small absolute term that
+anchors each GPU's achievable fractions to its own measured times, so GPUs
+without data fall back to physically sensible values. A fixed fraction of
+operator shapes (hash of the shape key) is held out of the fit and reported;
+for data sets with three or more GPUs each GPU is also held out in turn.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import os
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from cascade.calibration import (
+    Calibration,
+    Globals,
+    ResidualTable,
+    SpecParams,
+    Transfer,
+    measurement_context,
+)
+from cascade.engine import ops
+from cascade.engine.base import ModelContext
+from cascade.engine.models import ScaledConfig, ScaledModel
+from cascade.engine.perf import kernel_times, residual_cells, target_tiles, tile_key
+from cascade.engine.workload import Workload, workload_of
+from cascade.fitting.measured import MeasuredSet, Pair, discover, pairs
+from cascade.gpus.registry import GPURegistry, default_registry
+
+#: Candidate GEMM tiles (first covers n, second covers m).
+#: (0, 0) = the least-modelled-time candidate; (0, A) = the same among tiles of >= A outputs
+#: (a library that never runs its smallest tiles on this path); (-1, 0) = the same among the
+#: tiles the arch's library was seen to use (``Calibration.tile_menus``).
+TILE_CANDIDATES: tuple[tuple[int, int], ...] = (
+    (0, 0), (0, 2048), (0, 4096), (0, 8192), (-1, 0),
+    (64, 64), (128, 64), (64, 128), (128, 128), (256, 128), (128, 256))
+#: A tile counts in an arch's menu when at least this share of a path's calls ran it.
+MENU_SHARE = 0.05
+#: Residual grid cells span this many octaves of each GEMM dimension and need this many fit rows.
+RESIDUAL_WIDTH = 2.0
+RESIDUAL_MIN_ROWS = 5
+_FAMILY_PARAMS = ("norm", "embedding", "elementwise")
+#: Split-K GEMMs in the fitted model (:func:`cascade.engine.perf.split_k_factors`); env
+#: CASCADE_FIT_SPLIT_K=0 fits without (the comparison in ACCURACY.md).
+SPLIT_K = float(os.environ.get("CASCADE_FIT_SPLIT_K", "1"))
+
+
+def compass_search(f: Callable[[np.ndarray], float], x0: np.ndarray, step: float = 0.3,
+                   evals: int = 2000, tol: float = 1e-4) -> tuple[np.ndarray, float]:
+    """Minimise ``f`` from ``x0`` by coordinate-wise pattern search: each parameter in turn
+    tries +/- its own step, keeps a move that lowers ``f`` (and lengthens that step),
+    else halves the step; stops when every step is below ``tol`` or ``evals`` run out.
+    Deterministic; suits objectives whose parameters act mostly on separate data (per-GPU
+    efficiencies and floors) where a simplex in 30 dimensions converges slowly."""
+    x = np.asarray(x0, dtype=np.float64).copy()
+    fx = f(x)
+    steps = np.full(len(x), float(step))
+    used = 1
+    while used < evals and steps.max() > tol:
+        for i in range(len(x)):
+            if steps[i] <= tol:
+                continue
+            moved = False
+            for sign in (1.0, -1.0):
+                y = x.copy()
+                y[i] += sign * steps[i]
+                fy = f(y)
+                used += 1
+                if fy < fx:
+                    x, fx, moved = y, fy, True
+                    steps[i] *= 1.5
+                    break
+            if not moved:
+                steps[i] *= 0.5
+            if used >= evals:
+                break
+    return x, float(fx)
+
+
+def heldout_mask(keys: np.ndarray, fraction: float) -> np.ndarray:
+    """True for rows whose shape key hashes into the held-out fraction (stable across runs)."""
+    cut = round(fraction * 1000)
+    return np.fromiter((zlib.crc32(str(k).encode()) % 1000 < cut for k in keys), dtype=bool, count=len(keys))
+
+
+def _sig(x: float) -> float:
+    return float(1.0 / (1.0 + np.exp(-x)))
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, 1e-4), 1 - 1e-4)
+    return float(np.log(p / (1 - p)))
+
+
+@dataclass
+class _Prepared:
+    pair: Pair
+    w: Workload
+    measured: np.ndarray
+    fit_rows: np.ndarray
+
+
+def _prepare(pair: Pair, holdout: float, max_rows: int | None,
+             exclude: Callable[[Pair], np.ndarray] | None = None) -> _Prepared:
+    """A pair restricted to its fit rows (not held out, not excluded), at most ``max_rows``
+    of them chosen by a stable hash of the shape key (same rows on every run)."""
+    rows = ~heldout_mask(pair.keys, holdout)
+    if exclude is not None:
+        rows &= ~exclude(pair)
+    if max_rows is not None and rows.sum() > max_rows:
+        h = np.fromiter((zlib.crc32(b"sub" + str(k).encode()) for k in pair.keys), dtype=np.int64,
+                        count=len(pair.keys))
+        cut = np.sort(h[rows])[max_rows - 1]
+        rows &= h <= cut
+    idx = np.flatnonzero(rows)
+    sub = Pair(pair.source, pair.target, pair.source_table.take(idx), pair.target_ns[idx],
+               pair.groups[idx], pair.keys[idx])
+    return _Prepared(sub, workload_of(sub.source_table), sub.target_ns, np.ones(len(idx), dtype=bool))
+
+
+@dataclass
+class _Layout:
+    """Which parameter sits at which index of the search vector."""
+
+    names: list[tuple[str, ...]]
+
+    def index(self, *name: str) -> int:
+        return self.names.index(tuple(name))
+
+
+def _build_calibration(x: np.ndarray, layout: _Layout, tiles: dict[str, dict[str, list[int]]],
+                       base: Calibration) -> Calibration:
+    specs: dict[str, dict[str, object]] = {}
+    floors: dict[str, dict[str, float]] = {}
+    transfer: dict[str, dict[str, float]] = {}
+    glob = {"softness": base.globals.softness, "alpha_gemm": base.globals.alpha_gemm,
+            "alpha_other": base.globals.alpha_other, "min_tile_area": base.globals.min_tile_area,
+            "clock_tau_ns": base.globals.clock_tau_ns, "wave_quant": base.globals.wave_quant,
+            "split_k": base.globals.split_k,
+            "sustained_clock_scale": base.globals.sustained_clock_scale}
+    for value, name in zip(x, layout.names, strict=True):
+        match name:
+            case ("spec", sid, "family_bw", fam):
+                specs.setdefault(sid, {}).setdefault("family_bw", {})[fam] = float(np.exp(value))  # type: ignore[index]
+            case ("spec", sid, field):
+                specs.setdefault(sid, {})[field] = _sig(float(value))
+            case ("floor", kind, sid):
+                floors.setdefault(kind, {})[sid] = float(np.exp(value))
+            case ("global", "softness"):
+                glob["softness"] = float(1.0 + np.exp(value))
+            case ("global", "min_tile_area"):
+                glob["min_tile_area"] = float(np.exp(value))
+            case ("global", "clock_tau_ns"):
+                glob["clock_tau_ns"] = float(np.exp(value))
+            case ("global", "sustained_clock_scale"):
+                glob["sustained_clock_scale"] = float(np.exp(value))
+            case ("transfer", context, field):
+                transfer.setdefault(context, {})[field] = _sig(float(value))
+            case ("global", field):
+                glob[field] = _sig(float(value))
+    return Calibration(
+        id=base.id, version=base.version, globals=Globals(**glob),
+        specs={sid: SpecParams(**p) for sid, p in specs.items()},  # type: ignore[arg-type]
+        floors_ns=floors, tiles=tiles, defaults=base.defaults, contexts=base.contexts,
+        transfer={c: Transfer(**t) for c, t in transfer.items()}, tile_menus=base.tile_menus)
+
+
+def _spec_defaults(sets: Sequence[MeasuredSet]) -> dict[str, dict[str, float]]:
+    """The physical default efficiencies (spec files) of every GPU in the data."""
+    return {s.spec.id: {"simt_eff": s.spec.efficiency.simt, "tensor_eff": s.spec.efficiency.tensor,
+                        "bw_eff": s.spec.efficiency.bandwidth} for s in sets}
+
+
+def _tile_menus(runs: Sequence[tuple[str, Workload]]) -> dict[str, dict[str, list[list[int]]]]:
+    """arch -> path key -> tiles named by the kernels the (arch, fit rows) ran, each on at
+    least MENU_SHARE of that path's calls (held-out rows never count)."""
+    counts: dict[tuple[str, str], dict[tuple[int, int], int]] = {}
+    for arch, w in runs:
+        named = w.is_gemm & (w.tile_a > 0) & (w.tile_b > 0)
+        for tensor in (False, True):
+            for batched in (False, True):
+                sel = named & (w.tensor == tensor) & ((w.batch > 1) == batched)
+                if not sel.any():
+                    continue
+                slot = counts.setdefault((arch, tile_key(tensor, batched)), {})
+                for a, b in zip(w.tile_a[sel].tolist(), w.tile_b[sel].tolist(), strict=True):
+                    slot[(int(a), int(b))] = slot.get((int(a), int(b)), 0) + 1
+    out: dict[str, dict[str, list[list[int]]]] = {}
+    for (arch, key), tiles in sorted(counts.items()):
+        total = sum(tiles.values())
+        menu = sorted([list(t) for t, n in tiles.items() if n >= MENU_SHARE * total])
+        if menu:
+            out.setdefault(arch, {})[key] = menu
+    return out
+
+
+def _contexts(sets: Sequence[MeasuredSet]) -> dict[str, list[str]]:
+    """Measurement context (``kernel``, ``neusight``) -> the GPUs the data fit in it."""
+    out: dict[str, set[str]] = {}
+    for s in sets:
+        out.setdefault(measurement_context(s.measurement) or "kernel", set()).add(s.spec.id)
+    return {k: sorted(v) for k, v in sorted(out.items())}
+
+
+def _initial(sets: Sequence[MeasuredSet]) -> tuple[_Layout, np.ndarray]:
+    names: list[tuple[str, ...]] = []
+    x: list[float] = []
+    seen: set[tuple[str, ...]] = set()
+
+    def add(name: tuple[str, ...], value: float) -> None:
+        if name not in seen:
+            seen.add(name)
+            names.append(name)
+            x.append(value)
+
+    kinds: dict[str, tuple[bool, bool]] = {}  # context -> (has GEMMs, has other kernels)
+    for s in sets:
+        w = workload_of(s.table)
+        sid = s.spec.id
+        gemm, other = kinds.get(measurement_context(s.measurement) or "kernel", (False, False))
+        kinds[measurement_context(s.measurement) or "kernel"] = (
+            gemm or bool(w.is_gemm.any()), other or not bool(w.is_gemm.all()))
+        if np.any(w.is_gemm & w.tensor):
+            add(("spec", sid, "tensor_eff"), _logit(0.75))
+        if np.any(w.is_gemm & ~w.tensor):
+            add(("spec", sid, "simt_eff"), _logit(0.8))
+        add(("spec", sid, "bw_eff"), _logit(0.7))
+        for fam in _FAMILY_PARAMS:
+            if np.any(w.family == ops.FAMILIES.index(fam)):
+                add(("spec", sid, "family_bw", fam), 0.0)
+        add(("floor", s.measurement, sid), float(np.log(max(np.percentile(s.table["duration_ns"], 1) * 0.8, 500.0))))
+    add(("global", "softness"), float(np.log(2.0)))
+    for context, (has_gemm, has_other) in kinds.items():  # for the kernel kinds its data has
+        if has_gemm:
+            add(("transfer", context, "gemm"), _logit(0.5))
+            add(("transfer", context, "gemm_memory"), _logit(0.5))
+        if has_other:
+            add(("transfer", context, "other"), _logit(0.95))
+    add(("global", "min_tile_area"), float(np.log(4096.0)))
+    add(("global", "wave_quant"), _logit(0.5))
+    if any(s.spec.sustained_clock_ratio > 1.0 for s in sets):
+        add(("global", "clock_tau_ns"), float(np.log(1.0e6)))
+        add(("global", "sustained_clock_scale"), 0.0)
+    return _Layout(names), np.asarray(x)
+
+
+def _objective(prepared: Sequence[_Prepared], layout: _Layout, tiles: dict[str, dict[str, list[int]]],
+               base: Calibration, archs: dict[str, str], anchor: float) -> Callable[[np.ndarray], float]:
+    model = ScaledModel()
+
+    def f(x: np.ndarray) -> float:
+        cal = _build_calibration(x, layout, tiles, base)
+        groups: dict[tuple[str, str], list[float]] = {}
+        for p in prepared:
+            src, tgt = p.pair.source, p.pair.target
+            ctx = ModelContext(src.spec, cal, ScaledConfig(measurement=src.measurement), archs)
+            sel = p.fit_rows
+            pred = model.predict(p.pair.source_table, p.w, tgt.spec, ctx).predicted_ns
+            err = float(np.mean(np.abs(pred[sel] / p.measured[sel] - 1.0)))
+            if anchor > 0:
+                fixed = cal.floor_ns(src.measurement, tgt.spec) or tgt.spec.launch_overhead_ns
+                absolute = kernel_times(p.w, tgt.spec, cal.params_for(tgt.spec, archs, src.measurement), cal, fixed,
+                                        target_tiles(p.w, tgt.spec, cal, src.spec)).total_ns
+                err += anchor * float(np.mean(np.abs(np.log(absolute[sel] / p.measured[sel]))))
+            groups.setdefault((src.kind, src.dataset), []).append(err)
+        return float(np.mean([np.mean(v) for v in groups.values()]))
+
+    return f
+
+
+def _tile_slots(prepared: Sequence[_Prepared]) -> list[tuple[str, str]]:
+    """Every (arch, GEMM path key) the data has GEMMs on, in a stable order."""
+    slots: list[tuple[str, str]] = []
+    for p in prepared:
+        for spec in (p.pair.source.spec, p.pair.target.spec):
+            for tensor in (False, True):
+                for batched in (False, True):
+                    sel = p.w.is_gemm & (p.w.tensor == tensor) & ((p.w.batch > 1) == batched)
+                    key = tile_key(tensor, batched)
+                    if sel.any() and (spec.arch, key) not in slots:
+                        slots.append((spec.arch, key))
+    return slots
+
+
+def _choose_tiles(prepared: Sequence[_Prepared], layout: _Layout, x: np.ndarray,
+                  base: Calibration, archs: dict[str, str],
+                  start: dict[str, dict[str, list[int]]]) -> dict[str, dict[str, list[int]]]:
+    """Pick each (arch, path) GEMM tile from the candidates, one slot at a time."""
+    slots = _tile_slots(prepared)
+    tiles: dict[str, dict[str, list[int]]] = {}
+    for arch, key in slots:
+        tiles.setdefault(arch, {})[key] = list(start.get(arch, {}).get(key, [0, 0]))
+    for _round in range(2):
+        for arch, key in slots:
+            best: tuple[float, list[int]] | None = None
+            for cand in TILE_CANDIDATES:
+                tiles[arch][key] = list(cand)
+                val = _objective(prepared, layout, tiles, base, archs, 0.0)(x)
+                if best is None or val < best[0]:
+                    best = (val, list(cand))
+            assert best is not None
+            tiles[arch][key] = best[1]
+    return tiles
+
+
+def _residual_tables(all_pairs: Sequence[Pair], cal: Calibration, archs: dict[str, str], holdout: float,
+                     exclude: Callable[[Pair], np.ndarray] | None, width: float = RESIDUAL_WIDTH,
+                     min_rows: int = RESIDUAL_MIN_ROWS) -> dict[str, dict[str, ResidualTable]]:
+    """Per (measurement kind, target GPU): the median log(measured / predicted) of every fit
+    row (never a held-out or excluded one) of the cross-architecture GEMM pairs into it, in
+    cells of the shape grid (:func:`cascade.engine.perf.residual_cells`)."""
+    model = ScaledModel()
+    acc: dict[tuple[str, str], tuple[list[np.ndarray], list[np.ndarray]]] = {}
+    for pair in all_pairs:
+        src, tgt = pair.source, pair.target
+        if src.spec.arch == tgt.spec.arch:
+            continue
+        rows = ~heldout_mask(pair.keys, holdout)
+        if exclude is not None:
+            rows &= ~exclude(pair)
+        w = workload_of(pair.source_table)
+        cfg = ScaledConfig(measurement=src.measurement, residuals=False)
+        pred = model.predict(pair.source_table, w, tgt.spec, ModelContext(src.spec, cal, cfg, archs)).predicted_ns
+        cells = residual_cells(w, width)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            lr = np.log(pair.target_ns / pred)
+        ok = rows & (cells >= 0) & np.isfinite(lr)
+        cs, ls = acc.setdefault((src.measurement, tgt.spec.id), ([], []))
+        cs.append(cells[ok])
+        ls.append(lr[ok])
+    out: dict[str, dict[str, ResidualTable]] = {}
+    for (kind, sid), (cs, ls) in sorted(acc.items()):
+        cells, lr = np.concatenate(cs), np.concatenate(ls)
+        if len(cells) == 0:
+            continue
+        order = np.argsort(cells, kind="stable")
+        cells, lr = cells[order], lr[order]
+        uniq, start, count = np.unique(cells, return_index=True, return_counts=True)
+        keep = count >= min_rows
+        meds = [float(np.median(lr[a:a + n])) for a, n in zip(start[keep], count[keep], strict=True)]
+        if meds:
+            out.setdefault(kind, {})[sid] = ResidualTable(
+                width=width, min_rows=min_rows, keys=[int(k) for k in uniq[keep]], values=meds,
+                rows=[int(n) for n in count[keep]])
+    return out
+
+
+def _file_digests(sets: Sequence[MeasuredSet], root: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    paths = {s.path for s in sets}
+    for s in sets:
+        dev = s.path.with_name(f"device__{s.gpu_label}.json")
+        if dev.is_file():
+            paths.add(dev)
+    for path in sorted(paths):
+        out[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def fit_sets(sets: Sequence[MeasuredSet], *, holdout: float = 0.2, evals: int = 800,
+             anchor: float = 0.15, registry: GPURegistry | None = None,
+             log: Callable[[str], None] = lambda _m: None, max_rows: int | None = 3000,
+             rounds: int = 3, base_globals: Globals | None = None,
+             exclude: Callable[[Pair], np.ndarray] | None = None, residuals: bool = True) -> Calibration:
+    """Fit a calibration on measured sets, holding out ``holdout`` of the shapes.
+
+    ``max_rows`` caps the fit rows per GPU pair (a stable hash subsample; None = all),
+    ``evals`` the objective evaluations of each parameter search and ``rounds`` the
+    alternations of parameter search and tile choice: the defaults take about 30 seconds,
+    ``cascade calibrate --thorough`` uses every row and more rounds. ``base_globals`` sets
+    the starting (and unfitted) global parameters. ``exclude`` marks further rows of a pair
+    the fit must not see (a shape group held out for an extrapolation test). ``residuals``
+    adds each target's shape-residual grid (:func:`_residual_tables`) from the fit rows.
+    """
+    reg = registry or default_registry()
+    archs = {s.id: s.arch for s in reg}
+    all_pairs = pairs(list(sets))
+    prepared = [_prepare(pair, holdout, max_rows, exclude) for pair in all_pairs]
+    base = Calibration(id="cascade-default", defaults=_spec_defaults(sets),
+                       globals=base_globals or Globals(split_k=SPLIT_K), contexts=_contexts(sets),
+                       tile_menus=_tile_menus([(p.pair.source.spec.arch, p.w) for p in prepared]))
+    layout, x = _initial(sets)
+    log(f"fitting {len(x)} parameters on {len(prepared)} GPU pairs "
+        f"({sum(len(p.measured) for p in prepared)} rows)")
+    # every path of the data starts on the least-time rule: an arch of the data is never
+    # "unseen" (ScaledModel treats paths without a policy of their own differently)
+    tiles: dict[str, dict[str, list[int]]] = {}
+    for arch, key in _tile_slots(prepared):
+        tiles.setdefault(arch, {})[key] = [0, 0]
+    best = float("inf")
+    for round_ in range(rounds):
+        x, val = compass_search(_objective(prepared, layout, tiles, base, archs, anchor), x,
+                                step=0.4 if round_ == 0 else 0.15, evals=evals)
+        log(f"round {round_}: objective {val:.4f}")
+        tiles = _choose_tiles(prepared, layout, x, base, archs, tiles)
+        log(f"tiles: {tiles}")
+        if best - val < 1e-3:
+            break
+        best = val
+    x, val = compass_search(_objective(prepared, layout, tiles, base, archs, anchor), x, step=0.1,
+                            evals=evals // 2)
+    log(f"final objective {val:.4f}; tiles {tiles}")
+    cal = _build_calibration(x, layout, tiles, base)
+    if residuals:
+        cal = msgspec.structs.replace(cal, residuals=_residual_tables(all_pairs, cal, archs, holdout, exclude))
+    return cal
+
+
+def fit_directory(directory: str | Path, *, holdout: float = 0.2, evals: int = 800,
+                  registry: GPURegistry | None = None, log: Callable[[str], None] = lambda _m: None,
+                  leave_one_gpu_out: bool = True, thorough: bool = False,
+                  shifts: Sequence[str] | None = None) -> Calibration:
+    """Fit on every measured file under ``directory`` and record provenance and accuracy:
+    held-out shapes, leave-one-GPU-out and (``shifts``, default every protocol of
+    :mod:`cascade.fitting.shift`; empty to skip) the shifted-shape refits."""
+    from cascade.fitting.shift import SHIFTS, shifted_rows
+    from cascade.fitting.validation import evaluate
+
+    reg = registry or default_registry()
+    root = Path(directory).resolve()
+    sets = discover(root, reg)
+    if not sets:
+        from cascade.errors import ValidationError
+
+        raise ValidationError(f"no Vidur or NeuSight files under {root}", field="data")
+    max_rows = None if thorough else 3000
+    rounds = 3 if thorough else 2
+    cal = fit_sets(sets, holdout=holdout, evals=evals, registry=reg, log=log, max_rows=max_rows,
+                   rounds=rounds)
+    all_pairs = pairs(sets)
+    select_test = {(p.source.dataset, p.source.spec.id, p.target.spec.id): heldout_mask(p.keys, holdout)
+                   for p in all_pairs}
+    metrics: dict[str, object] = {
+        "heldout_shapes": _summ(evaluate(all_pairs, cal, ("roofline", "scaled"), reg=reg, select=select_test)),
+    }
+    if leave_one_gpu_out:
+        logo: list[dict[str, object]] = []
+        refits: dict[str, Calibration] = {}
+        for kind_ds in sorted({(s.kind, s.dataset) for s in sets}):
+            members = [s for s in sets if (s.kind, s.dataset) == kind_ds]
+            if len(members) < 3:
+                continue
+            for out in members:
+                if out.spec.id not in refits:  # one refit per GPU serves every data set
+                    rest = [s for s in sets if s.spec.id != out.spec.id]
+                    log(f"leave-one-GPU-out: {out.spec.id}")
+                    refits[out.spec.id] = fit_sets(rest, holdout=0.0, evals=evals // 2, registry=reg,
+                                                   max_rows=max_rows, rounds=rounds)
+                cal_wo = refits[out.spec.id]
+                involved = [p for p in all_pairs if (p.source.kind, p.source.dataset) == kind_ds
+                            and out.spec.id in (p.source.spec.id, p.target.spec.id)]
+                logo.extend({**r, "left_out": out.spec.id}
+                            for r in _summ(evaluate(involved, cal_wo, ("roofline", "scaled"), reg=reg)))
+        metrics["leave_one_gpu_out"] = logo
+    shifts = SHIFTS if shifts is None else tuple(shifts)
+    if shifts:
+        metrics["shifted_shapes"] = shifted_rows(sets, shifts, evals=evals // 2, max_rows=max_rows,
+                                                 rounds=rounds, registry=reg, log=log)
+    now = _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
+    return Calibration(
+        id="cascade-default", version=now[:10], created=now,
+        command=(f"cascade calibrate --data {directory} --holdout {holdout} --evals {evals}"
+                 + (" --thorough" if thorough else "") + ("" if leave_one_gpu_out else " --no-leave-one-gpu-out")
+                 + ("" if shifts == SHIFTS else f" --shift {','.join(shifts) or 'none'}")),
+        data_files=_file_digests(sets, root), globals=cal.globals, specs=cal.specs,
+        floors_ns=cal.floors_ns, tiles=cal.tiles, metrics=metrics, defaults=cal.defaults,
+        contexts=cal.contexts, transfer=cal.transfer, tile_menus=cal.tile_menus, residuals=cal.residuals)
+
+
+def _summ(stats: Sequence[object]) -> list[dict[str, object]]:
+    from msgspec import to_builtins
+
+    rows = []
+    for s in stats:
+        d = to_builtins(s)
+        for k in ("mape", "median_ape", "p90_ape"):
+            d[k] = round(d[k], 2)
+        rows.append(d)
+    return rows

@@ -1,0 +1,571 @@
+"""Running Accel-Sim for real: what is configured, the trace on disk, the subprocess.
+
+- :func:`discover` reads ``CASCADE_ACCELSIM_BIN`` (``accel-sim.out``) and
+  ``CASCADE_ACCELSIM_CONFIGS`` (one sub-folder per Cascade GPU config id, each with that GPU's
+  ``gpgpusim.config`` and ``trace.config`` plus files they include) into an
+  :class:`AccelSimSetup`: which configs can run the ``accel-sim`` model, and why not.
+  :func:`require` refuses a run that cannot (``ValidationError`` naming the setting).
+- :func:`fetch_instruction_trace` puts a trace's instruction files (``kernel-N.traceg``,
+  decompressed, and ``kernelslist.g``) into a per-node cache, once per trace (a file lock
+  serialises simulators on one node; a marker says the copy is complete).
+- :func:`run_accelsim` runs ``accel-sim.out -trace .../kernelslist.g -config gpgpusim.config
+  -config trace.config`` in its own process group and working directory, reads stdout as it
+  is written and calls ``on_kernel`` for every finished kernel; cancellation (of the awaiting
+  task) and the timeout kill the whole process group; a non-zero exit raises
+  :class:`AccelSimError` with the tail of the output.
+
+Accel-Sim itself is built outside this repository
+(https://github.com/accel-sim/accel-sim-framework#accel-sim-framework).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import fcntl
+import hashlib
+import lzma
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from cascade.engine.accelsim import (
+    AccelSimConfig,
+    AccelSimOutputParser,
+    SimulatedKernel,
+    core_clock_of_config,
+)
+from cascade.errors import AccelSimError, JobTimeoutError, ValidationError
+from cascade.platform.keys import raw_prefix
+from cascade.platform.log import get_logger
+from cascade.platform.storage import Storage
+from cascade.traces.files import check_name
+
+log = get_logger("cascade.accelsim")
+
+MODEL = "accel-sim"
+BIN_VAR = "CASCADE_ACCELSIM_BIN"
+CONFIGS_VAR = "CASCADE_ACCELSIM_CONFIGS"
+CONFIG_FILES = ("gpgpusim.config", "trace.config")
+BUILD_DOCS = "https://github.com/accel-sim/accel-sim-framework#accel-sim-framework"
+#: Lines of output kept for an error message.
+TAIL_LINES = 40
+#: Characters of that tail kept at most.
+TAIL_CHARS = 4000
+#: Seconds between SIGTERM and SIGKILL when a simulation's process group is stopped.
+KILL_GRACE_S = 2.0
+_COMPLETE = ".complete"
+
+
+class AccelSimGPUConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """One GPU's Accel-Sim configuration folder."""
+
+    config_id: str
+    """Cascade GPU config id (the sub-folder's name, resolved through the spec registry)."""
+    folder: str
+    gpgpusim_config: str
+    """Path of gpgpusim.config."""
+    trace_config: str
+    """Path of trace.config."""
+    core_clock_mhz: float | None = None
+    """Core clock of ``-gpgpu_clock_domains`` in gpgpusim.config."""
+    files: dict[str, str] = {}
+    """File name (relative to the folder) -> sha256, when hashed."""
+
+
+class AccelSimSetup(msgspec.Struct, frozen=True, kw_only=True):
+    """What the two settings configure."""
+
+    binary: str = ""
+    """CASCADE_ACCELSIM_BIN as given."""
+    binary_ok: bool = False
+    """The binary exists and is executable."""
+    configs_dir: str = ""
+    configs: dict[str, AccelSimGPUConfig] = {}
+    """Usable configs by Cascade config id."""
+    problems: list[str] = []
+    """Why the model (or a config folder) is unusable, one sentence each."""
+
+    def runnable(self) -> list[str]:
+        """Config ids that can run accel-sim (none without a usable binary)."""
+        return sorted(self.configs) if self.binary_ok else []
+
+    def can_run(self, config_id: str) -> bool:
+        """True when ``config_id`` can run the accel-sim model."""
+        return self.binary_ok and config_id in self.configs
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def discover(binary: str, configs_dir: str, *, hashes: bool = False,
+             resolve: Callable[[str], str | None] | None = None) -> AccelSimSetup:
+    """Read the two settings' targets (see the module docstring); never raises for bad folders.
+
+    ``resolve`` maps a sub-folder name to a Cascade config id (default: the built-in spec
+    registry's id for that name or alias, else the folder name itself).
+    """
+    if resolve is None:
+        from cascade.gpus import default_registry
+
+        reg = default_registry()
+
+        def resolve(name: str) -> str | None:
+            spec = reg.resolve(name)
+            return spec.id if spec is not None else name
+
+    problems: list[str] = []
+    binary_ok = False
+    if not binary:
+        problems.append(f"{BIN_VAR} is not set (the path of a built accel-sim.out; see {BUILD_DOCS})")
+    elif not Path(binary).is_file():
+        problems.append(f"{BIN_VAR}={binary} does not exist")
+    elif not os.access(binary, os.X_OK):
+        problems.append(f"{BIN_VAR}={binary} is not executable")
+    else:
+        binary_ok = True
+    configs: dict[str, AccelSimGPUConfig] = {}
+    if not configs_dir:
+        problems.append(f"{CONFIGS_VAR} is not set (a folder with one sub-folder per GPU config id "
+                        "holding gpgpusim.config and trace.config)")
+    elif not Path(configs_dir).is_dir():
+        problems.append(f"{CONFIGS_VAR}={configs_dir} is not a folder")
+    else:
+        for sub in sorted(Path(configs_dir).iterdir()):
+            if not sub.is_dir() or sub.name.startswith("."):
+                continue
+            missing = [f for f in CONFIG_FILES if not (sub / f).is_file()]
+            if missing:
+                problems.append(f"{sub} has no {' or '.join(missing)}")
+                continue
+            cid = resolve(sub.name) or sub.name
+            try:
+                clock = core_clock_of_config((sub / "gpgpusim.config").read_text(errors="replace"))
+            except OSError as exc:
+                problems.append(f"{sub / 'gpgpusim.config'} cannot be read: {exc}")
+                continue
+            files = ({str(p.relative_to(sub)): _sha256(p) for p in sorted(sub.rglob("*")) if p.is_file()}
+                     if hashes else {})
+            configs[cid] = AccelSimGPUConfig(
+                config_id=cid, folder=str(sub), gpgpusim_config=str(sub / "gpgpusim.config"),
+                trace_config=str(sub / "trace.config"), core_clock_mhz=clock, files=files)
+    return AccelSimSetup(binary=binary, binary_ok=binary_ok, configs_dir=configs_dir,
+                         configs=configs, problems=problems)
+
+
+def discover_from(settings: Any, *, hashes: bool = False) -> AccelSimSetup:
+    """:func:`discover` with the two settings of ``settings``."""
+    return discover(settings.accelsim_bin, settings.accelsim_configs, hashes=hashes)
+
+
+def require(setup: AccelSimSetup, config_ids: list[str]) -> None:
+    """Refuse (``ValidationError``) configs that cannot run accel-sim, naming the setting to fix
+    and the configs that can."""
+    can = ", ".join(setup.runnable()) or "none"
+    if not setup.binary_ok:
+        reason = next((p for p in setup.problems if BIN_VAR in p), f"{BIN_VAR} is not usable")
+        raise ValidationError(
+            f"model accel-sim cannot run: {reason}. Configs that can run accel-sim: {can}",
+            field="model")
+    lacking = [c for c in config_ids if c not in setup.configs]
+    if lacking:
+        where = setup.configs_dir or f"({CONFIGS_VAR} is not set)"
+        raise ValidationError(
+            f"model accel-sim has no Accel-Sim configuration for {', '.join(lacking)}: add a "
+            f"sub-folder named after the config id with gpgpusim.config and trace.config to "
+            f"{CONFIGS_VAR} {where}. Configs that can run accel-sim: {can}", field="configs")
+
+
+def refuse_timeline_trace(trace_id: str, kind: str) -> None:
+    """A timeline-only trace has no instruction files for Accel-Sim: ``ValidationError``."""
+    if kind == "timeline":
+        raise ValidationError(
+            f"trace {trace_id} is a timeline-only trace (kernel durations, no instruction files): "
+            "the accel-sim model needs Accel-Sim NVBit traces (kernel-N.traceg and kernelslist.g); "
+            "use model auto, scaled or analytical for it", field="model")
+
+
+# --------------------------------------------------------------------------- trace on disk
+
+
+class InstructionTrace(msgspec.Struct, frozen=True, kw_only=True):
+    """A trace's instruction files on local disk."""
+
+    folder: str
+    kernelslist: str
+    """Path of kernelslist.g."""
+    kernel_ids: list[int]
+    """N of every ``kernel-N`` the kernelslist names, in launch order."""
+    downloaded: bool = False
+    """True when this call fetched the files (False: the node's cache had them)."""
+
+
+def trace_cache_dir(data_path: Path) -> Path:
+    """Instruction-trace cache under a service's data directory: ``{data_dir}/cache/traces``."""
+    return Path(data_path) / "cache" / "traces"
+
+
+_STEM = re.compile(r"^kernel-(\d+)")
+
+
+def _kernel_stem(name: str) -> str:
+    base = name.rsplit("/", 1)[-1]
+    m = re.match(r"^(kernel-\d+(?:-ctx_0x[0-9a-fA-F]+)?)\.trace", base)
+    return m.group(1) if m else base
+
+
+def localize_kernelslist(text: str, local: dict[str, str]) -> str:
+    """A kernelslist[.g] naming the local files: each kernel line becomes the local
+    ``kernel-N.traceg`` (decompressed, beside the list); copies and other lines stay."""
+    out = []
+    for line in text.splitlines():
+        entry = line.strip()
+        if entry and "," not in entry and not entry.startswith("#") and ".trace" in entry:
+            out.append(local.get(_kernel_stem(entry), entry.rsplit("/", 1)[-1]))
+        else:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def _kernel_number(name: str) -> int:
+    m = _STEM.match(name)
+    return int(m.group(1)) if m else 0
+
+
+def _listed_ids(text: str) -> list[int]:
+    from cascade.traces.files import kernel_stems
+
+    out = []
+    for stem in kernel_stems(text):
+        m = _STEM.match(stem)
+        if m:
+            out.append(int(m.group(1)))
+    return out
+
+
+async def fetch_instruction_trace(storage: Storage, trace_id: str, kind: str, cache_dir: Path) -> InstructionTrace:
+    """The trace's ``kernel-N.traceg`` files (xz decompressed) and ``kernelslist.g`` in
+    ``{cache_dir}/{trace_id}/{listing hash}/``, downloaded once per node."""
+    refuse_timeline_trace(trace_id, kind)
+    prefix = raw_prefix(trace_id)
+    kernels: dict[str, Any] = {}
+    lists: dict[str, Any] = {}
+    raw_only: list[str] = []
+    async for info in storage.list(prefix):
+        name = info.key[len(prefix):]
+        try:
+            tf = check_name(name)
+        except ValidationError:
+            continue
+        if tf.kind == "kernel":
+            if ".traceg" in name:
+                kernels[name] = info
+            else:
+                raw_only.append(name)
+        elif tf.kind == "kernelslist":
+            lists[name] = info
+    if not kernels:
+        if raw_only:
+            raise ValidationError(
+                f"trace {trace_id} has only raw .trace files ({raw_only[0]}, ...): Accel-Sim reads "
+                "post-processed kernel-N.traceg files; run Accel-Sim's post-traces-processing on "
+                "the trace folder and upload the .traceg files and kernelslist.g", field="model")
+        raise ValidationError(f"trace {trace_id} has no instruction files (kernel-N.traceg) in "
+                              f"s3 {prefix}: the accel-sim model cannot simulate it", field="model")
+    listing = sorted(f"{k}:{v.size}:{v.etag}" for k, v in {**kernels, **lists}.items())
+    digest = hashlib.sha256("\n".join(listing).encode()).hexdigest()[:16]
+    root = Path(cache_dir) / trace_id
+    folder = root / digest
+    await asyncio.to_thread(root.mkdir, parents=True, exist_ok=True)
+    lock_path = root / ".lock"
+    fd = await asyncio.to_thread(os.open, str(lock_path), os.O_CREAT | os.O_RDWR, 0o644)
+    downloaded = False
+    try:
+        await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
+        if not (folder / _COMPLETE).is_file():
+            await asyncio.to_thread(folder.mkdir, parents=True, exist_ok=True)
+            for name, info in sorted(kernels.items()):
+                local = folder / (name.removesuffix(".xz"))
+                await _download(storage, info.key, local, xz=name.endswith(".xz"))
+            names = {_kernel_stem(n): n.removesuffix(".xz") for n in kernels}
+            listed = lists.get("kernelslist.g") or lists.get("kernelslist")
+            if listed is not None:
+                text = (await storage.get_bytes(listed.key)).decode(errors="replace")
+                (folder / "kernelslist.g").write_text(localize_kernelslist(text, names))
+            else:
+                order = sorted(names.values(), key=_kernel_number)
+                (folder / "kernelslist.g").write_text("".join(f"{n}\n" for n in order))
+            (folder / _COMPLETE).write_text(f"{time.time()}\n")
+            downloaded = True
+    finally:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+    klist = folder / "kernelslist.g"
+    ids = _listed_ids(klist.read_text(errors="replace"))
+    if not ids:
+        raise ValidationError(f"{klist} names no kernel-N.traceg file", field="model")
+    return InstructionTrace(folder=str(folder), kernelslist=str(klist), kernel_ids=ids,
+                            downloaded=downloaded)
+
+
+async def _download(storage: Storage, key: str, local: Path, *, xz: bool = False) -> None:
+    tmp = local.with_name(f".{local.name}.{uuid.uuid4().hex[:8]}.part")
+    dec = lzma.LZMADecompressor() if xz else None
+    try:
+        with tmp.open("wb") as fh:
+            async for chunk in storage.get_stream(key):
+                if dec is None:
+                    await asyncio.to_thread(fh.write, chunk)
+                    continue
+                pending = chunk
+                while pending:  # concatenated xz streams (as `xz` writes them) are one file
+                    data = dec.decompress(pending)
+                    if data:
+                        await asyncio.to_thread(fh.write, data)
+                    pending = b""
+                    if dec.eof:
+                        pending = dec.unused_data
+                        dec = lzma.LZMADecompressor()
+        os.replace(tmp, local)
+    except lzma.LZMAError as exc:
+        raise ValidationError(f"{key} is not valid xz: {exc}", field="model") from None
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+# --------------------------------------------------------------------------- the subprocess
+
+
+class AccelSimOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """One finished Accel-Sim run."""
+
+    kernels: list[Any]
+    """:class:`SimulatedKernel` per kernel reported, in output order."""
+    returncode: int
+    first_line_s: float | None
+    """Seconds from starting the process to its first output line."""
+    wall_s: float
+    lines: int
+    tail: str
+    """Last lines of output."""
+
+
+def accelsim_argv(binary: str, kernelslist: str, config_files: list[str]) -> list[str]:
+    """``accel-sim.out -trace kernelslist.g -config gpgpusim.config -config trace.config``."""
+    args = [str(binary), "-trace", str(kernelslist)]
+    for cfg in config_files:
+        args += ["-config", str(cfg)]
+    return args
+
+
+def kill_group(pgid: int, sig: int = signal.SIGKILL) -> bool:
+    """Signal a whole process group; False when it is already gone."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def group_alive(pgid: int) -> list[int]:
+    """Pids of the (non-zombie) processes in process group ``pgid`` (Linux ``/proc``)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append(int(entry.name))
+    return out
+
+
+async def _stop_group(proc: asyncio.subprocess.Process) -> None:
+    """SIGTERM the process group, SIGKILL it after :data:`KILL_GRACE_S`, reap the leader and
+    wait (briefly) until no member of the group is left running."""
+    pgid = proc.pid
+    if proc.returncode is None:
+        kill_group(pgid, signal.SIGTERM)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(proc.wait()), KILL_GRACE_S)
+    if kill_group(pgid, signal.SIGKILL):
+        deadline = time.monotonic() + KILL_GRACE_S
+        while time.monotonic() < deadline:
+            left: list[int] = await asyncio.to_thread(group_alive, pgid)
+            if not left:
+                break
+            await asyncio.sleep(0.02)
+    with contextlib.suppress(ProcessLookupError):
+        await proc.wait()
+
+
+async def run_accelsim(
+    binary: str,
+    kernelslist: str,
+    config_files: list[str],
+    workdir: str | Path,
+    *,
+    timeout_s: float = 3600.0,
+    on_kernel: Callable[[SimulatedKernel], Awaitable[None]] | None = None,
+    on_start: Callable[[int], None] | None = None,
+    core_clock_mhz: float | None = None,
+    env: dict[str, str] | None = None,
+) -> AccelSimOutcome:
+    """Run Accel-Sim on ``kernelslist`` (see the module docstring) and return its kernels.
+
+    ``on_kernel`` is awaited for each kernel as its statistics appear; ``on_start`` gets the
+    process (group) id. Cancelling the awaiting task or passing ``timeout_s`` kills the
+    process group (:class:`JobTimeoutError` for the timeout).
+    """
+    work = Path(workdir)
+    await asyncio.to_thread(work.mkdir, parents=True, exist_ok=True)
+    args = accelsim_argv(binary, kernelslist, config_files)
+    t0 = time.perf_counter()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT, cwd=str(work), start_new_session=True,
+            env=env if env is not None else dict(os.environ),
+        )
+    except OSError as exc:
+        raise AccelSimError(f"cannot start accel-sim {binary} ({BIN_VAR}): {exc}") from None
+    if on_start is not None:
+        on_start(proc.pid)
+    parser = AccelSimOutputParser(binary, core_clock_mhz=core_clock_mhz)
+    tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+    first_line_s: float | None = None
+    assert proc.stdout is not None
+    stdout = proc.stdout
+
+    async def pump() -> None:
+        nonlocal first_line_s
+        pending = b""
+        while True:
+            chunk = await stdout.read(1 << 16)
+            if not chunk:
+                break
+            if first_line_s is None:
+                first_line_s = time.perf_counter() - t0
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for raw in lines:
+                await _line(raw)
+            if len(pending) > (1 << 20):  # a runaway line: keep its start only
+                await _line(pending[:4096])
+                pending = b""
+        if pending:
+            await _line(pending)
+
+    async def _line(raw: bytes) -> None:
+        line = raw.decode(errors="replace").rstrip("\r")
+        tail.append(line)
+        kernel = parser.feed(line)
+        if kernel is not None and on_kernel is not None:
+            await on_kernel(kernel)
+
+    try:
+        async with asyncio.timeout(timeout_s):
+            await pump()
+            returncode = await proc.wait()
+    except TimeoutError:
+        await _stop_group(proc)
+        raise JobTimeoutError(
+            f"accel-sim ran past {timeout_s:g} s (CASCADE_SIM_TIMEOUT_S); its process group "
+            f"{proc.pid} was killed after {parser.lineno} lines, "
+            f"{len(parser.kernels)} kernels done") from None
+    finally:
+        await _stop_group(proc)
+    last = parser.finish()
+    if last is not None and on_kernel is not None:
+        await on_kernel(last)
+    text_tail = "\n".join(tail)[-TAIL_CHARS:]
+    if returncode != 0:
+        how = f"was killed by signal {-returncode}" if returncode < 0 else f"exited with {returncode}"
+        raise AccelSimError(
+            f"accel-sim {how} after {len(parser.kernels)} kernels; last output:\n{text_tail}",
+            returncode=returncode, tail=text_tail)
+    return AccelSimOutcome(kernels=list(parser.kernels), returncode=returncode,
+                           first_line_s=first_line_s, wall_s=time.perf_counter() - t0,
+                           lines=parser.lineno, tail=text_tail)
+
+
+def run_accelsim_blocking(binary: str, trace_dir: str, config_files: list[str], *,
+                          timeout_s: float = 3600.0) -> list[SimulatedKernel]:
+    """Run Accel-Sim to completion without an event loop (``cascade predict``, scripts): a plain
+    subprocess in its own process group, killed whole on timeout."""
+    kernelslist = Path(trace_dir) / "kernelslist.g"
+    if not kernelslist.is_file():
+        raise ValidationError(f"{kernelslist} does not exist", field="trace_dir")
+    parser = AccelSimOutputParser(binary)
+    tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+    try:
+        proc = subprocess.Popen(accelsim_argv(binary, str(kernelslist), config_files),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, cwd=trace_dir, start_new_session=True)
+    except OSError as exc:
+        raise AccelSimError(f"cannot start accel-sim {binary}: {exc}") from None
+    timer = threading.Timer(timeout_s, kill_group, (proc.pid,))
+    timer.start()
+    try:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = raw.decode(errors="replace").rstrip("\r\n")
+            tail.append(line)
+            parser.feed(line)
+        code = proc.wait()
+    finally:
+        timer.cancel()
+        kill_group(proc.pid)
+        proc.wait()
+    if timer.finished.is_set() and code == -signal.SIGKILL:
+        raise JobTimeoutError(f"accel-sim ran past {timeout_s:g} s on {trace_dir}; its process "
+                              "group was killed")
+    parser.finish()
+    if code != 0:
+        raise AccelSimError(f"accel-sim exited with {code}: " + "\n".join(tail), returncode=code)
+    if not parser.kernels:
+        from cascade.errors import TraceFormatError
+
+        raise TraceFormatError(binary, None, "at least one kernel's gpu_sim_cycle statistics")
+    return list(parser.kernels)
+
+
+def clean_workdir(path: str | Path) -> None:
+    """Remove a simulation's working directory (ignoring what is already gone)."""
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def simulate(binary: str, trace_dir: str, config_files: list[str], *,
+             timeout_s: float = 3600.0) -> AccelSimConfig:
+    """Run Accel-Sim to completion (:func:`run_accelsim_blocking`) and return the
+    :class:`~cascade.engine.accelsim.AccelSimConfig` that hands its cycles to
+    ``predict(..., model="accel-sim", config=...)``: kernels by the ``kernel-N`` file Accel-Sim
+    processed, else by their kernelslist order, else by launch uid."""
+    sims = run_accelsim_blocking(binary, trace_dir, config_files, timeout_s=timeout_s)
+    listed = _listed_ids((Path(trace_dir) / "kernelslist.g").read_text(errors="replace"))
+    cycles: dict[int, int] = {}
+    for k in sims:
+        by_list = listed[k.uid - 1] if 0 < k.uid <= len(listed) else k.uid
+        cycles[int(k.kernel_id if k.kernel_id is not None else by_list)] = k.cycles
+    return AccelSimConfig(simulated_cycles={str(k): c for k, c in cycles.items()},
+                          core_clock_mhz=sims[0].core_clock_mhz)

@@ -1,0 +1,192 @@
+"""Typed JetStream KV buckets: get/put/create/compare-and-set, scans and watches."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Generic, TypeVar
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.js.kv import KeyValue
+
+from cascade.errors import (
+    ConflictError,
+)
+from cascade.platform.messages.base import codec, encode
+
+T = TypeVar("T")
+
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KVEntry(Generic[T]):
+    """A decoded KV value with its revision (for compare-and-set)."""
+
+    key: str
+    value: T
+    revision: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KVChange(Generic[T]):
+    """One update seen by :meth:`KV.watch`; ``value`` is None for a delete/purge."""
+
+    key: str
+    value: T | None
+    revision: int
+
+
+class KV:
+    """Typed helpers over one JetStream KV bucket (values are msgspec JSON)."""
+
+    def __init__(self, bucket: str, kv: KeyValue) -> None:
+        self.bucket = bucket
+        self.raw = kv
+
+    async def get(self, key: str, type_: type[T]) -> KVEntry[T] | None:
+        """The current value of ``key`` decoded as ``type_``, or None if absent/deleted."""
+        try:
+            entry = await self.raw.get(key)
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        return KVEntry(key, codec(type_).decode(entry.value or b"", what=f"{self.bucket}/{key}"),
+                       entry.revision or 0)
+
+    async def put(self, key: str, value: Any) -> int:
+        """Write ``value`` (a Struct or JSON-able) unconditionally; returns the revision."""
+        return await self.raw.put(key, _to_bytes(value))
+
+    async def create(self, key: str, value: Any) -> int:
+        """Write ``value`` only if ``key`` does not exist; :class:`ConflictError` otherwise."""
+        try:
+            return await self.raw.create(key, _to_bytes(value))
+        except nats.js.errors.KeyWrongLastSequenceError:
+            raise ConflictError(f"{self.bucket}/{key} already exists") from None
+
+    async def update(self, key: str, value: Any, *, revision: int) -> int:
+        """Write ``value`` only if ``key`` is still at ``revision``; :class:`ConflictError` otherwise."""
+        try:
+            return await self.raw.update(key, _to_bytes(value), last=revision)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            raise ConflictError(f"{self.bucket}/{key} changed since revision {revision}") from None
+
+    async def mutate(
+        self,
+        key: str,
+        type_: type[T],
+        change: Callable[[T | None], T | None],
+        *,
+        retries: int = 50,
+    ) -> T | None:
+        """Compare-and-set loop: ``change(current or None)`` -> new value (None: leave as is).
+
+        Retried on a concurrent write (revision mismatch) up to ``retries`` times;
+        ``change`` must be a pure function of its input. Returns the stored value.
+        """
+        for _ in range(retries):
+            current = await self.get(key, type_)
+            new = change(current.value if current else None)
+            if new is None:
+                return current.value if current else None
+            try:
+                if current is None:
+                    await self.create(key, new)
+                else:
+                    await self.update(key, new, revision=current.revision)
+                return new
+            except ConflictError:
+                await asyncio.sleep(0.001)
+        raise ConflictError(f"{self.bucket}/{key}: gave up after {retries} concurrent updates")
+
+    async def delete(self, key: str) -> None:
+        """Delete ``key`` (a no-op if absent)."""
+        with contextlib.suppress(nats.js.errors.KeyNotFoundError):
+            await self.raw.delete(key)
+
+    async def scan_raw(self, pattern: str = ">", *, meta_only: bool = False) -> dict[str, bytes]:
+        """Current raw values of every live key matching ``pattern``, in one ordered pass.
+
+        nats-py's watcher may signal "initial values done" before it has handed
+        over entries the server already delivered (its check races with the
+        delivery callback under load). An early end marker with nothing
+        received is therefore confirmed against the stream's subject index
+        before an empty answer is believed.
+        """
+        watcher = await self.raw.watch(pattern, ignore_deletes=True, meta_only=meta_only)
+        out: dict[str, bytes] = {}
+        timeout = 5.0
+        try:
+            while True:
+                try:
+                    entry = await watcher.updates(timeout=timeout)
+                except (TimeoutError, nats.errors.TimeoutError):
+                    break
+                if entry is None:
+                    if out or not await self._has_keys(pattern):
+                        break
+                    timeout = 1.0  # entries are on their way; a deleted-only set ends here
+                    continue
+                out[entry.key] = entry.value or b""
+                if not entry.delta:
+                    break
+        finally:
+            with contextlib.suppress(Exception):
+                await watcher.stop()
+        return out
+
+    async def _has_keys(self, pattern: str) -> bool:
+        """Whether the bucket's stream holds any message on a key matching ``pattern``."""
+        raw: Any = self.raw
+        info = await raw._js.stream_info(raw._stream, subjects_filter=f"{raw._pre}{pattern}")
+        return bool(info.state.subjects)
+
+    async def keys(self, pattern: str = ">") -> list[str]:
+        """Keys matching a subject-style ``pattern`` (``>`` all, ``trace1.>``, ``*.state``)."""
+        return sorted(await self.scan_raw(pattern, meta_only=True))
+
+    async def values(self, type_: type[T], pattern: str = ">") -> dict[str, T]:
+        """Every current value matching ``pattern``, decoded."""
+        dec = codec(type_)
+        found = await self.scan_raw(pattern)
+        return {
+            key: dec.decode(value, what=f"{self.bucket}/{key}")
+            for key, value in sorted(found.items())
+            if value
+        }
+
+    async def watch(
+        self, type_: type[T], pattern: str = ">", *, initial: bool = True
+    ) -> AsyncIterator[KVChange[T]]:
+        """Yield changes to keys matching ``pattern`` (current values first when ``initial``)."""
+        watcher = await self.raw.watch(pattern)
+        dec = codec(type_)
+        seen_initial = False
+        try:
+            async for entry in watcher:
+                if entry is None:
+                    seen_initial = True
+                    continue
+                if not initial and not seen_initial:
+                    if not entry.delta:
+                        seen_initial = True
+                    continue
+                if entry.operation in ("DEL", "PURGE"):
+                    yield KVChange(entry.key, None, entry.revision or 0)
+                else:
+                    value = dec.decode(entry.value or b"", what=f"{self.bucket}/{entry.key}")
+                    yield KVChange(entry.key, value, entry.revision or 0)
+        finally:
+            with contextlib.suppress(Exception):
+                await watcher.stop()
+
+
+def _to_bytes(value: Any) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    return encode(value)
+
+

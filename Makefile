@@ -1,13 +1,13 @@
 # Cascade: two commands on a fresh machine.
 #   make run   -> venv + install + `cascade up` (embedded NATS, S3 and the five services, UI on :8080)
-#   make test  -> venv + install + the whole pytest suite
+#   make test  -> venv + install + the whole pytest suite (make test-unit / test-integration / test-e2e: one tier)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 TORCH_WHEELS ?= /opt/wheels
 
-.PHONY: run test setup lint bench clean
+.PHONY: run test test-unit test-integration test-e2e setup lint bench clean
 
 setup: $(STAMP)
 
@@ -28,6 +28,15 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit $(PYTEST_ARGS)
+
+test-integration: $(STAMP)
+	$(BIN)/python -m pytest -q tests/integration $(PYTEST_ARGS)
+
+test-e2e: $(STAMP)
+	$(BIN)/python -m pytest -q tests/e2e $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check shared services programs tests

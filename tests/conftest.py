@@ -1,4 +1,6 @@
-"""Shared pytest configuration: loads the real-server fixtures (NATS, S3)."""
+"""Shared pytest configuration: loads the real-server session fixtures (NATS, S3, the api with a
+finished sim) from ``tests/support``. The tests live in tiers, ``tests/unit``,
+``tests/integration`` and ``tests/e2e``; each folder's conftest marks its tests."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import importlib.util
 
 pytest_plugins = [
     name
-    for name in ("tests.fixtures_nats", "tests.fixtures_s3", "tests.fixtures_api")
+    for name in ("tests.support.fixtures_nats", "tests.support.fixtures_s3", "tests.support.fixtures_api")
     if importlib.util.find_spec(name) is not None
 ]
 

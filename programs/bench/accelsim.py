@@ -2,7 +2,7 @@
 
 Starts a throw-away stack (``nats-server``, SeaweedFS, the api and the orchestrator in this
 process; simulators are real ``--once`` processes of the ``local`` backend) whose
-``CASCADE_ACCELSIM_BIN`` is the stand-in from ``tests/accelsim_standin.py`` (the real output
+``CASCADE_ACCELSIM_BIN`` is the stand-in from ``tests/support/accelsim_standin.py`` (the real output
 format, paced), publishes a generated N-kernel instruction trace, then measures:
 
 1. progress latency: the stand-in stamps the wall time right after it prints (and flushes)
@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pace", type=float, default=0.1, help="stand-in seconds per kernel (0.1)")
     parser.add_argument("--chatty-lines", type=int, default=100_000,
                         help="chatter lines per kernel in the memory run (100000)")
-    parser.add_argument("--standin", default="", help="stand-in script (default: tests/accelsim_standin.py)")
+    parser.add_argument("--standin", default="", help="stand-in script (default: tests/support/accelsim_standin.py)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
 
 
@@ -47,7 +47,7 @@ def _standin(path: str) -> Path:
         return Path(path).resolve()
     import cascade
 
-    found = Path(cascade.__file__).resolve().parents[2] / "tests" / "accelsim_standin.py"
+    found = Path(cascade.__file__).resolve().parents[2] / "tests" / "support" / "accelsim_standin.py"
     if not found.is_file():
         raise SystemExit(f"no stand-in at {found}: pass --standin PATH")
     return found

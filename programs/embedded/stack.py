@@ -29,7 +29,7 @@ import secrets
 import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TextIO
 from urllib.parse import urlsplit
@@ -45,7 +45,7 @@ from programs.embedded import nats as nats_conf
 from programs.embedded.binaries import nats_server_binary, weed_binary
 from programs.embedded.locate import remember_stack
 from programs.embedded.ports import GRPC_OFFSET, port_is_free, wait_port
-from programs.embedded.procs import child_kwargs, group_members, open_log, pid_alive, tail
+from programs.embedded.procs import group_members, pid_alive, tail
 from programs.embedded.seaweed import (
     SeaweedPorts,
     generate_credentials,
@@ -283,34 +283,21 @@ def _url_port(url: str, default: int) -> int:
     return urlsplit(url).port or default
 
 
-class _Server:
-    """A server child (nats-server or weed) started without supervision."""
+class SupervisedServer(SupervisedProcess):
+    """A server child (nats-server or weed): supervised like a service once the stack is up,
+    restarted with the same command line, hence on the same ports and data directory."""
 
     def __init__(self, name: str, argv: Sequence[str], log_path: Path, port: int,
-                 env: Mapping[str, str] | None = None) -> None:
-        self.name = name
-        self.argv = list(argv)
-        self.env = dict(env) if env is not None else None
-        self.log_path = log_path
-        self.port = port
-        self.proc: asyncio.subprocess.Process | None = None
-
-    async def start(self) -> None:
-        with open_log(self.log_path) as log:
-            log.write(f"\n=== cascade up: starting {self.name} at "
-                      f"{dt.datetime.now(dt.UTC).isoformat()} ===\n".encode())
-            self.proc = await asyncio.create_subprocess_exec(*self.argv, **child_kwargs(log),
-                                                             env=self.env)
-
-    @property
-    def pid(self) -> int | None:
-        proc = self.proc
-        return proc.pid if proc is not None and proc.returncode is None else None
+                 env: Mapping[str, str], *, logger: Any, on_change: Callable[[], None],
+                 base_backoff_s: float = 0.25, max_backoff_s: float = 10.0) -> None:
+        super().__init__(name, argv, env=env, log_path=log_path, logger=logger,
+                         on_change=on_change, base_backoff_s=base_backoff_s,
+                         max_backoff_s=max_backoff_s, kind="server", port=port)
 
     async def wait_port(self, deadline: float) -> None:
         """Wait for the port to accept connections; fail fast if the process exits."""
-        proc = self.proc
-        assert proc is not None
+        proc = self.process
+        assert proc is not None and self.port is not None
         exited = asyncio.create_task(proc.wait())
         listening = asyncio.create_task(wait_port(LOOPBACK, self.port, deadline))
         try:
@@ -327,21 +314,6 @@ class _Server:
             raise ComponentStartError(
                 self.name, f"port {self.port} did not open in time", self.log_path
             )
-
-    async def stop(self, grace_s: float) -> int | None:
-        proc = self.proc
-        if proc is None:
-            return None
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), grace_s)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                await proc.wait()
-        return proc.returncode
 
 
 class EmbeddedStack:
@@ -370,8 +342,8 @@ class EmbeddedStack:
         self.status: StackStatus = "starting"
         self.credentials: Credentials | None = None
         self.child_settings: Settings | None = None
-        self.nats: _Server | None = None
-        self.s3: _Server | None = None
+        self.nats: SupervisedServer | None = None
+        self.s3: SupervisedServer | None = None
         self.services: list[SupervisedProcess] = []
         self.started_at = time.time()
         self.ready = False
@@ -480,9 +452,8 @@ class EmbeddedStack:
             if server is None:
                 continue
             comps.append(ComponentState(
-                name=server.name, kind="server", pid=server.pid,
-                state="running" if server.pid else "stopped",
-                port=server.port, log=str(server.log_path),
+                name=server.name, kind="server", pid=server.pid, state=server.state,
+                restarts=server.restarts, port=server.port, log=str(server.log_path),
             ))
         for svc in self.services:
             comps.append(ComponentState(
@@ -550,18 +521,22 @@ class EmbeddedStack:
                                store_dir=self.layout.nats_store)
         write_s3_config(self.layout.s3_config, creds.s3_access_key, creds.s3_secret_key)
         go_env = go_environment(self.settings)
-        self.nats = _Server("nats", nats_conf.nats_argv(nats_server_binary(), self.layout.nats_conf),
-                            self.layout.log("nats"), nats_port, go_env)
-        self.s3 = _Server("s3", weed_mini_argv(weed_binary(), self.layout.s3_data, seaweed,
-                                               self.layout.s3_config),
-                          self.layout.log("s3"), s3_port, go_env)
-        await self.nats.start()
-        await self.s3.start()
+        self.nats = SupervisedServer(
+            "nats", nats_conf.nats_argv(nats_server_binary(), self.layout.nats_conf),
+            self.layout.log("nats"), nats_port, go_env, logger=self.log, on_change=self.write_state)
+        self.s3 = SupervisedServer(
+            "s3", weed_mini_argv(weed_binary(), self.layout.s3_data, seaweed, self.layout.s3_config),
+            self.layout.log("s3"), s3_port, go_env, logger=self.log, on_change=self.write_state)
+        await self.nats.start(supervise=False)
+        await self.s3.start(supervise=False)
         self.write_state()
         remember_stack(self.layout.root, self.http_url)  # `cascade status` from any folder
 
         deadline = time.monotonic() + self.start_timeout_s
         await asyncio.gather(self._bootstrap_bus(deadline), self._bootstrap_s3(deadline))
+        # from here on a server that dies is restarted (same ports, same data) like a service
+        self.nats.supervise()
+        self.s3.supervise()
         await self._start_services()
         self.write_state()
         self.ready = await self._wait_ready(time.monotonic() + self.ready_timeout_s)
@@ -649,8 +624,7 @@ class EmbeddedStack:
             await svc.stop(self.stop_grace_s)
         for server in (self.s3, self.nats):
             if server is not None:
-                code = await server.stop(self.stop_grace_s)
-                self.log.info("server stopped", component=server.name, exit_code=code)
+                await server.stop(self.stop_grace_s)
                 self.write_state()
         self.status = "stopped"
         self.write_state()

@@ -1,5 +1,9 @@
-"""Keep a child service running: restart it with exponential backoff when it dies.
+"""Keep a child running: restart it with exponential backoff when it dies.
 
+The same supervisor keeps the Cascade services and the servers of the
+embedded stack (nats-server, SeaweedFS) up; a server is restarted with the
+same command line, so on the same ports and data directories. Every restart
+logs one line with the old pid, its exit code, the attempt and the delay.
 A child that stays up for ``stable_after_s`` resets its backoff. Stopping
 sends SIGTERM, waits a bounded time, then SIGKILLs the child's whole process
 group (so processes it spawned go too).
@@ -9,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import os
 import signal
 import time
@@ -22,7 +27,7 @@ ServiceStateName = Literal["starting", "running", "backoff", "stopping", "stoppe
 
 
 class SupervisedProcess:
-    """One supervised child process (a Cascade service)."""
+    """One supervised child process (a Cascade service, or a server when ``kind="server"``)."""
 
     def __init__(
         self,
@@ -37,8 +42,14 @@ class SupervisedProcess:
         max_backoff_s: float = 30.0,
         stable_after_s: float = 30.0,
         cwd: Path | None = None,
+        kind: str = "service",
+        port: int | None = None,
     ) -> None:
         self.name = name
+        #: "service" or "server": the word used in log lines and ``state.json``.
+        self.kind = kind
+        #: Main TCP port, when it has one.
+        self.port = port
         self.argv = list(argv)
         self.env = dict(env)
         self.log_path = log_path
@@ -67,22 +78,42 @@ class SupervisedProcess:
         self.state = state
         self._on_change()
 
-    async def start(self) -> None:
-        """Spawn the child and begin watching it."""
+    async def start(self, *, supervise: bool = True) -> None:
+        """Spawn the child and (unless ``supervise`` is False) begin watching it.
+
+        With ``supervise=False`` the child runs unwatched until :meth:`supervise`, so a
+        start-up failure surfaces to the caller instead of turning into restarts.
+        """
         if self._task is not None:
             return
         self._stopping.clear()
-        await self._spawn()
-        self._task = asyncio.create_task(self._watch(), name=f"supervise-{self.name}")
+        if self._proc is None or self._proc.returncode is not None:
+            await self._spawn()
+        if supervise:
+            self.supervise()
+
+    def supervise(self) -> None:
+        """Begin restarting the (already started) child whenever it exits; idempotent."""
+        if self._task is None and not self._stopping.is_set():
+            self._task = asyncio.create_task(self._watch(), name=f"supervise-{self.name}")
+
+    @property
+    def process(self) -> asyncio.subprocess.Process | None:
+        """The current child process (None before the first start)."""
+        return self._proc
 
     async def _spawn(self) -> None:
         with open_log(self.log_path) as log:
+            if self.kind == "server":
+                log.write(f"\n=== cascade up: starting {self.name} at "
+                          f"{dt.datetime.now(dt.UTC).isoformat()} ===\n".encode())
             self._proc = await asyncio.create_subprocess_exec(
                 *self.argv, env=self.env, cwd=self.cwd, **child_kwargs(log)
             )
         self.started_at = time.time()
         self._set("running")
-        self._log.info("service started", pid=self._proc.pid, log=str(self.log_path))
+        self._log.info(f"{self.kind} started", pid=self._proc.pid, log=str(self.log_path),
+                       restarts=self.restarts)
 
     async def _watch(self) -> None:
         while True:
@@ -99,8 +130,9 @@ class SupervisedProcess:
             self._failures += 1
             self._set("backoff")
             self._log.warning(
-                "service exited; restarting",
-                exit_code=code, restart_in_s=round(delay, 2), restarts=self.restarts + 1,
+                f"{self.kind} exited; restarting",
+                pid=proc.pid, exit_code=code, attempt=self._failures,
+                restart_in_s=round(delay, 2), restarts=self.restarts + 1,
                 log=str(self.log_path),
             )
             with contextlib.suppress(TimeoutError):
@@ -111,7 +143,7 @@ class SupervisedProcess:
             try:
                 await self._spawn()
             except OSError as exc:
-                self._log.error("service could not be started", error=str(exc))
+                self._log.error(f"{self.kind} could not be started", error=str(exc))
                 self._proc = None
                 return
 
@@ -126,7 +158,7 @@ class SupervisedProcess:
             try:
                 await asyncio.wait_for(proc.wait(), grace_s)
             except TimeoutError:
-                self._log.warning("service ignored SIGTERM; killing it", grace_s=grace_s)
+                self._log.warning(f"{self.kind} ignored SIGTERM; killing it", grace_s=grace_s)
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 await proc.wait()
@@ -140,5 +172,5 @@ class SupervisedProcess:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._set("stopped")
-        self._log.info("service stopped", exit_code=self.last_exit)
+        self._log.info(f"{self.kind} stopped", exit_code=self.last_exit)
         return self.last_exit

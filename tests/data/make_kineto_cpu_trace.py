@@ -2,7 +2,7 @@
 on the CPU (record_shapes=True), forward and backward, two ProfilerStep#N steps.
 
 Run with a venv that has torch: ``.venv/bin/python tests/data/make_kineto_cpu_trace.py``.
-The model's sizes are what tests/test_kineto.py checks the shapes against.
+The model's sizes are what tests/unit/test_kineto.py checks the shapes against.
 """
 
 from __future__ import annotations

@@ -43,6 +43,10 @@ from cascade.platform.storage import Storage
 StatsProvider = Callable[[], dict[str, Any]]
 Setup = Callable[["ServiceContext"], Awaitable[None]]
 
+#: Attempts of a service's S3 calls on transient errors (connection refused, 5xx, throttling;
+#: botocore "standard" backoff): enough to ride through a restart of the S3 server.
+SERVICE_S3_ATTEMPTS = 6
+
 
 class BusCollector(Collector):
     """Prometheus view of a bus connection's counters, read at scrape time."""
@@ -281,7 +285,7 @@ async def serve(
                 stack.push_async_callback(bus.close)
             await bus.ensure_streams()
             if storage is None and use_storage:
-                storage = Storage.from_settings(settings)
+                storage = Storage.from_settings(settings, max_attempts=SERVICE_S3_ATTEMPTS)
                 await storage.open()
                 stack.push_async_callback(storage.close)
             ctx = ServiceContext(

@@ -26,7 +26,7 @@ is capped and cleared when full):
 
 The line offsets keep the insertion order of :func:`units_touched`, so the
 sampler sees every request's lines in the same order as the plain
-computation; ``tests/test_traces_reference.py`` checks that the features are
+computation; ``tests/unit/test_traces_reference.py`` checks that the features are
 identical to the pre-cache parser's. Order-dependent features (dependency
 chains) run on a sample of blocks; reuse times use first-occurrence order
 within a chunk (identical repeats of a line within a chunk count as

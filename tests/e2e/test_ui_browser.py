@@ -1,0 +1,369 @@
+"""The web UI in headless chromium against the real stack (api + orchestrator + simulator in
+process, real nats-server and S3): the sample's figures, a run of the synthetic replica started
+from the form and watched to 100 %, the trace picker across refreshes, a request-simulator round
+trip, and every page at 1280 and 420 px without console errors or horizontal overflow.
+
+Screenshots of every page are written to ``test-artifacts/ui-screens/`` (or
+``$CASCADE_UI_SCREENSHOTS``); the path is printed. Needs the ``playwright`` Python package and
+a system chromium at /usr/bin/chromium or ``$CASCADE_CHROMIUM`` (``apt-get install -y chromium``;
+no browser is downloaded). Skipped without them, and the terminal summary then says so loudly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import shutil
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from cascade.platform import subjects
+from cascade.platform.bus import Bus, connect
+from cascade.platform.samples import RECORDED_RUN_ID, SYNTHETIC_TRACE_ID
+from cascade.platform.state import RunRecord, TraceRecord
+from cascade.platform.storage import Storage
+from programs.embedded.nats import NatsServer
+from services.api.app import create_app
+from tests.support.fixtures_nats import nats_settings
+from tests.support.paths import REPO
+from tests.support.wait import wait_for_kv, wait_until
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = os.environ.get("CASCADE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run", "--disable-sync"]
+TOKEN = "ui-test-" + secrets.token_hex(8)
+SECOND_TRACE = "ui-second-trace"
+SCREENS = Path(os.environ.get("CASCADE_UI_SCREENSHOTS")
+               or REPO / "test-artifacts" / "ui-screens")
+
+playwright_api = pytest.importorskip("playwright.async_api")
+if shutil.which(CHROMIUM) is None:
+    pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium)", allow_module_level=True)
+
+
+@dataclass
+class Stack:
+    url: str
+    client: TestClient
+    bus: Bus
+
+
+@pytest.fixture(scope="module")
+async def stack(s3_server: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
+    from services import orchestrator, simulator
+
+    tmp = tmp_path_factory.mktemp("ui-browser")
+    server = NatsServer(tmp / "nats")
+    server.start()
+    settings = nats_settings(server.url, data_dir=str(tmp / "data"), orchestrator_backend="pool",
+                             job_ack_wait_s=30.0, api_tokens=[TOKEN])
+    bus = await connect(settings, name="test-ui-browser")
+    await bus.ensure_streams()
+    stop = asyncio.Event()
+    async with Storage.from_settings(s3_server.settings(bucket=f"ui-{secrets.token_hex(6)}")) as storage:
+        await storage.ensure_bucket()
+        client = TestClient(TestServer(create_app(settings, bus=bus, storage=storage)))
+        await client.start_server()
+        tasks = [asyncio.create_task(orchestrator.run(settings, bus=bus, storage=storage, stop=stop)),
+                 asyncio.create_task(simulator.run(settings, bus=bus, storage=storage, stop=stop))]
+        # a second ready trace (the synthetic replica's bundle under another id) for the picker
+        kv = await bus.kv(subjects.KV_TRACES)
+        synthetic = await wait_for_kv(kv, subjects.KV_TRACES, SYNTHETIC_TRACE_ID, lambda _t: True,
+                                      type_=TraceRecord, timeout=10)  # the samples the api loads
+        await kv.put(SECOND_TRACE, msgspec.structs.replace(
+            synthetic, id=SECOND_TRACE, name="second ready trace", created_at=synthetic.created_at + 1,
+            provenance=msgspec.structs.replace(synthetic.provenance, badge=None, source="upload",
+                                               description="")))
+        try:
+            yield Stack(str(client.make_url("/")), client, bus)
+        finally:
+            stop.set()
+            await asyncio.wait(tasks, timeout=20)
+            await client.close()
+            await bus.close()
+            server.stop()
+
+
+@pytest.fixture(scope="module")
+async def browser() -> AsyncIterator[Any]:
+    async with playwright_api.async_playwright() as p:
+        b = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            await b.close()
+
+
+class Page:
+    """A browser page that records console errors and page exceptions."""
+
+    def __init__(self, page: Any) -> None:
+        self.page = page
+        self.errors: list[str] = []
+        page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda exc: self.errors.append(str(exc)))
+
+    def unexpected(self, *allowed_status: int) -> list[str]:
+        ok = tuple(f"status of {s}" for s in allowed_status)
+        return [e for e in self.errors if not (ok and "Failed to load resource" in e and any(s in e for s in ok))]
+
+
+async def new_page(browser: Any, width: int = 1280, token: str | None = None) -> Page:
+    context = await browser.new_context(viewport={"width": width, "height": 900})
+    if token:
+        await context.add_init_script(f"sessionStorage.setItem('cascade-token', {token!r})")
+    return Page(await context.new_page())
+
+
+async def shot(p: Page, name: str) -> Path:
+    SCREENS.mkdir(parents=True, exist_ok=True)
+    path = SCREENS / f"{name}.png"
+    await p.page.screenshot(path=str(path), full_page=True)
+    print(f"screenshot: {path}")
+    return path
+
+
+async def text_of(p: Page, selector: str) -> str:
+    return str(await p.page.locator(selector).inner_text())
+
+
+async def test_sample_figures_consistent(stack: Stack, browser: Any) -> None:
+    p = await new_page(browser)
+    await p.page.goto(stack.url)
+    assert await p.page.title() == "Cascade"
+    sample = p.page.locator("#ov-sample")
+    await sample.locator(".badge", has_text="Sample").wait_for(timeout=15_000)
+    await p.page.locator("#ov-runs a", has_text=RECORDED_RUN_ID).click()
+    table = p.page.locator("#rd-table")
+    await table.wait_for(timeout=15_000)
+    assert (await p.page.locator("#rd-badge .badge").inner_text()).strip() == "Sample"
+    rows = {cfg: await text_of(p, f'#rd-table tr[data-config="{cfg}"]')
+            for cfg in ("SM90_H100", "SM90_H200", "SM80_A100")}
+    for figure in ("254.45 ms", "262.14 ms", "+3.02%"):
+        assert figure in rows["SM90_H100"], (figure, rows["SM90_H100"])
+    for figure in ("222.08 ms", "229.58 ms", "+3.38%"):
+        assert figure in rows["SM80_A100"], (figure, rows["SM80_A100"])
+    assert "counterfactual" not in rows["SM90_H100"] and "counterfactual" not in rows["SM80_A100"]
+    assert "counterfactual" in rows["SM90_H200"] and "262.16 ms" in rows["SM90_H200"]
+    # the plot shows the same figures: predicted beside real, none for the H200 baseline
+    bars = p.page.locator("#ch-e2e rect.mark")
+    values = {(await b.get_attribute("data-series"), float(await b.get_attribute("data-value") or "nan"))
+              for b in await bars.all()}
+    assert values == {("Predicted", 262.14), ("Real baseline", 254.45), ("Predicted", 262.16),
+                      ("Predicted", 229.58), ("Real baseline", 222.08)}
+    assert "counterfactual" in await text_of(p, "#ch-e2e")
+    ref = await text_of(p, "#rd-reftable")
+    assert "254.45 ms" in ref and "262.14 ms" in ref
+    await shot(p, "run-sample-1280")
+    await p.page.set_viewport_size({"width": 420, "height": 900})
+    await p.page.wait_for_timeout(400)
+    assert await p.page.evaluate("document.documentElement.scrollWidth") <= 421
+    await shot(p, "run-sample-420")
+    assert p.unexpected() == []
+
+
+async def test_run_from_form_reaches_100_and_plots(stack: Stack, browser: Any) -> None:
+    p = await new_page(browser)  # no token yet: the first start is refused with a pointer
+    await p.page.goto(stack.url + "#/new")
+    await p.page.locator(f'#nr-trace option[value="{SYNTHETIC_TRACE_ID}"]').wait_for(state="attached", timeout=15_000)
+    await p.page.select_option("#nr-trace", SYNTHETIC_TRACE_ID)
+    for cfg in ("SM90_H100", "SM80_A100"):
+        await p.page.check(f'input[name=cfg][value="{cfg}"]')
+    models = [o.strip() for o in await p.page.locator("#nr-model option").all_inner_texts()]
+    assert models[0] == "auto" and "accel-sim" not in models  # accel-sim is not configured here
+    await p.page.click("#newrun button[type=submit]")
+    banner = p.page.locator("#banner")
+    await banner.wait_for(state="visible", timeout=10_000)
+    assert "API token" in await banner.inner_text()
+    assert "needed" in (await p.page.get_attribute("#token-box", "class") or "")
+    await shot(p, "token-needed-1280")
+    await p.page.fill("#token", TOKEN)
+    await p.page.click("#newrun button[type=submit]")
+    await p.page.wait_for_url("**#/runs/run-*", timeout=15_000)
+    # progress arrives over the event stream and reaches 100 % on both sims
+    rows = p.page.locator("#rd-sims tbody tr")
+    await rows.nth(1).wait_for(timeout=15_000)
+    seen: set[str] = set()
+    shots: set[str] = set()
+    for _ in range(600):
+        pcts = [t.strip() for t in await p.page.locator("#rd-sims .pct").all_inner_texts()]
+        seen.update(pcts)
+        if "progress" not in shots and any(t != "100%" for t in pcts):
+            shots.add("progress")
+            await shot(p, "run-progress-1280")
+        if len(pcts) == 2 and all(t == "100%" for t in pcts):
+            break
+        await p.page.wait_for_timeout(250)
+    assert pcts == ["100%", "100%"], pcts
+    await p.page.locator("#ch-e2e rect.mark").first.wait_for(timeout=30_000)
+    await p.page.locator("#ch-steps path.line").nth(1).wait_for(timeout=30_000)
+    await p.page.locator("#ch-busy rect.mark").first.wait_for(timeout=30_000)
+    assert await p.page.locator("#ch-e2e rect.mark").count() == 2  # no real baseline bars
+    assert (await text_of(p, "#ch-e2e")).count("counterfactual") == 2
+    assert await p.page.locator("#rd-top .kname").count() >= 2
+    full = await p.page.locator("#rd-top .kname").first.get_attribute("title")
+    short = (await p.page.locator("#rd-top .kname").first.inner_text()).strip()
+    assert full and len(short) <= len(full) and "(" not in short  # shortened, full name on hover
+    assert "host-bound" in (await text_of(p, "#rd-results")).lower()
+    table = await text_of(p, "#rd-table")
+    assert " ms" in table and "0.00 ms" not in table
+    await shot(p, "run-synthetic-1280")
+    run_id = p.page.url.rsplit("/", 1)[-1]
+    # the compare page puts this run beside the sample; the source GPU's config is 1.00x
+    await p.page.goto(stack.url + "#/compare")
+    row = p.page.locator(f'tr[data-row="{run_id}/SM90_H100"]')
+    await row.wait_for(timeout=15_000)
+    assert "1.00×" in await row.inner_text()
+    other = await p.page.locator(f'tr[data-row="{run_id}/SM80_A100"]').inner_text()
+    assert "×" in other and "SM90_H100" in other
+    await p.page.locator("#ch-cmp-speed rect.mark").first.wait_for()
+    assert p.unexpected(401) == []
+
+
+async def test_trace_picker_keeps_value_across_refresh(stack: Stack, browser: Any) -> None:
+    p = await new_page(browser, token=TOKEN)
+    await p.page.goto(stack.url + "#/new")
+    picker = p.page.locator("#nr-trace")
+    await p.page.locator(f'#nr-trace option[value="{SECOND_TRACE}"]').wait_for(state="attached", timeout=15_000)
+    options = await p.page.locator("#nr-trace option").evaluate_all("os => os.map(o => o.value)")
+    assert SECOND_TRACE in options and SYNTHETIC_TRACE_ID in options
+    current = await picker.input_value()
+    other = next(v for v in options if v != current)
+    await p.page.select_option("#nr-trace", other)
+    await p.page.check('input[name=cfg][value="SM90_H200"]')
+    await p.page.wait_for_timeout(9_000)  # two automatic refreshes
+    assert await picker.input_value() == other
+    await p.page.reload()
+    await p.page.locator(f'#nr-trace option[value="{other}"]').wait_for(state="attached", timeout=15_000)
+    await p.page.wait_for_timeout(500)
+    assert await picker.input_value() == other
+    assert await p.page.is_checked('input[name=cfg][value="SM90_H200"]')
+    assert p.unexpected() == []
+
+
+async def test_request_simulator_round_trip(stack: Stack, browser: Any) -> None:
+    models = (await (await stack.client.get("/v1/models")).json())["data"]
+    if not models:  # this test alone: finish a run first
+        resp = await stack.client.post("/api/runs", json={"trace_id": SYNTHETIC_TRACE_ID, "configs": ["SM90_H100"]},
+                                       headers={"Authorization": f"Bearer {TOKEN}"})
+        assert resp.status == 202
+        run_id = (await resp.json())["id"]
+        run = await wait_for_kv(stack.bus, subjects.KV_RUNS, run_id,
+                                lambda r: r.state in ("completed", "failed", "cancelled"), type_=RunRecord,
+                                timeout=300)
+        assert run.state == "completed", run
+
+        async def listed() -> list[Any]:
+            data: list[Any] = (await (await stack.client.get("/v1/models")).json())["data"]
+            return data
+
+        models = await wait_until(listed, 30, what="the finished sim listed in /v1/models", interval=0.2)
+    assert models
+    p = await new_page(browser, token=TOKEN)
+    await p.page.goto(stack.url + "#/serve")
+    await p.page.locator("#sc-model option").first.wait_for(state="attached", timeout=15_000)
+    await p.page.fill("input[name=rate]", "-3")
+    await p.page.click("#serve button[type=submit]")
+    err = p.page.locator("input[name=rate] + .field-error")
+    await err.wait_for(timeout=15_000)  # the api's error shown at the field
+    await p.page.fill("input[name=rate]", "4")
+    await p.page.fill("input[name=n]", "150")
+    await p.page.click("#serve button[type=submit]")
+    for chart in ("#ch-ttft", "#ch-tpot", "#ch-itl", "#ch-e2el"):
+        await p.page.locator(f"{chart} path.line").wait_for(timeout=60_000)
+    await p.page.locator("#ch-thr rect.mark").first.wait_for(timeout=10_000)
+    assert await p.page.locator("input[name=rate]").get_attribute("aria-invalid") is None
+    assert await p.page.locator("#serve .field-error").count() == 0
+    cards = await text_of(p, "#sc-cards")
+    assert "req/s" in cards and "Goodput" in cards
+    await p.page.locator("#ch-sweep path.line").nth(2).wait_for(timeout=120_000)
+    await p.page.locator("#sc-capacity", has_text="apacity").wait_for(timeout=120_000)
+    capacity = await text_of(p, "#sc-capacity")
+    if "Capacity under the SLOs" in capacity:
+        assert await p.page.locator("#ch-sweep line.capacity").count() == 1
+    assert await p.page.locator("#sc-extrapolated, #sc-calibrated").count() == 1
+    await shot(p, "serve-answer-1280")
+    # prompts far beyond the six-token prefill the sims saw: the banner says it extrapolates
+    await p.page.uncheck("input[name=sweep]")
+    await p.page.fill("input[name=prompt-tokens]", "2000")
+    await p.page.click("#serve button[type=submit]")
+    await p.page.locator("#sc-extrapolated", has_text="prefill").wait_for(timeout=60_000)
+    assert "2000" in await text_of(p, "#sc-extrapolated")
+    await p.page.set_viewport_size({"width": 420, "height": 900})
+    await p.page.wait_for_timeout(400)
+    assert await p.page.evaluate("document.documentElement.scrollWidth") <= 421
+    await shot(p, "serve-answer-420")
+    assert p.unexpected(400) == []
+
+
+PAGES = {"overview": "#/", "traces": "#/traces", "trace": f"#/traces/{SYNTHETIC_TRACE_ID}", "new": "#/new",
+         "run": f"#/runs/{RECORDED_RUN_ID}", "compare": "#/compare", "serve": "#/serve", "gpus": "#/gpus"}
+
+
+@pytest.mark.parametrize("width", [1280, 420])
+async def test_every_page_renders(stack: Stack, browser: Any, width: int) -> None:
+    p = await new_page(browser, width=width, token=TOKEN)
+    for name, hash_ in PAGES.items():
+        await p.page.goto(stack.url + hash_)
+        await p.page.wait_for_load_state("networkidle")
+        await p.page.wait_for_timeout(1200)
+        assert await p.page.locator("main p.error").count() == 0, (name, await text_of(p, "main"))
+        overflow = await p.page.evaluate("document.documentElement.scrollWidth")
+        assert overflow <= width + 1, (name, overflow)
+        await shot(p, f"{name}-{width}")
+    assert p.unexpected() == [], p.errors
+
+
+async def test_trace_page_table_and_charts(stack: Stack, browser: Any) -> None:
+    p = await new_page(browser)
+    await p.page.goto(stack.url + f"#/traces/{SYNTHETIC_TRACE_ID}")
+    await p.page.locator("#ch-family rect.mark").first.wait_for(timeout=20_000)
+    assert await p.page.locator("#ch-steps path.line").count() == 2  # prefill and decode
+    info = p.page.locator("#kt-info")
+    await info.wait_for()
+    assert "of 11248" in await info.inner_text()
+    # sort by duration, longest first (keyboard: the header is a button)
+    await p.page.locator('button.sort[data-col="duration_ns"]').focus()
+    await p.page.keyboard.press("Enter")
+    await p.page.locator('th[aria-sort="ascending"] button[data-col="duration_ns"], '
+                         'th[aria-sort="descending"] button[data-col="duration_ns"]').wait_for()
+    await p.page.wait_for_timeout(300)
+    first = await text_of(p, "#kt tbody tr:first-child")
+    assert " ms" in first or " µs" in first
+    await p.page.fill("#kt-q", "gemm")
+    await p.page.locator("#kt-info", has_text="of 3104").wait_for(timeout=10_000)
+    names = await p.page.locator("#kt tbody .kname").evaluate_all("ks => ks.map(k => k.title.toLowerCase())")
+    fams = await p.page.locator("#kt tbody tr td:last-child").all_inner_texts()
+    assert names and all("gemm" in n or f.strip() == "gemm" for n, f in zip(names, fams, strict=True))
+    await p.page.click("#kt-next")
+    await p.page.locator("#kt-info", has_text="26–50 of 3104").wait_for(timeout=10_000)
+    assert p.unexpected() == []
+
+
+async def test_custom_spec_field_error_and_save(stack: Stack, browser: Any) -> None:
+    p = await new_page(browser, token=TOKEN)
+    await p.page.goto(stack.url + "#/gpus")
+    await p.page.locator("#gp-table").wait_for(timeout=15_000)
+    form = p.page.locator("#gp-form")
+    await p.page.wait_for_function("document.querySelector('#gp-form [name=sms]').value !== ''")
+    await form.locator("input[name=sms]").fill("-4")
+    await form.locator("button[type=submit]").click()
+    err = form.locator("input[name=sms] + .field-error")
+    await err.wait_for(timeout=10_000)
+    assert "from 1 to 1024" in await err.inner_text()  # the documented physical range
+    assert await form.locator("input[name=sms]").get_attribute("aria-invalid") == "true"
+    await shot(p, "gpus-field-error-1280")
+    await form.locator("input[name=sms]").fill("200")
+    await form.locator("input[name=id]").fill("UI_TEST_GPU")
+    await form.locator("button[type=submit]").click()
+    await p.page.locator("#gp-table td", has_text="UI_TEST_GPU").wait_for(timeout=10_000)
+    assert p.unexpected(400) == []

@@ -1,0 +1,303 @@
+"""The accel-sim model through the real stack: nats-server, SeaweedFS, api, ingest, prepare,
+orchestrator (local backend) and real simulator processes running a stand-in accel-sim.out.
+
+A generated instruction trace is uploaded and prepared; then runs ask for ``accel-sim`` on
+configs whose Accel-Sim folders make the stand-in behave (finish with one kernel skipped,
+crash after two kernels, hang after one). Progress events per kernel reach the api's SSE
+while the simulator runs; cancel and the sim timeout kill its process group; results carry
+its cycles; unconfigured configs, an unset binary and timeline traces are refused with 400.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import lzma
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from cascade.engine.perf import NOT_SIMULATED
+from cascade.platform import subjects
+from cascade.platform.runstore import read_kernels, read_result
+from cascade.platform.state import RunRecord, SimRecord
+from programs.bench._runbed import generate_timeline, publish_trace
+from programs.cli.importer import run_import
+from programs.embedded.ports import free_port
+from tests.support.accelsim_helpers import make_binary, make_config, pids_alive
+from tests.support.accelsim_standin import cycles_of
+from tests.support.traces_stack import TOKEN, TracesStack, running_stack, write_kernels
+from tests.support.wait import wait_for_kv, wait_until
+
+SIM_TIMEOUT_S = 12.0
+A100_CLOCK = 1410.0
+
+
+@pytest.fixture(scope="module")
+async def accel(s3_server: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[dict[str, Any]]:
+    from services.orchestrator import run as run_orchestrator
+
+    base = tmp_path_factory.mktemp("accelsim-stack")
+    pids = base / "pids"
+    pids.mkdir()
+    binary = make_binary(base / "bin")
+    configs = base / "accelsim-configs"
+    make_config(configs, "SM80_A100", clock_mhz=A100_CLOCK, pace_s=0.25, skip="4")
+    make_config(configs, "SM90_H100", clock_mhz=1755.0, pace_s=0.05, mode="crash", after=2)
+    make_config(configs, "SM70_V100_PCIE_32GB", clock_mhz=1380.0, pace_s=0.1, mode="hang", after=1,
+                pids_dir=pids)
+    async with running_stack(s3_server, base, accelsim_bin=str(binary),
+                             accelsim_configs=str(configs), sim_timeout_s=SIM_TIMEOUT_S) as stack:
+        await stack.start("orchestrator", run_orchestrator, orchestrator_backend="local",
+                          max_local_sims=3)
+        folder = base / "trace"
+        write_kernels(folder, 6, blocks=8, iterations=2)
+        summary = await run_import(argparse.Namespace(
+            path=folder, app=stack.base_url, token=TOKEN, name=None, source_gpu="SM80_A100", kind=None,
+            workload="accel-sim test", trace_id=None, state_file=base / "import.json", no_seal=False,
+            wait=90.0, quiet=True))
+        assert summary["state"] == "ready", summary
+        yield {"stack": stack, "trace_id": summary["trace_id"], "pids": pids, "configs": configs,
+               "folder": folder}
+
+
+async def _post_run(stack: TracesStack, body: dict[str, Any], base_url: str | None = None) -> tuple[int, Any]:
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    async with aiohttp.ClientSession() as s, \
+            s.post((base_url or stack.base_url) + "/api/runs", json=body, headers=headers) as r:
+        return r.status, await r.json()
+
+
+async def _get(stack: TracesStack, path: str, base_url: str | None = None) -> Any:
+    async with aiohttp.ClientSession() as s, s.get((base_url or stack.base_url) + path) as r:
+        assert r.status == 200, await r.text()
+        return await r.json()
+
+
+async def _sse(url: str, timeout: float = 90) -> list[dict[str, Any]]:
+    """Every SSE event until the stream ends, with the monotonic time it arrived."""
+    events: list[dict[str, Any]] = []
+    cur: dict[str, Any] = {}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as s, s.get(url) as r:
+        assert r.status == 200
+        async for raw in r.content:
+            line = raw.decode().rstrip("\n")
+            if not line:
+                if cur:
+                    cur["arrived"] = time.monotonic()
+                    events.append(cur)
+                cur = {}
+            elif line.startswith("event: "):
+                cur["event"] = line[7:]
+            elif line.startswith("data: "):
+                cur["data"] = json.loads(line[6:])
+    return events
+
+
+async def _wait_run(stack: TracesStack, run_id: str, states: set[str], timeout: float = 60) -> dict[str, Any]:
+    """Once the run's KV record is in one of ``states``: the api's detail of it."""
+    await wait_for_kv(stack.bus, subjects.KV_RUNS, run_id, lambda r: r.state in states,
+                      type_=RunRecord, timeout=timeout)
+    return await _get(stack, f"/api/runs/{run_id}")
+
+
+async def test_progress_per_kernel_reaches_sse_and_results_carry_cycles(accel: dict[str, Any]) -> None:
+    stack: TracesStack = accel["stack"]
+    status, body = await _post_run(stack, {"trace_id": accel["trace_id"], "configs": ["SM80_A100"],
+                                           "replicas": 2, "model": "accel-sim"})
+    assert status == 202, body
+    run_id = body["id"]
+    events = await _sse(f"{stack.base_url}/api/runs/{run_id}/events")
+    assert events[-1]["event"] == "run" and events[-1]["data"]["state"] == "completed", events[-3:]
+    for sim_id in body["run"]["sim_ids"]:
+        mine = [e for e in events if e["event"] == "sim" and e["data"]["id"] == sim_id]
+        kernel_events = [e for e in mine if "kernel" in e["data"]]
+        assert [e["data"]["kernel"]["kernel_id"] for e in kernel_events] == [1, 2, 3, 5, 6]
+        assert [e["data"]["kernel"]["cycles"] for e in kernel_events] == [cycles_of(k) for k in (1, 2, 3, 5, 6)]
+        assert [round(e["data"]["percent"], 3) for e in kernel_events] == [
+            round(100 * i / 6, 3) for i in range(1, 6)]
+        k1 = kernel_events[0]["data"]["kernel"]
+        assert k1["name"] == "_Z6kernel1Pf" and k1["instructions"] == 10516
+        assert k1["ipc"] == pytest.approx(10516 / cycles_of(1), rel=1e-3) and k1["sim_rate_ips"] == 10516
+        completed = next(e for e in mine if e["data"]["state"] == "completed")
+        # the first kernel's event arrived while the simulator still had 4 kernels x 0.25 s to go
+        assert completed["arrived"] - kernel_events[0]["arrived"] > 0.5
+        result = await read_result(stack.storage, run_id, sim_id)
+        assert result.model == "accel-sim" and result.simulator is not None
+        sim = result.simulator
+        assert sim.name == "Accel-Sim" and sim.config_id == "SM80_A100" and sim.core_clock_mhz == A100_CLOCK
+        folder = accel["configs"] / "SM80_A100"
+        assert sim.config_files == {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                                    for p in folder.iterdir()}
+        assert sim.kernels_listed == 6 and sim.kernels_simulated == 5
+        assert sim.cycles_total == sum(cycles_of(k) for k in (1, 2, 3, 5, 6))
+        assert result.extrapolation.get(
+            "not simulated by Accel-Sim (not traced or skipped): built-in model used") == 1
+        kernels = await read_kernels(stack.storage, run_id, sim_id)
+        by_id = dict(zip(kernels["kernel_id"].tolist(), range(len(kernels)), strict=True))
+        for kid in (1, 2, 3, 5, 6):
+            row = by_id[kid]
+            assert kernels["sim_cycles"][row] == cycles_of(kid)
+            assert kernels["predicted_ns"][row] == pytest.approx(cycles_of(kid) / A100_CLOCK * 1e3)
+            assert kernels["extrapolation"][row] & NOT_SIMULATED == 0
+        assert kernels["sim_cycles"][by_id[4]] == -1 and kernels["extrapolation"][by_id[4]] & NOT_SIMULATED
+        assert result.gpu_busy_ns == pytest.approx(float(kernels["predicted_ns"].sum()))
+    results = await _get(stack, f"/api/runs/{run_id}/results")
+    entry = results["configs"][0]
+    assert entry["model"] == "accel-sim" and entry["simulator"]["name"] == "Accel-Sim"
+    page = await _get(stack, f"/api/runs/{run_id}/results/{body['run']['sim_ids'][0]}/kernels")
+    assert "sim_cycles" in page["columns"]
+    # both replicas (one node) share one copy of the instruction files
+    cache = Path(stack.settings.data_dir) / "cache" / "traces" / accel["trace_id"]
+    copies = [p for p in cache.iterdir() if p.is_dir()]
+    assert len(copies) == 1 and (copies[0] / ".complete").is_file()
+    assert sorted(p.name for p in copies[0].glob("kernel-*")) == [f"kernel-{k}.traceg" for k in range(1, 7)]
+    for k in range(1, 7):  # decompressed whole (the generated files are two xz streams each)
+        original = lzma.decompress((accel["folder"] / f"kernel-{k}.traceg.xz").read_bytes())
+        assert (copies[0] / f"kernel-{k}.traceg").read_bytes() == original
+    assert (copies[0] / "kernelslist.g").read_text().splitlines()[1:] == [
+        f"kernel-{k}.traceg" for k in range(1, 7)]
+
+
+async def test_configs_say_where_accelsim_runs_and_runs_elsewhere_are_refused(accel: dict[str, Any]) -> None:
+    from services.api import run as run_api
+
+    stack: TracesStack = accel["stack"]
+    listing = await _get(stack, "/api/configs")
+    can = {c["id"]: c for c in listing["configs"]}
+    assert listing["accelsim"]["configs"] == ["SM70_V100_PCIE_32GB", "SM80_A100", "SM90_H100"]
+    assert can["SM80_A100"]["accelsim"] and "accel-sim" in can["SM80_A100"]["models"]
+    assert not can["SM90_H200"]["accelsim"] and "accel-sim" not in can["SM90_H200"]["models"]
+    one = await _get(stack, "/api/configs/A100")
+    assert one["config"]["accelsim"] is True
+    status, err = await _post_run(stack, {"trace_id": accel["trace_id"], "configs": ["SM80_A100", "SM90_H200"],
+                                          "model": "accel-sim"})
+    assert status == 400, err
+    assert "CASCADE_ACCELSIM_CONFIGS" in err["message"] and "SM90_H200" in err["message"]
+    assert "SM70_V100_PCIE_32GB, SM80_A100, SM90_H100" in err["message"]
+    # a timeline-only trace has no instruction files for Accel-Sim
+    timeline = await publish_trace(stack.bus, stack.storage, "tr-accel-timeline", generate_timeline(40))
+    status, err = await _post_run(stack, {"trace_id": timeline.id, "configs": ["SM80_A100"],
+                                          "model": "accel-sim"})
+    assert status == 400 and "timeline-only" in err["message"], err
+    status, ok = await _post_run(stack, {"trace_id": timeline.id, "configs": ["SM90_H200"], "model": "scaled"})
+    assert status == 202, ok
+    # an api whose CASCADE_ACCELSIM_BIN is unset refuses accel-sim everywhere, naming the setting
+    port = free_port()
+    await stack.start("api-nobin", run_api, http_port=port, accelsim_bin="")
+    other = f"http://127.0.0.1:{port}"
+    listing = await wait_until(lambda: _get(stack, "/api/configs", other), 20,
+                               what=f"the second api at {other} to answer", interval=0.1,
+                               ignore=(aiohttp.ClientError,))
+    try:
+        assert listing["accelsim"]["configs"] == [] and not any(c["accelsim"] for c in listing["configs"])
+        assert any("CASCADE_ACCELSIM_BIN is not set" in p for p in listing["accelsim"]["problems"])
+        status, err = await _post_run(stack, {"trace_id": accel["trace_id"], "configs": ["SM80_A100"],
+                                              "model": "accel-sim"}, other)
+        assert status == 400 and "CASCADE_ACCELSIM_BIN is not set" in err["message"], err
+    finally:
+        await stack.stop("api-nobin")
+
+
+async def test_crash_fails_the_sim_with_the_output_tail(accel: dict[str, Any]) -> None:
+    stack: TracesStack = accel["stack"]
+    status, body = await _post_run(stack, {"trace_id": accel["trace_id"], "configs": ["SM90_H100"],
+                                           "model": "accel-sim"})
+    assert status == 202, body
+    detail = await _wait_run(stack, body["id"], {"failed", "completed", "cancelled"})
+    assert detail["run"]["state"] == "failed"
+    sim = detail["sims"][0]
+    assert sim["state"] == "failed" and sim["attempts"] == 1
+    assert "accel-sim was killed by signal 11 after 2 kernels" in sim["error"]
+    assert "deadlock detected" in sim["error"]  # the tail of its output
+
+
+async def _wait_pids(pids: Path, before: set[int], timeout: float = 30) -> list[int]:
+    """The hanging stand-in's and its child's pids (files under ``pids``, not in ``before``)."""
+
+    def started() -> list[int]:
+        alive = [p for p in pids_alive(pids) if p not in before]
+        return alive if len(alive) >= 2 else []
+
+    return await wait_until(started, timeout, what=f"the hanging stand-in and its child ({pids})",
+                            interval=0.1)
+
+
+async def _wait_gone(pids: Path, timeout: float = 15) -> None:
+    """Every process recorded under ``pids`` has exited."""
+    try:
+        await wait_until(lambda: not pids_alive(pids), timeout, what=f"every stand-in process to exit ({pids})",
+                         interval=0.1)
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}; still alive: {pids_alive(pids)}") from None
+
+
+async def test_cancel_kills_the_simulators_process_group(accel: dict[str, Any]) -> None:
+    stack: TracesStack = accel["stack"]
+    assert pids_alive(accel["pids"]) == []
+    status, body = await _post_run(stack, {"trace_id": accel["trace_id"], "configs": ["SM70_V100_PCIE_32GB"],
+                                           "model": "accel-sim"})
+    assert status == 202, body
+    run_id = body["id"]
+    await _wait_pids(accel["pids"], set())
+    await wait_for_kv(stack.bus, subjects.KV_SIMS, body["run"]["sim_ids"][0], lambda s: s.kernels_done >= 1,
+                      type_=SimRecord, timeout=30)  # kernel progress from the stand-in
+    async with aiohttp.ClientSession() as s, s.post(
+            f"{stack.base_url}/api/runs/{run_id}/cancel", headers={"Authorization": f"Bearer {TOKEN}"}) as r:
+        assert r.status == 202
+    detail = await _wait_run(stack, run_id, {"cancelled", "failed", "completed"})
+    assert detail["run"]["state"] == "cancelled"
+    await _wait_gone(accel["pids"])
+
+
+async def test_sim_timeout_kills_the_simulators_process_group(accel: dict[str, Any]) -> None:
+    stack: TracesStack = accel["stack"]
+    await _wait_gone(accel["pids"])
+    status, body = await _post_run(stack, {"trace_id": accel["trace_id"], "configs": ["SM70_V100_PCIE_32GB"],
+                                           "model": "accel-sim"})
+    assert status == 202, body
+    await _wait_pids(accel["pids"], set())
+    detail = await _wait_run(stack, body["id"], {"failed", "completed", "cancelled"},
+                             timeout=SIM_TIMEOUT_S + 30)
+    assert detail["run"]["state"] == "failed"
+    error = detail["sims"][0]["error"]
+    assert "CASCADE_SIM_TIMEOUT_S" in error, error
+    await _wait_gone(accel["pids"])
+
+
+async def test_instruction_files_fetched_once_per_node_from_any_listing(storage: Any, tmp_path: Path) -> None:
+    from cascade.errors import ValidationError
+    from cascade.platform.accelsim import fetch_instruction_trace
+    from cascade.platform.keys import raw_key
+
+    cache = tmp_path / "cache"
+    # raw tracer output only: Accel-Sim needs post-processed .traceg files
+    await storage.put_bytes(raw_key("tr-raw", "kernel-1.trace"), b"-kernel name = k\n")
+    await storage.put_bytes(raw_key("tr-raw", "kernelslist"), b"kernel-1.trace\n")
+    with pytest.raises(ValidationError, match="post-traces-processing"):
+        await fetch_instruction_trace(storage, "tr-raw", "instructions", cache)
+    with pytest.raises(ValidationError, match="timeline-only"):
+        await fetch_instruction_trace(storage, "tr-raw", "timeline", cache)
+    # a plain kernelslist naming .traceg.xz files, two xz streams per file
+    body = b"-kernel name = _Z1kv\n-kernel id = 2\n" + b"#BEGIN_TB\n" * 1000
+    packed = lzma.compress(body[:30]) + lzma.compress(body[30:])
+    await storage.put_bytes(raw_key("tr-xz", "kernel-2.traceg.xz"), packed)
+    await storage.put_bytes(raw_key("tr-xz", "kernel-1.traceg"), b"-kernel name = _Z1jv\n")
+    await storage.put_bytes(raw_key("tr-xz", "kernelslist"),
+                            b"MemcpyHtoD,0x7f0000000000,64\nkernel-1.trace\n/old/dir/kernel-2.traceg.xz\n")
+    first, again = await asyncio.gather(
+        fetch_instruction_trace(storage, "tr-xz", "both", cache),
+        fetch_instruction_trace(storage, "tr-xz", "both", cache))
+    assert sorted([first.downloaded, again.downloaded]) == [False, True]  # one download per node
+    assert first.folder == again.folder and first.kernel_ids == [1, 2]
+    folder = Path(first.folder)
+    assert (folder / "kernel-2.traceg").read_bytes() == body
+    assert (folder / "kernelslist.g").read_text() == (
+        "MemcpyHtoD,0x7f0000000000,64\nkernel-1.traceg\nkernel-2.traceg\n")
+    assert (await fetch_instruction_trace(storage, "tr-xz", "both", cache)).downloaded is False

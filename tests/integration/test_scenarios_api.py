@@ -1,0 +1,148 @@
+"""POST /api/scenarios on a finished sim: metrics, summary, validation, background jobs, capacity."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from tests.support.fixtures_api import FinishedSim
+from tests.support.wait import wait_until
+
+
+def _body(finished: FinishedSim, **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": finished.model, "arrival": {"pattern": "poisson", "rate": 5.0},
+        "lengths": {"prompt": {"kind": "fixed", "value": 6}, "output": {"kind": "fixed", "value": 32}},
+        "n_requests": 200, "replicas": 2, "seed": 1,
+    }
+    body.update(extra)
+    return body
+
+
+async def test_scenario_returns_metrics_and_vllm_like_summary(client: TestClient,
+                                                               finished: FinishedSim) -> None:
+    resp = await client.post("/api/scenarios", json=_body(finished))
+    assert resp.status == 200, await resp.text()
+    body = await resp.json()
+    res = body["result"]
+    assert res["completed"] == 200
+    assert res["total_output_tokens"] == 200 * 32 and res["total_input_tokens"] == 200 * 6
+    assert len(res["replicas"]) == 2
+    assert res["ttft_ms"]["count"] == 200 and res["ttft_ms"]["p99"] >= res["ttft_ms"]["median"] > 0
+    # six-token prompts and contexts up to 37 are calibrated; batches of 2+ concurrent decodes are not
+    assert set(res["extrapolation"]) <= {"decode_batch"}
+    assert res["extrapolated"] == bool(res["extrapolation"])
+    if res["extrapolated"]:
+        assert "extrapolated" in body["summary"]
+    assert body["sim"] == finished.sim_id and body["config"] == finished.config
+    summary = body["summary"]
+    assert "Serving Benchmark Result" in summary
+    assert "Mean TTFT (ms):" in summary and "P99 TPOT (ms):" in summary
+    assert f"{res['completed']:<10}" in summary
+
+
+async def test_sim_run_and_model_select_the_same_sim(client: TestClient, finished: FinishedSim) -> None:
+    base = _body(finished)
+    del base["model"]
+    answers = []
+    for sel in ({"model": finished.model}, {"sim": finished.sim_id},
+                {"run": finished.run_id, "config": finished.config}):
+        resp = await client.post("/api/scenarios", json={**base, **sel, "scheduler": {
+            "name": "vllm", "settings": {"max_num_seqs": 8}}})
+        assert resp.status == 200, await resp.text()
+        answers.append((await resp.json())["result"]["e2el_ms"])
+    assert answers[0] == answers[1] == answers[2]
+
+
+async def test_low_rate_ttft_equals_prefill_step(client: TestClient, finished: FinishedSim) -> None:
+    resp = await client.post("/api/scenarios", json=_body(
+        finished, arrival={"pattern": "constant", "rate": 0.5}, n_requests=20, replicas=1))
+    res = (await resp.json())["result"]
+    prefill = next(s for s in finished.result.steps if s.kind == "prefill")
+    assert res["ttft_ms"]["mean"] == pytest.approx((prefill.host_ns + prefill.gpu_ns) / 1e6, rel=1e-6)
+    assert res["queue_ms"]["max"] == pytest.approx(0.0, abs=1e-9)
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"arrival": {"pattern": "poisson", "rate": -1}}, "arrival.rate"),
+    ({"arrival": {"pattern": "zigzag", "rate": 1}}, "arrival"),
+    ({"arrival": {"rate": 1}}, "arrival.pattern"),
+    ({"arrival": {"pattern": "trace", "path": "/etc/passwd"}}, "arrival.path"),
+    ({"lengths": {"prompt": {"kind": "uniform", "lo": 9, "hi": 3}}}, "lengths.prompt.hi"),
+    ({"lengths": {"output": {"kind": "weird"}}}, "lengths.output"),
+    ({"replicas": 0}, "replicas"),
+    ({"slos": {"ttft_ms": -5}}, "slos.ttft_ms"),
+    ({"scheduler": {"name": "fifo"}}, "scheduler"),
+    ({"scheduler": {"name": "vllm", "settings": {"max_num_seqs": 0}}}, "scheduler.max_num_seqs"),
+    ({"capacity_search": {"kind": "max_rate"}}, "slos"),
+    ({"kv": {"model": "gpt-5"}}, "kv.model"),
+    ({"bogus": 1}, "body"),
+])
+async def test_validation_names_the_field(client: TestClient, finished: FinishedSim,
+                                          change: dict[str, Any], field: str) -> None:
+    resp = await client.post("/api/scenarios", json=_body(finished, **change))
+    assert resp.status == 400, await resp.text()
+    body = await resp.json()
+    assert body["error"] == "invalid_request"
+    assert body.get("field", "body") == field, body
+    assert body["message"]
+
+
+async def test_model_selection_errors(client: TestClient, finished: FinishedSim) -> None:
+    body = _body(finished)
+    del body["model"]
+    resp = await client.post("/api/scenarios", json=body)
+    assert resp.status == 400 and (await resp.json())["field"] == "sim"
+    resp = await client.post("/api/scenarios", json={**body, "sim": "nope-sim"})
+    assert resp.status == 404
+    resp = await client.post("/api/scenarios", json={**body, "model": "cascade/nope/SM90_H100"})
+    assert resp.status == 404 and finished.model in (await resp.json())["message"]
+
+
+async def test_trace_replay_inline_csv(client: TestClient, finished: FinishedSim) -> None:
+    csv = "arrived_at,prompt_tokens,output_tokens\n0,6,4\n0.5,12,8\n1.0,6,2\n"
+    resp = await client.post("/api/scenarios", json=_body(
+        finished, arrival={"pattern": "trace", "csv": csv}, lengths={}, n_requests=None))
+    assert resp.status == 200, await resp.text()
+    res = (await resp.json())["result"]
+    assert res["completed"] == 3 and res["total_output_tokens"] == 14
+    far = res["extrapolation"]["prefill_tokens"]  # a 12-token prompt on a sim calibrated on six
+    assert (far["value"], far["high"]) == (12, 6)
+
+
+async def _wait_job(client: TestClient, job_id: str, timeout: float = 60.0) -> dict[str, Any]:
+    async def finished() -> dict[str, Any] | None:
+        view: dict[str, Any] = await (await client.get(f"/api/scenarios/{job_id}")).json()
+        return view if view["state"] in ("completed", "failed") else None
+
+    return await wait_until(finished, timeout, what=f"scenario job {job_id} to finish (GET /api/scenarios/{job_id})")
+
+
+async def test_background_job_reports_progress_and_result(client: TestClient,
+                                                          finished: FinishedSim) -> None:
+    resp = await client.post("/api/scenarios", json=_body(finished, n_requests=3000, background=True))
+    assert resp.status == 202, await resp.text()
+    job = await resp.json()
+    assert resp.headers["Location"] == f"/api/scenarios/{job['id']}"
+    assert job["state"] in ("queued", "running")
+    view = await _wait_job(client, job["id"])
+    assert view["state"] == "completed", view
+    assert view["progress"]["percent"] == 100.0
+    assert view["response"]["result"]["completed"] == 3000
+    assert "Serving Benchmark Result" in view["response"]["summary"]
+    missing = await client.get("/api/scenarios/scn-000000000000")
+    assert missing.status == 404
+
+
+async def test_capacity_search_finds_a_rate(client: TestClient, finished: FinishedSim) -> None:
+    resp = await client.post("/api/scenarios", json=_body(
+        finished, n_requests=300, replicas=1, slos={"ttft_ms": 50.0, "attainment": 0.95},
+        capacity_search={"kind": "max_rate", "rel_tol": 0.1}))
+    assert resp.status == 200, await resp.text()
+    body = await resp.json()
+    cap = body["capacity"]
+    assert cap["found"] is True and cap["rate"] > 0
+    assert body["result"]["slo_attainment"] >= 0.95
+    assert "Highest rate meeting the SLOs" in body["summary"]

@@ -1,0 +1,192 @@
+"""The house plan holds: no import cycles, and each layer imports only what it may.
+
+The import graph is read from the source (every ``import`` and ``from ... import``, at module
+level or inside functions; ``if TYPE_CHECKING:`` blocks are annotations only and skipped), so
+an import hidden inside a function still counts. Layers (see ARCHITECTURE.md):
+
+- domain: ``cascade.*`` except ``cascade.platform``: no I/O libraries, never the platform,
+  the services or the programs;
+- platform: ``cascade.platform``: the domain and I/O libraries, never services or programs;
+- services: ``services.<name>``: the library, never another service or a program;
+- programs: ``programs.*``: anything.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.paths import REPO
+
+ROOTS = {"cascade": REPO / "shared" / "cascade", "services": REPO / "services",
+         "programs": REPO / "programs"}
+#: Third-party packages that talk to the network, the bus or storage.
+IO_LIBRARIES = ("nats", "aiohttp", "aiobotocore", "botocore", "boto3", "prometheus_client",
+                "kubernetes_asyncio")
+
+
+def _modules() -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for root, path in ROOTS.items():
+        for file in path.rglob("*.py"):
+            parts = [root, *file.relative_to(path).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = file
+    return out
+
+
+MODULES = _modules()
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.AST) -> Iterator[tuple[str, list[str]]]:
+    """(module, names) of every import, skipping ``if TYPE_CHECKING:`` bodies."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, []
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module, [a.name for a in node.names]
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _owner(name: str) -> str | None:
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """(internal module -> modules it imports, module -> external top-level packages)."""
+    internal: dict[str, set[str]] = defaultdict(set)
+    external: dict[str, set[str]] = defaultdict(set)
+    for module, file in MODULES.items():
+        for target, names in _imports(ast.parse(file.read_text(), str(file))):
+            subs = [f"{target}.{n}" for n in names if f"{target}.{n}" in MODULES]
+            targets = subs if subs and len(subs) == len(names) else [target, *subs]
+            for t in targets:
+                owner = _owner(t)
+                if owner is None:
+                    external[module].add(t.split(".")[0])
+                elif owner != module and not module.startswith(owner + "."):
+                    internal[module].add(owner)  # a package's own __init__ is not an edge
+    return internal, external
+
+
+INTERNAL, EXTERNAL = _graph()
+
+
+def _cycles(nodes: list[str], edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one member (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    out: list[list[str]] = []
+    counter = 0
+    for start in nodes:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(edges.get(start, ()))))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            v, children = work[-1]
+            for w in children:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(edges.get(w, ())))))
+                    break
+                if w in on_stack:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on_stack.discard(w)
+                        comp.append(w)
+                        if w == v:
+                            break
+                    if len(comp) > 1:
+                        out.append(sorted(comp))
+    return out
+
+
+def package_of(module: str) -> str:
+    """``cascade.engine.perf`` -> ``cascade.engine``; ``services.api.routes.x`` -> ``services.api``."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def _layer(module: str) -> str:
+    if module.startswith("cascade.platform"):
+        return "platform"
+    return {"cascade": "domain", "services": "services", "programs": "programs"}[module.split(".")[0]]
+
+
+def test_the_graph_is_read() -> None:
+    assert len(MODULES) > 100
+    assert "cascade.platform.keys" in INTERNAL["cascade.platform.tracestore"]
+    assert "nats" in EXTERNAL["cascade.platform.bus.connection"]
+
+
+def test_no_module_imports_itself_round_a_cycle() -> None:
+    assert _cycles(sorted(MODULES), INTERNAL) == []
+
+
+def test_no_cycle_between_packages() -> None:
+    edges: dict[str, set[str]] = defaultdict(set)
+    for module, targets in INTERNAL.items():
+        for target in targets:
+            a, b = package_of(module), package_of(target)
+            if a != b and b != "cascade":  # the root package's __init__ is only the version
+                edges[a].add(b)
+    assert _cycles(sorted({package_of(m) for m in MODULES}), edges) == []
+
+
+@pytest.mark.parametrize("layer", ["domain", "platform", "services"])
+def test_each_layer_imports_only_what_it_may(layer: str) -> None:
+    bad = []
+    for module, targets in sorted(INTERNAL.items()):
+        if _layer(module) != layer:
+            continue
+        for target in sorted(targets):
+            t = _layer(target)
+            if (layer == "domain" and t != "domain") or (layer == "platform" and t in (
+                    "services", "programs")):
+                bad.append(f"{module} -> {target}")
+            if layer == "services" and (t == "programs" or (
+                    t == "services" and package_of(target) != package_of(module))):
+                bad.append(f"{module} -> {target}")
+        if layer == "domain":
+            bad += [f"{module} -> {lib}" for lib in sorted(EXTERNAL[module]) if lib in IO_LIBRARIES]
+    assert bad == []
+
+
+def test_the_cycle_check_fails_on_a_cycle() -> None:
+    assert _cycles(["a", "b", "c"], {"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles(["a", "b"], {"a": {"b"}}) == []

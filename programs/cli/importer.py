@@ -15,7 +15,8 @@ is not sealed yet is resumed (files the app holds with the same size and ETag ar
 when ``--resume`` asks for it or when no other ``--name`` is given. A sealed one is never
 reused under another name or with other files: the folder becomes a new trace (a ready
 trace that already holds exactly this folder is left as it is, nothing uploaded); one sealed
-incomplete (an interrupted ``cascade profile``) is finished with ``--resume``.
+incomplete (an interrupted ``cascade profile``) is finished with ``--resume``. These notes go
+to stderr; stdout holds the summary ("trace ID (name N): uploaded ...").
 
 Exit status: 0 done; 1 the app refused the request or the trace failed / is incomplete;
 2 the app could not be reached or refused the token. Errors are one line on stderr.
@@ -290,7 +291,9 @@ def resolve_token(given: str | None, url: str) -> tuple[str | None, str]:
 
 
 def _say(text: str) -> None:
-    print(text, flush=True)
+    """One line on what the import does with an earlier upload (stderr: stdout keeps the
+    summary, its first word the trace id, for scripts)."""
+    print(text, file=sys.stderr, flush=True)
 
 
 async def _earlier_trace(api: CascadeClient, args: argparse.Namespace, entry: dict[str, Any],
@@ -324,17 +327,18 @@ async def _earlier_trace(api: CascadeClient, args: argparse.Namespace, entry: di
     agrees = not args.name or args.name == old_name
     earlier_of = f"the earlier upload of this folder, trace {earlier_id} (name {old_name})"
     if state == "ready":
-        if args.resume:
-            raise ValidationError(
-                f"cannot resume trace {earlier_id} (name {old_name}): it is ready (sealed, it "
-                f"takes no more uploads); drop --resume to import {path} as a new trace",
-                field="--resume")
         remote = {f["name"]: f for f in earlier.get("files", [])}
         sizes: dict[str, int] = dict(entry.get("part_sizes") or {})
-        if agrees and all(already_there(f, remote.get(f.name), sizes.get(f.name)) for f in files):
+        same = all(already_there(f, remote.get(f.name), sizes.get(f.name)) for f in files)
+        if same and (agrees or args.resume):
             _say(f"trace {earlier_id} (name {old_name}) already holds this folder (ready); "
                  "nothing to upload")
             return earlier
+        if args.resume:
+            raise ValidationError(
+                f"cannot resume trace {earlier_id} (name {old_name}): it is ready (sealed, it "
+                f"takes no more uploads) and this folder's files differ from it; drop --resume "
+                f"to import {path} as a new trace", field="--resume")
         _say(f"{earlier_of}, is sealed (ready); importing it as a new trace (name {name})")
         return None
     if earlier.get("sealed"):

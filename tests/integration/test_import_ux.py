@@ -51,6 +51,12 @@ def _folder(tmp: Path, name: str) -> Path:
     return folder
 
 
+def _last_line(err: str) -> str:
+    """The error line after the import's one-line notes."""
+    assert "Traceback" not in err, err
+    return err.strip().splitlines()[-1]
+
+
 def _one_line(err: str) -> str:
     assert "Traceback" not in err, err
     lines = err.strip().splitlines()
@@ -176,26 +182,27 @@ async def test_reimport_rules(stack: TracesStack, tmp_path: Path) -> None:
     first = trace_id(out)
     rc, out, err = await run(sealed_folder)
     assert rc == 0, err
-    lines = out.strip().splitlines()
-    assert lines[0] == (f"trace {first} (name first) already holds this folder (ready); "
-                        "nothing to upload")
-    assert lines[1].startswith(f"trace {first} (name first): uploaded 0, already there 1")
+    assert err.strip() == (f"trace {first} (name first) already holds this folder (ready); "
+                           "nothing to upload")
+    assert out.startswith(f"trace {first} (name first): uploaded 0, already there 1")
     # a sealed earlier trace is never reused under a new name: the folder becomes a new trace
     rc, out, err = await run(sealed_folder, "--name", "second", "--wait", "60")
     assert rc == 0, err
-    lines = out.strip().splitlines()
-    assert lines[0] == (f"the earlier upload of this folder, trace {first} (name first), is "
-                        "sealed (ready); importing it as a new trace (name second)")
-    second = trace_id(lines[1])
+    assert err.strip() == (f"the earlier upload of this folder, trace {first} (name first), is "
+                           "sealed (ready); importing it as a new trace (name second)")
+    second = trace_id(out)
     traces = await _traces(stack)
     assert second != first and traces[first]["name"] == "first"
     assert traces[second]["name"] == "second" and traces[second]["state"] == "ready"
     # the same with a wrong token: a clear 401, and neither trace is touched
     rc, _, err = await run(sealed_folder, "--name", "third",
                            token_env=_env(tmp_path, CASCADE_API_TOKEN="wrong"))
-    assert rc == 2 and "refused the token (401 unauthorized)" in _one_line(err)
+    assert rc == 2 and "refused the token (401 unauthorized)" in _last_line(err)
     assert await _traces(stack) == traces
-    # --resume of a ready trace is refused in one line
+    # --resume of a ready trace: a no-op when it holds this folder, else refused in one line
+    rc, out, err = await run(sealed_folder, "--resume")
+    assert rc == 0 and out.startswith(f"trace {second} (name second): uploaded 0"), out + err
+    (sealed_folder / "kernels.csv").write_text("name,duration_ns\nsgemm,3000\n")
     rc, _, err = await run(sealed_folder, "--resume")
     assert rc == 1 and f"cannot resume trace {second} (name second): it is ready" in _one_line(err)
 
@@ -212,18 +219,16 @@ async def test_reimport_rules(stack: TracesStack, tmp_path: Path) -> None:
     folder, tid = cut["renewed"]
     rc, out, err = await run(folder)
     assert rc == 0, err
-    assert out.splitlines()[0] == (f"the earlier upload of this folder, trace {tid} (name "
-                                   "renewed), is sealed (incomplete); importing it as a new trace "
-                                   "(name renewed); --resume continues the earlier one instead")
-    assert trace_id(out.splitlines()[1]) != tid
+    assert err.strip() == (f"the earlier upload of this folder, trace {tid} (name renewed), is "
+                           "sealed (incomplete); importing it as a new trace (name renewed); "
+                           "--resume continues the earlier one instead")
+    assert trace_id(out) != tid
     folder, tid = cut["resumed"]
     (folder / "stats.csv").write_text("kernel,cycles\n1,2\n")  # the file it missed
     rc, out, err = await run(folder, "--resume")
-    assert "Traceback" not in err
-    assert out.splitlines()[0] == (f"resuming trace {tid} (name resumed, sealed incomplete) from "
-                                   "the earlier upload of this folder")
-    assert out.splitlines()[1].startswith(f"trace {tid} (name resumed): uploaded 1, already "
-                                          "there 1")
+    assert err.strip() == (f"resuming trace {tid} (name resumed, sealed incomplete) from the "
+                           "earlier upload of this folder")
+    assert out.startswith(f"trace {tid} (name resumed): uploaded 1, already there 1")
     async with stack.client() as api:
         assert (await api.wait_for_state(tid, {"ready"}, timeout=30))["state"] == "ready"
 
@@ -235,10 +240,9 @@ async def test_reimport_rules(stack: TracesStack, tmp_path: Path) -> None:
     assert not (await _traces(stack))[unsealed]["sealed"]
     rc, out, err = await run(open_folder)
     assert rc == 0, err
-    lines = out.strip().splitlines()
-    assert lines[0] == (f"resuming trace {unsealed} (name n1) from the earlier upload of this "
-                        "folder")
-    assert lines[1].startswith(f"trace {unsealed} (name n1): uploaded 0, already there 1")
+    assert err.strip() == (f"resuming trace {unsealed} (name n1) from the earlier upload of this "
+                           "folder")
+    assert out.startswith(f"trace {unsealed} (name n1): uploaded 0, already there 1")
     assert (await _traces(stack))[unsealed]["sealed"]
 
     # ... but not under another name without --resume
@@ -248,15 +252,15 @@ async def test_reimport_rules(stack: TracesStack, tmp_path: Path) -> None:
     kept = trace_id(out)
     rc, out, err = await run(other_folder, "--name", "y", "--no-seal")
     assert rc == 0, err
-    lines = out.strip().splitlines()
-    assert lines[0].startswith(f"the earlier upload of this folder, trace {kept} (name x), is "
-                               "not sealed and stays as it is; importing a new trace (name y)")
-    fresh = trace_id(lines[1])
+    assert err.strip() == (f"the earlier upload of this folder, trace {kept} (name x), is not "
+                           "sealed and stays as it is; importing a new trace (name y); --resume "
+                           "continues the earlier one instead")
+    fresh = trace_id(out)
     assert fresh != kept and (await _traces(stack))[fresh]["name"] == "y"
     rc, out, err = await run(other_folder, "--name", "z", "--resume")
     assert rc == 0, err
-    assert out.splitlines()[0] == (f"resuming trace {fresh} (name y) from the earlier upload of "
-                                   "this folder")
+    assert err.strip() == f"resuming trace {fresh} (name y) from the earlier upload of this folder"
+    assert out.startswith(f"trace {fresh} (name y): ")
     state = json.loads((other_folder / ".cascade-import.json").read_text())
     assert [e["trace_id"] for e in state.values()] == [fresh]
     rc, _, err = await run(_folder(tmp_path, "never"), "--resume")

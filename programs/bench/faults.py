@@ -271,11 +271,12 @@ def _kill(pid: int) -> bool:
 # --------------------------------------------------------------------------- work
 
 
-def _import(stack: _Stack, folder: Path, timeout: float) -> subprocess.Popen[str]:
+def _import(stack: _Stack, folder: Path, timeout: float, *,
+            resume: bool = False) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "programs.cli", "import", str(folder), "--app", stack.base,
          "--token", stack.token, "--name", folder.name, "--source-gpu", "SM80_A100",
-         "--wait", f"{timeout:g}", "--quiet"],
+         "--wait", f"{timeout:g}", "--quiet", *(["--resume"] if resume else [])],
         env=stack.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -305,7 +306,9 @@ def _finish_import(stack: _Stack, folder: Path, proc: subprocess.Popen[str], tim
         trial.import_reruns += 1
         while not stack.ready() and time.monotonic() < deadline:
             time.sleep(0.2)
-        proc = _import(stack, folder, max(1.0, deadline - time.monotonic()))
+        # the earlier upload may be sealed already (incomplete): --resume finishes that trace
+        proc = _import(stack, folder, max(1.0, deadline - time.monotonic()),
+                       resume=bool(_trace_id_of(folder)))
 
 
 def _trace_progress(stack: _Stack, trace_id: str) -> float | None:

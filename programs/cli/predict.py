@@ -47,7 +47,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
-    """Predict and write input columns + target,predicted_ns,regime,model."""
+    """Predict and write input columns + target,predicted_ns,regime,model (JSON traces read
+    under the ``CASCADE_TRACE_JSON_*`` limits)."""
+    from cascade.platform.settings import load_settings
+    from cascade.traces.jsonstream import JsonLimits, use_limits
+
+    with use_limits(JsonLimits.from_settings(load_settings())):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     import tempfile
 
     from cascade import tableio

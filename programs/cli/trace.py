@@ -36,7 +36,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def load_any(path: Path, source_sm: int | None = None) -> tuple[KernelTable, list[str], dict[str, str]]:
-    """(table, warnings, failures) for a trace folder, a kernel file or a timeline file."""
+    """(table, warnings, failures) for a trace folder, a kernel file or a timeline file (JSON
+    timelines read under the ``CASCADE_TRACE_JSON_*`` limits)."""
+    from cascade.platform.settings import load_settings
+    from cascade.traces.jsonstream import JsonLimits, use_limits
+
+    with use_limits(JsonLimits.from_settings(load_settings())):
+        return _load_any(path, source_sm)
+
+
+def _load_any(path: Path, source_sm: int | None) -> tuple[KernelTable, list[str], dict[str, str]]:
     from cascade.traces.folder import KERNEL_FILE_RE, parse_trace_folder
     from cascade.traces.parse import parse_kernel_file
     from cascade.traces.timeline import import_timeline

@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import json
 import signal
-import sys
 from typing import Any
 
 from cascade.platform.settings import load_settings
@@ -27,9 +26,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     up.add_argument("--port", type=int, help="api / web UI port (default: CASCADE_HTTP_PORT or 8080)")
     up.set_defaults(func=run_up)
 
-    status = subparsers.add_parser("status", help="show which parts of the embedded stack are up")
-    status.add_argument("--data-dir", help="data directory (default: CASCADE_DATA_DIR or .cascade)")
-    status.add_argument("--json", action="store_true", help="print the report as JSON")
+    status = subparsers.add_parser(
+        "status", help="show which parts of the embedded stack are up",
+        description=("A short table of the embedded stack (state, pid, uptime and restarts of "
+                     "NATS, S3 and each service, and the URL), found from any folder: "
+                     "--data-dir, else CASCADE_DATA_DIR, else .cascade here, else the stack "
+                     "`cascade up` recorded in $XDG_STATE_HOME/cascade/stacks.json "
+                     "(~/.local/state/cascade). Exit 0 when everything is up, else 1."))
+    status.add_argument("--data-dir", help="data directory (default: found as described above)")
+    status.add_argument("--json", action="store_true", help="print the full report as JSON")
     status.set_defaults(func=run_status)
 
     boot = subparsers.add_parser(
@@ -79,33 +84,89 @@ def run_up(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    """Print the stack's state; exit 0 when every component is up, else 1."""
+    """Print the stack's state as a short table (``--json``: the full report); exit 0 when
+    every component is up, else 1. The stack is found from any folder (see
+    :func:`programs.embedded.locate.locate_data_dir`)."""
+    from programs.embedded.locate import locate_data_dir
     from programs.embedded.stack import status_report
 
-    report = status_report(_settings(args))
+    settings = load_settings()
+    data_dir, found_by = locate_data_dir(getattr(args, "data_dir", None), settings.data_dir)
+    report = status_report(settings.replace(data_dir=str(data_dir)))
+    report["found_by"] = found_by
     if args.json:
         print(json.dumps(report, indent=2, default=str))
         return 0 if report["running"] else 1
-    out = sys.stdout
-    print(f"data dir : {report['data_dir']}", file=out)
-    print(f"status   : {report['status']}"
-          + (f" (cascade up pid {report['supervisor_pid']})" if report.get("supervisor_pid") else ""),
-          file=out)
-    if report.get("http_url"):
-        print(f"web UI   : {report['http_url']}", file=out)
-    if report["components"]:
-        print(f"{'component':<14}{'up':<5}{'pid':>8}  {'state':<10}{'restarts':>8}  port", file=out)
-        for c in report["components"]:
-            print(f"{c['name']:<14}{'yes' if c['up'] else 'no':<5}{c['pid'] or '-':>8}  "
-                  f"{c['state']:<10}{c['restarts']:>8}  {c['port'] or '-'}", file=out)
+    print(status_table(report))
+    return 0 if report["running"] else 1
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None or seconds < 0:
+        return "-"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h {s % 3600 // 60:02d}m"
+    return f"{s // 86400}d {s % 86400 // 3600:02d}h"
+
+
+def process_uptime(pid: int | None) -> float | None:
+    """Seconds since ``pid`` started (Linux ``/proc``; None elsewhere or when gone)."""
+    import os
+    from pathlib import Path
+
+    if not pid:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        since_boot = float(Path("/proc/uptime").read_text().split()[0])
+        return since_boot - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def status_table(report: dict[str, Any]) -> str:
+    """The short ``cascade status`` text: one headline, the data dir, one row per component."""
+    start_hint = "start it with `make run` or `cascade up`"
+    where = f"data dir : {report['data_dir']}"
+    if report.get("found_by") not in (None, "this folder"):
+        where += f"  (found through {report['found_by']})"
+    if report["status"] == "never started":
+        head = f"Cascade: never started (no state in {report['data_dir']}); {start_hint}"
+        return f"{head}\n{where}"
+    comps = report.get("components") or []
+    url = report.get("http_url") or "-"
+    if not report.get("supervisor_pid"):
+        head = f"Cascade: not running (last at {url}); {start_hint}"
+    elif report["running"]:
+        up = _duration(process_uptime(report["supervisor_pid"]))
+        head = f"Cascade: running at {url}  (cascade up pid {report['supervisor_pid']}, up {up})"
+    else:
+        down = [c["name"] for c in comps if not c["up"]]
+        head = (f"Cascade: {report['status']} at {url}, "
+                + (f"down: {', '.join(down)}" if down else "not every component is up")
+                + f"  (cascade up pid {report['supervisor_pid']})")
+    lines = [head, where]
+    if comps:
+        lines.append(f"{'component':<14}{'state':<10}{'pid':>8}  {'uptime':>8}  {'restarts':>8}  port")
+        for c in comps:
+            state = c["state"] if c["up"] or c["state"] in ("stopped", "backoff") else "down"
+            lines.append(f"{c['name']:<14}{state:<10}{c['pid'] or '-':>8}  "
+                         f"{_duration(process_uptime(c['pid']) if c['up'] else None):>8}  "
+                         f"{c['restarts']:>8}  {c['port'] or '-'}")
     api = report.get("api")
     if isinstance(api, dict):
         if "error" in api and len(api) == 1:
-            print(f"api      : {api['error']}", file=out)
+            lines.append(f"api      : {api['error']}")
         else:
-            print("api /api/status:", file=out)
-            print(json.dumps(api, indent=2, default=str), file=out)
-    return 0 if report["running"] else 1
+            services = api.get("services")
+            count = len(services) if isinstance(services, list | dict) else 0
+            lines.append(f"api      : answering, {count} services reporting (--json for details)")
+    return "\n".join(lines)
 
 
 def run_bootstrap(args: argparse.Namespace) -> int:

@@ -43,6 +43,7 @@ from cascade.platform.settings import Settings, env_var
 from cascade.platform.storage import Storage
 from programs.embedded import nats as nats_conf
 from programs.embedded.binaries import nats_server_binary, weed_binary
+from programs.embedded.locate import remember_stack
 from programs.embedded.ports import GRPC_OFFSET, port_is_free, wait_port
 from programs.embedded.procs import group_members, pid_alive, tail
 from programs.embedded.seaweed import (
@@ -529,6 +530,7 @@ class EmbeddedStack:
         await self.nats.start(supervise=False)
         await self.s3.start(supervise=False)
         self.write_state()
+        remember_stack(self.layout.root, self.http_url)  # `cascade status` from any folder
 
         deadline = time.monotonic() + self.start_timeout_s
         await asyncio.gather(self._bootstrap_bus(deadline), self._bootstrap_s3(deadline))

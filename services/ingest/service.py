@@ -41,6 +41,8 @@ from cascade.platform.tracestore import (
     UnitRecord,
     assess,
     capped,
+    declared_mismatch,
+    overwrite_note,
     replace,
 )
 from cascade.traces.baseline import read_baseline
@@ -161,17 +163,16 @@ class IngestService:
             log.warning("upload after the trace is ready ignored", etag=etag)
             return None
         if size > self.settings.max_upload_bytes:
-            rejected = FileRecord(
-                name=name, key=key, size=size, etag=etag, kind=tf.kind, unit=tf.unit,
-                state="rejected", source=source, received_at=time.time(),
-                error=f"{name} is {size} bytes, over the limit of {self.settings.max_upload_bytes}",
-            )
-            await self._store.mutate_file(tid, name, lambda _cur: rejected)
-            await self._store.mutate(tid, lambda r: replace(
-                r, errors=capped([*r.errors, rejected.error])
-            ) if rejected.error not in r.errors else None)
-            self._refuse(key, rejected.error, source)
-            return rejected
+            return await self._reject(
+                tid, name, key, size=size, etag=etag, source=source,
+                error=f"{name} is {size} bytes, over the limit of {self.settings.max_upload_bytes}")
+        declared = await self._store.declared(tid, name)
+        why = declared_mismatch(declared, size) if declared is not None else ""
+        if not why and existing is not None:
+            why = overwrite_note(existing, etag, declared)
+        if why:
+            return await self._reject(tid, name, key, size=size, etag=etag, source=source,
+                                      error=why)
         if tf.unit:
             job = PrepareJob(trace_id=tid, key=key, etag=etag, size=size)
             await self.bus.publish(subjects.JOB_PREPARE, job, msg_id=f"prepare:{tid}:{key}:{etag}")
@@ -229,6 +230,22 @@ class IngestService:
         if record.sealed:
             await self.evaluate(tid)
         return stored or new
+
+    async def _reject(self, tid: str, name: str, key: str, *, size: int, etag: str,
+                      source: FileSource, error: str) -> FileRecord:
+        """Record ``name`` as rejected with ``error`` (also in the trace's errors); it is not
+        prepared, and a sealed trace waits for it (missing) until it is re-uploaded."""
+        tf = check_name(name)
+        rejected = FileRecord(
+            name=name, key=key, size=size, etag=etag, kind=tf.kind, unit=tf.unit,
+            state="rejected", source=source, received_at=time.time(), error=error,
+        )
+        await self._store.mutate_file(tid, name, lambda _cur: rejected)
+        await self._store.mutate(tid, lambda r: replace(
+            r, errors=capped([*r.errors, error])
+        ) if error not in r.errors else None)
+        self._refuse(key, error, source)
+        return rejected
 
     async def _read_kernelslist(self, tid: str, key: str, name: str) -> None:
         try:

@@ -50,6 +50,7 @@ from cascade.platform.state import TraceRecord
 from cascade.platform.tracestore import FileRecord, TraceStore, UnitRecord, assess, capped, replace
 from cascade.traces.bundle import KERNELS_NAME, MANIFEST_NAME, BundleBuilder, table_to_npz
 from cascade.traces.files import check_name
+from cascade.traces.jsonstream import JsonLimits, use_limits
 from cascade.traces.parse import KernelFeatures, KernelTraceParser
 from cascade.traces.timeline import import_timeline
 from cascade.traces.xzstream import BoundedDecompressor
@@ -242,7 +243,8 @@ class PrepareService:
             if bounded is not None:
                 bounded.finish()
             try:
-                return await asyncio.to_thread(import_timeline, path)
+                return await asyncio.to_thread(_import_bounded, path,
+                                               JsonLimits.from_settings(self.settings))
             except TraceFormatError as exc:
                 raise TraceFormatError(name, exc.line, exc.expected, exc.got) from None
             except (ValueError, OSError) as exc:
@@ -471,3 +473,8 @@ class PrepareService:
             tmp.write_bytes(data)
             os.replace(tmp, path)
 
+
+def _import_bounded(path: Path, limits: JsonLimits) -> KernelTable:
+    """:func:`import_timeline` under the JSON reader limits from the settings."""
+    with use_limits(limits):
+        return import_timeline(path)

@@ -133,7 +133,7 @@ async def test_cli_uses_token_from_environment(traces_stack: TracesStack, tmp_pa
         cwd=REPO, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )
     out, _ = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 1 and "401" in out.decode()
+    assert proc.returncode == 2 and "401 unauthorized" in out.decode()
 
 
 async def test_import_takes_the_source_gpu_from_the_trace(traces_stack: TracesStack,

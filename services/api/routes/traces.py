@@ -9,6 +9,7 @@ published as an ``UploadReported`` event; ingest records it.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 import uuid
@@ -33,7 +34,14 @@ from cascade.platform.messages.trace import TraceCreated, TraceDeleted, TraceSea
 from cascade.platform.specstore import load_custom_specs
 from cascade.platform.state import TraceRecord
 from cascade.platform.storage import MAX_PARTS, MIN_PART_SIZE, Storage, UploadedPart
-from cascade.platform.tracestore import ExpectedSet, TraceStore, capped, replace
+from cascade.platform.tracestore import (
+    DeclaredUpload,
+    ExpectedSet,
+    TraceStore,
+    capped,
+    declared_mismatch,
+    replace,
+)
 from cascade.runs.plan import resolve_config
 from cascade.traces.files import MAX_NAME_LENGTH, NAME_PATTERN, check_name
 from services.api.http import doc, json_response, query_choice, query_int, read_json
@@ -122,6 +130,8 @@ class UploadsResponse(msgspec.Struct, frozen=True, kw_only=True):
 
     trace_id: str
     expires_in: int
+    """Seconds the shortest-lived URL of the answer stays valid (single PUTs:
+    presign_put_ttl_s; multipart part URLs: presign_ttl_s)."""
     uploads: list[UploadTarget]
 
 
@@ -255,6 +265,7 @@ async def request_uploads(request: web.Request) -> web.Response:
     if record.state == "ready":
         raise ConflictError(f"trace {tid} is ready: it takes no more uploads", state=record.state)
     seen: set[str] = set()
+    unique: list[UploadFile] = []
     for i, f in enumerate(body.files):
         check_name(f.name, field=f"files[{i}].name")
         if f.size > settings.max_upload_bytes:
@@ -264,14 +275,25 @@ async def request_uploads(request: web.Request) -> web.Response:
         if f.name in seen:
             continue  # listed twice: one upload target (the first)
         seen.add(f.name)
+        unique.append(f)
     storage = _storage(request)
     ttl = settings.presign_ttl_s
+    put_ttl = min(settings.presign_put_ttl_s, ttl)
+    now = time.time()
     targets: list[UploadTarget] = []
-    for f in body.files:
+    store = _store(request)
+    for start in range(0, len(unique), 256):  # ingest checks each arrival against these
+        await asyncio.gather(*(
+            store.declare(tid, DeclaredUpload(
+                name=f.name, size=f.size, issued_at=now,
+                expires_at=now + (put_ttl if f.size < settings.multipart_threshold_bytes else ttl)))
+            for f in unique[start:start + 256]))
+    for f in unique:
         key = raw_key(tid, f.name)
         if f.size < settings.multipart_threshold_bytes:
             targets.append(UploadTarget(name=f.name, key=key, size=f.size,
-                                        url=await storage.presign_put(key, ttl=ttl, size=f.size)))
+                                        url=await storage.presign_put(key, ttl=put_ttl,
+                                                                      size=f.size)))
             continue
         part_size = _part_size(f.size, settings.multipart_threshold_bytes)
         count = max(1, math.ceil(f.size / part_size))
@@ -287,7 +309,8 @@ async def request_uploads(request: web.Request) -> web.Response:
             name=f.name, key=key, size=f.size,
             multipart=MultipartUpload(upload_id=upload_id, part_size=part_size, parts=parts),
         ))
-    return json_response(UploadsResponse(trace_id=tid, expires_in=ttl, uploads=targets))
+    shortest = put_ttl if any(t.multipart is None for t in targets) else ttl
+    return json_response(UploadsResponse(trace_id=tid, expires_in=shortest, uploads=targets))
 
 
 async def _report(request: web.Request, tid: str, name: str, key: str, etag: str,
@@ -300,9 +323,19 @@ async def _report(request: web.Request, tid: str, name: str, key: str, etag: str
     return UploadedResponse(name=name, key=key, etag=etag, size=size)
 
 
+async def _check_declared(request: web.Request, tid: str, name: str, size: int) -> None:
+    """A 409 naming both sizes when the object is not the size its upload was declared with
+    (ingest, told through the report, fails the file with the same reason)."""
+    declared = await _store(request).declared(tid, name)
+    why = declared_mismatch(declared, size) if declared is not None else ""
+    if why:
+        raise ConflictError(why, state="size-mismatch")
+
+
 @routes.post("/api/traces/{trace_id}/uploads/complete")
 @doc(request=CompleteRequest, response=UploadedResponse, status=202, tags=("traces",),
-     responses={404: "no such trace", 409: "no such upload in progress",
+     responses={404: "no such trace",
+                409: "no such upload in progress, or not the declared size",
                 413: "file over max_upload_bytes"})
 async def complete_upload(request: web.Request) -> web.Response:
     """Assemble a multipart upload from its parts; counts as the upload callback too."""
@@ -331,12 +364,14 @@ async def complete_upload(request: web.Request) -> web.Response:
         await storage.delete(key)
         raise TooLargeError(f"{body.name}", info.size, settings.max_upload_bytes)
     answer = await _report(request, tid, body.name, key, info.etag or etag, info.size)
+    await _check_declared(request, tid, body.name, info.size)
     return json_response(answer, status=202)
 
 
 @routes.post("/api/traces/{trace_id}/uploaded")
 @doc(request=UploadedRequest, response=UploadedResponse, status=202, tags=("traces",),
-     responses={404: "no such trace", 409: "not uploaded yet, or ETag mismatch"})
+     responses={404: "no such trace",
+                409: "not uploaded yet, ETag mismatch, or not the declared size"})
 async def report_uploaded(request: web.Request) -> web.Response:
     """Upload callback: the object is checked with HEAD and handed to ingest."""
     tid = _trace_id(request)
@@ -355,6 +390,7 @@ async def report_uploaded(request: web.Request) -> web.Response:
             "(the upload was replaced or did not finish)"
         )
     answer = await _report(request, tid, body.name, key, info.etag, info.size)
+    await _check_declared(request, tid, body.name, info.size)
     return json_response(answer, status=202)
 
 

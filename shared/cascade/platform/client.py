@@ -41,12 +41,37 @@ class ApiError(CascadeError):
         self.http_status = status
         self.body = body
         self.code = str(body.get("error", "http_error")) if isinstance(body, dict) else "http_error"
-        message = body.get("message") if isinstance(body, dict) else str(body)[:300]
-        super().__init__(f"{method} {path} -> {status}: {message}")
+        message = body.get("message") if isinstance(body, dict) else str(body)
+        self.message = " ".join(str(message).split())[:300]
+        super().__init__(f"{method} {path} -> {status}: {self.message}")
 
 
 class UploadError(CascadeError):
-    """S3 refused a presigned upload."""
+    """S3 refused a presigned upload (or could not be reached)."""
+
+
+class AppUnreachableError(CascadeError, ConnectionError):
+    """The api could not be reached (refused, timed out, reset); one line naming the URL."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        self.url = url
+        self.reason = reason
+        super().__init__(f"cannot reach the Cascade app at {url} ({reason})")
+
+
+def connection_reason(exc: BaseException, timeout: float | None = None) -> str:
+    """A few words on why a connection failed ('connection refused', 'timed out after 5s')."""
+    if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):
+        return f"timed out after {timeout:g}s" if timeout else "timed out"
+    os_error = getattr(exc, "os_error", None)
+    cause = os_error if isinstance(os_error, OSError) else exc
+    if isinstance(cause, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "the server closed the connection"
+    if isinstance(cause, OSError) and cause.strerror:
+        return cause.strerror.lower()
+    return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
 
 
 def md5_etag(path: Path, part_size: int | None = None) -> str:
@@ -119,15 +144,19 @@ class CascadeClient:
                       params: dict[str, Any] | None = None) -> Any:
         """Call the api; the decoded JSON answer, or :class:`ApiError`."""
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        async with self.session.request(method, self.base_url + path, json=json, params=params,
-                                        headers=headers) as resp:
-            try:
-                body: Any = await resp.json(content_type=None)
-            except (ValueError, aiohttp.ContentTypeError):
-                body = await resp.text()
-            if resp.status >= 400:
-                raise ApiError(resp.status, body, method, path)
-            return body
+        try:
+            async with self.session.request(method, self.base_url + path, json=json,
+                                            params=params, headers=headers) as resp:
+                try:
+                    body: Any = await resp.json(content_type=None)
+                except (ValueError, aiohttp.ContentTypeError):
+                    body = await resp.text()
+                if resp.status >= 400:
+                    raise ApiError(resp.status, body, method, path)
+                return body
+        except (TimeoutError, aiohttp.ClientConnectionError) as exc:
+            raise AppUnreachableError(self.base_url,
+                                      connection_reason(exc, self.timeout.total)) from None
 
     # -- traces ------------------------------------------------------------------------------
     async def create_trace(self, *, name: str, source_gpu: str, kind: str = "instructions",
@@ -199,12 +228,18 @@ class CascadeClient:
         """PUT a byte range of ``path`` to a presigned URL; returns the ETag S3 answered."""
         size = path.stat().st_size if length is None else length
         headers = {"Content-Length": str(size)}
-        async with self.session.put(URL(url, encoded=True), headers=headers,
-                                    data=_file_chunks(path, start, size, progress)) as resp:
-            if resp.status >= 300:
-                text = await resp.text()
-                raise UploadError(f"S3 refused the upload of {path.name}: {resp.status} {text[:300]}")
-            return resp.headers.get("ETag", "").strip('"')
+        target = URL(url, encoded=True)
+        try:
+            async with self.session.put(target, headers=headers,
+                                        data=_file_chunks(path, start, size, progress)) as resp:
+                if resp.status >= 300:
+                    text = " ".join((await resp.text()).split())
+                    raise UploadError(f"S3 refused the upload of {path.name}: {resp.status} "
+                                      f"{text[:300]}")
+                return resp.headers.get("ETag", "").strip('"')
+        except (TimeoutError, aiohttp.ClientConnectionError) as exc:
+            raise UploadError(f"cannot upload {path.name}: S3 at {target.origin()} did not take "
+                              f"it ({connection_reason(exc, self.timeout.total)})") from None
 
     async def upload_target(self, trace_id: str, target: dict[str, Any], path: Path,
                             progress: Progress | None = None) -> dict[str, Any]:

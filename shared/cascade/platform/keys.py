@@ -106,6 +106,11 @@ def unit_key(trace_id: str, unit: str) -> str:
     return subjects.kv_key(trace_id, "units", kv_token(unit))
 
 
+def declared_key(trace_id: str, name: str) -> str:
+    """KV key of one DeclaredUpload (the size an upload URL was issued for)."""
+    return subjects.kv_key(trace_id, "declared", kv_token(name))
+
+
 #: A sim's result document.
 RESULT_FILE = "result.json"
 

@@ -117,6 +117,26 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     presign_ttl_s: Annotated[
         int, _doc("Lifetime of presigned upload/download URLs, in seconds", ge=1, le=7 * 24 * 3600)
     ] = 3600
+    presign_put_ttl_s: Annotated[
+        int, _doc("Lifetime of a single-PUT upload URL, in seconds (at most presign_ttl_s): "
+                  "short, so a URL cannot replace its file long after it arrived", ge=1,
+                  le=7 * 24 * 3600)
+    ] = 900
+
+    # --- hostile input ---------------------------------------------------
+    trace_json_max_string_chars: Annotated[
+        int, _doc("Longest JSON string in a Chrome-trace (PyTorch/Kineto) file, in characters",
+                  ge=64)
+    ] = 1 << 20
+    trace_json_max_value_bytes: Annotated[
+        int, _doc("Largest single value (one event) in a Chrome-trace file, in bytes", ge=1024)
+    ] = 16 << 20
+    trace_json_max_depth: Annotated[
+        int, _doc("Deepest array/object nesting inside one Chrome-trace event", ge=2, le=900)
+    ] = 64
+    trace_json_max_events: Annotated[
+        int, _doc("Most events in one Chrome-trace file", ge=1)
+    ] = 50_000_000
 
     # --- local state -----------------------------------------------------
     data_dir: Annotated[

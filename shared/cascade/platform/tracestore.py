@@ -7,6 +7,7 @@ Key layout (each part is one KV token; file names are escaped with
     {trace}.expected             ExpectedSet: what the seal request / kernelslist said is coming
     {trace}.files.{file}         FileRecord: one raw object (size, ETag, how we learned of it)
     {trace}.units.{unit}         UnitRecord: one unit of preparation (a kernel or a timeline file)
+    {trace}.declared.{file}      DeclaredUpload: the size an upload URL was issued for, and when
 
 Per-file and per-unit records live under their own keys, so a 10,000-kernel
 trace never puts a big value on the bus; the TraceRecord only holds counts.
@@ -25,7 +26,7 @@ import msgspec
 from cascade.errors import NotFoundError
 from cascade.platform import subjects
 from cascade.platform.bus import KV, Bus
-from cascade.platform.keys import expected_key, file_key, record_key, unit_key
+from cascade.platform.keys import declared_key, expected_key, file_key, record_key, unit_key
 from cascade.platform.state import TraceRecord
 from cascade.traces.files import FileKind
 
@@ -57,6 +58,40 @@ class FileRecord(msgspec.Struct, frozen=True, kw_only=True):
     source: FileSource = "callback"
     """How ingest first learned of this version of the file."""
     received_at: float = 0.0
+
+
+class DeclaredUpload(msgspec.Struct, frozen=True, kw_only=True):
+    """What the api issued upload URLs for: the declared size of one file, and when."""
+
+    name: str
+    """File name relative to the trace's raw/ prefix."""
+    size: int
+    """Bytes the client declared (and the presigned URL signs as its Content-Length)."""
+    issued_at: float
+    """When the URLs were issued; an object that replaces an arrived one without a later
+    declaration came through an old URL (an overwrite), not a re-upload."""
+    expires_at: float = 0.0
+    """When the last URL issued for it expires."""
+
+
+def declared_mismatch(declared: DeclaredUpload, size: int) -> str:
+    """Why an object of ``size`` bytes does not match its declaration ('' when it does)."""
+    if declared.size == size:
+        return ""
+    return (f"{declared.name}: declared {declared.size:,} bytes, uploaded {size:,} bytes; "
+            "re-upload it")
+
+
+def overwrite_note(existing: FileRecord, etag: str, declared: DeclaredUpload | None) -> str:
+    """Why an object that replaces the arrived ``existing`` is an overwrite through an old URL
+    ('' when a declaration issued after the arrival makes it a re-upload, or when no URL was
+    ever issued for it: then it was written with the bucket's own credentials)."""
+    if existing.state != "received" or existing.etag == etag or declared is None:
+        return ""
+    if declared.issued_at > existing.received_at:
+        return ""
+    return (f"{existing.name}: changed after it arrived (ETag {existing.etag} became {etag}) "
+            "through an upload URL issued before; re-upload it (a new upload request)")
 
 
 class UnitRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -202,6 +237,16 @@ class TraceStore:
             subjects.kv_key(trace_id, "files") + ".*", msgspec.json.Decoder(FileRecord)
         )
         return sorted(found.values(), key=lambda f: f.name)
+
+    # -- declared uploads ----------------------------------------------------------
+    async def declared(self, trace_id: str, name: str) -> DeclaredUpload | None:
+        """The last upload declaration of ``name``, or None (uploaded without the api)."""
+        entry = await self.kv.get(declared_key(trace_id, name), DeclaredUpload)
+        return entry.value if entry else None
+
+    async def declare(self, trace_id: str, declared: DeclaredUpload) -> None:
+        """Record that upload URLs for ``declared.name`` of ``declared.size`` bytes were issued."""
+        await self.kv.put(declared_key(trace_id, declared.name), declared)
 
     # -- units -------------------------------------------------------------------
     async def get_unit(self, trace_id: str, unit: str) -> UnitRecord | None:

@@ -10,11 +10,19 @@ Both Chrome-trace forms are accepted: the object form (``{"traceEvents": [...],
 ...}``) and the bare array form (``[{...}, {...}``, whose closing ``]`` is
 optional by the format). Anything else raises :class:`TraceFormatError` naming
 the file, the line and what was expected there; never a bare ``ValueError``.
+
+Hostile input is bounded by :class:`JsonLimits` (settings ``CASCADE_TRACE_JSON_*``, applied
+with :func:`use_limits`): the longest string, the largest single value, the nesting depth
+and the number of items. A string over the limit is refused while it is still being read,
+so a compressed file holding one gigabyte-long string costs at most about the value limit
+in memory, never the string itself.
 """
 
 from __future__ import annotations
 
 import codecs
+import contextlib
+import contextvars
 import gzip
 import io
 import json
@@ -24,22 +32,80 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, cast
 
+import msgspec
+
 from cascade.errors import TraceFormatError
 
 #: Bytes read from the (decompressed) file at a time.
 READ_BYTES = 1 << 20
 #: Largest single JSON value (one event, or one top-level value besides traceEvents).
-MAX_VALUE_BYTES = 256 << 20
+MAX_VALUE_BYTES = 16 << 20
 
 _WS = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
+#: A complete JSON string token, or an unterminated one running to the end of the text.
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?$)', re.DOTALL)
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+class JsonLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """Bounds on one Chrome-trace JSON document (each a setting, ``CASCADE_TRACE_JSON_*``)."""
+
+    max_string_chars: int = 1 << 20
+    """Longest JSON string (key or value), in characters of JSON text."""
+    max_value_bytes: int = MAX_VALUE_BYTES
+    """Largest single value: one event, or one top-level value besides ``traceEvents``."""
+    max_depth: int = 64
+    """Deepest nesting of arrays and objects inside one value."""
+    max_events: int = 50_000_000
+    """Most items: events of ``traceEvents`` plus other top-level keys."""
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> JsonLimits:
+        """The limits a :class:`cascade.platform.settings.Settings` holds (defaults for missing ones)."""
+        default = cls()
+        return cls(
+            max_string_chars=int(getattr(settings, "trace_json_max_string_chars",
+                                         default.max_string_chars)),
+            max_value_bytes=int(getattr(settings, "trace_json_max_value_bytes",
+                                        default.max_value_bytes)),
+            max_depth=int(getattr(settings, "trace_json_max_depth", default.max_depth)),
+            max_events=int(getattr(settings, "trace_json_max_events", default.max_events)),
+        )
+
+
+_DEFAULT_LIMITS = JsonLimits()
+_LIMITS: contextvars.ContextVar[JsonLimits | None] = contextvars.ContextVar(
+    "cascade_json_limits", default=None)
+
+
+def current_limits() -> JsonLimits:
+    """The limits readers use here (:func:`use_limits` sets them; defaults otherwise)."""
+    return _LIMITS.get() or _DEFAULT_LIMITS
+
+
+@contextlib.contextmanager
+def use_limits(limits: JsonLimits) -> Iterator[JsonLimits]:
+    """Read Chrome traces under ``limits`` inside the ``with`` block (this context only)."""
+    token = _LIMITS.set(limits)
+    try:
+        yield limits
+    finally:
+        _LIMITS.reset(token)
+
+
+def _setting(name: str) -> str:
+    return f"CASCADE_TRACE_JSON_{name.upper()}"
 
 
 class _Buffer:
     """A sliding window of decoded text over a binary stream, with line accounting."""
 
-    def __init__(self, fh: IO[bytes], fname: str, read_bytes: int) -> None:
+    def __init__(self, fh: IO[bytes], fname: str, read_bytes: int,
+                 limits: JsonLimits | None = None) -> None:
         self.fh = fh
+        self.limits = limits or current_limits()
+        self.items = 0
         self.fname = fname
         self.read_bytes = read_bytes
         self.text = ""
@@ -104,8 +170,49 @@ class _Buffer:
             raise self.error(what)
         self.pos += 1
 
+    def count_item(self) -> None:
+        """Count one more top-level item (event or key) against ``max_events``."""
+        self.items += 1
+        if self.items > self.limits.max_events:
+            raise self.error(f"at most {self.limits.max_events:,} trace events "
+                             f"({_setting('max_events')})")
+
+    def _check_strings(self, start: int, end: int) -> None:
+        """Refuse a string token in ``text[start:end]`` over ``max_string_chars`` (an
+        unterminated one at the end counts with what arrived of it so far)."""
+        limit = self.limits.max_string_chars
+        if end - start <= limit:
+            return
+        for m in _STRING.finditer(self.text, start, end):
+            if m.end() - m.start() - 2 > limit:
+                raise TraceFormatError(
+                    self.fname, self.line(m.start()),
+                    f"JSON strings of at most {limit:,} characters ({_setting('max_string_chars')})",
+                    f"a string of more than {limit:,} characters starting "
+                    f"{self.text[m.start():m.start() + 40]}...")
+
+    def _check_depth(self, start: int, end: int) -> None:
+        limit = self.limits.max_depth
+        if self.text.count("[", start, end) + self.text.count("{", start, end) <= limit:
+            return
+        depth = 0
+        pos = start
+        for m in _STRING.finditer(self.text, start, end):
+            depth = self._depth_between(pos, m.start(), depth, limit)
+            pos = m.end()
+        self._depth_between(pos, end, depth, limit)
+
+    def _depth_between(self, start: int, end: int, depth: int, limit: int) -> int:
+        for b in _BRACKETS.finditer(self.text, start, end):
+            depth += 1 if b.group() in "[{" else -1
+            if depth > limit:
+                raise self.error(f"JSON nested at most {limit} levels deep "
+                                 f"({_setting('max_depth')})", b.start())
+        return depth
+
     def value(self) -> Any:
         """Decode the JSON value at the (non-whitespace) position."""
+        limits = self.limits
         grow = self.read_bytes
         while True:
             start = self.pos
@@ -113,18 +220,25 @@ class _Buffer:
                 obj, end = _DECODER.raw_decode(self.text, start)
             except json.JSONDecodeError as exc:
                 if self.eof:
+                    self._check_strings(start, len(self.text))
                     raise self.error(f"a JSON value ({exc.msg})", exc.pos) from None
                 obj, end = None, -1
             except RecursionError:
-                raise self.error("JSON nested less than a thousand levels deep") from None
+                raise self.error(f"JSON nested at most {limits.max_depth} levels deep "
+                                 f"({_setting('max_depth')})") from None
             if end >= 0 and (end < len(self.text) or self.eof):
+                self._check_strings(start, end)
+                self._check_depth(start, end)
                 self.pos = end
                 return obj
-            # incomplete (or possibly a number cut at the buffer's end): read more and retry
-            if len(self.text) - start > MAX_VALUE_BYTES:
-                raise self.error(f"JSON values (events) under {MAX_VALUE_BYTES >> 20} MiB")
+            # incomplete (or possibly a number cut at the buffer's end): check what arrived
+            # of it, then read more and retry
+            self._check_strings(start, len(self.text))
+            if len(self.text) - start > limits.max_value_bytes:
+                raise self.error(f"JSON values (events) of at most {limits.max_value_bytes:,} "
+                                 f"bytes ({_setting('max_value_bytes')})")
             self.fill(grow)
-            grow = min(grow * 2, MAX_VALUE_BYTES)
+            grow = min(grow * 2, max(limits.max_value_bytes, self.read_bytes))
 
 
 def _array(buf: _Buffer, what: str, closing_optional: bool) -> Iterator[Any]:
@@ -138,6 +252,7 @@ def _array(buf: _Buffer, what: str, closing_optional: bool) -> Iterator[Any]:
         if c == "" and closing_optional:
             return
         buf.value_line = buf.line()
+        buf.count_item()
         yield buf.value()
         c = buf.peek()
         if c == ",":
@@ -156,12 +271,14 @@ def _array(buf: _Buffer, what: str, closing_optional: bool) -> Iterator[Any]:
 
 
 def iter_chrome_json(source: str | Path | IO[bytes], *, name: str | None = None,
-                     read_bytes: int = READ_BYTES) -> Iterator[tuple[str, Any, int]]:
+                     read_bytes: int = READ_BYTES,
+                     limits: JsonLimits | None = None) -> Iterator[tuple[str, Any, int]]:
     """Items of a Chrome-trace JSON file in file order: ``("event", value, line)`` for each
     element of ``traceEvents`` and ``(key, value, line)`` for every other top-level key
     (``line``: the 1-based line the value starts on).
 
-    ``source``: a path (``.gz`` decompressed) or a binary file object.
+    ``source``: a path (``.gz`` decompressed) or a binary file object. ``limits``: default
+    :func:`current_limits`.
     """
     if isinstance(source, str | Path):
         path = Path(source)
@@ -174,10 +291,10 @@ def iter_chrome_json(source: str | Path | IO[bytes], *, name: str | None = None,
             head = raw.read(2)
             raw.seek(0)
             fh = cast(IO[bytes], gzip.GzipFile(fileobj=raw)) if head == b"\x1f\x8b" else raw
-            yield from _document(_Buffer(fh, fname, read_bytes))
+            yield from _document(_Buffer(fh, fname, read_bytes, limits))
         return
     fname = name or str(getattr(source, "name", "<chrome trace>"))
-    yield from _document(_Buffer(source, fname, read_bytes))
+    yield from _document(_Buffer(source, fname, read_bytes, limits))
 
 
 def _document(buf: _Buffer) -> Iterator[tuple[str, Any, int]]:
@@ -197,6 +314,7 @@ def _document(buf: _Buffer) -> Iterator[tuple[str, Any, int]]:
             while True:
                 if buf.peek() != '"':
                     raise buf.error("a quoted top-level key")
+                buf.count_item()
                 key = buf.value()
                 buf.expect(":", f"':' after the top-level key {key!r}")
                 if key == "traceEvents":

@@ -31,7 +31,7 @@ from cascade.engine import ops
 from cascade.errors import TraceFormatError
 from cascade.kerneltable import COLUMNS, DTYPES, KernelTable
 from cascade.tableio import read_table
-from cascade.traces.jsonstream import iter_chrome_json
+from cascade.traces.jsonstream import current_limits, iter_chrome_json
 from cascade.traces.opshapes import OpWork, is_helper_kernel, op_work, pass_of_kernel
 
 _STEP_RE = re.compile(r"^step:(?P<kind>[A-Za-z_]+)(?P<rest>(?::[a-z_]+=\d+)*)$")
@@ -200,6 +200,15 @@ class _Kernel(msgspec.Struct, array_like=True, gc=False):
 
 
 _KERNEL_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+#: Categories of complete ('X') events whose fields are read (and so type-checked).
+_READ_CATS = frozenset((*_KERNEL_CATS, "cuda_runtime", "cuda_driver", "cpu_op", "user_annotation"))
+#: ``args`` fields read as numbers.
+_NUMERIC_ARGS = ("registers per thread", "shared memory", "stream", "device", "correlation",
+                 "External id", "bytes", "flops")
+#: ``args`` fields read as arrays.
+_LIST_ARGS = ("grid", "block", "Input Dims", "Input type", "Concrete Inputs")
+#: Longest GPU name taken from ``deviceProperties``.
+MAX_DEVICE_NAME = 256
 _MAIN_FAMILIES = (ops.GEMM, ops.ATTENTION)
 
 
@@ -221,25 +230,55 @@ class _ChromeReader:
         self.t0 = math.inf
         self.device_props: Any = None
         self.skipped = 0
+        self.events = 0
         self.names: dict[str, str] = {}
+
+    def _bad(self, line: int, cat: str, field: str, expected: str, value: Any) -> TraceFormatError:
+        """The error for a field of the current event that is not of the expected type."""
+        shown = repr(value)
+        if len(shown) > 80:
+            shown = shown[:80] + "..."
+        return TraceFormatError(self.fname, line,
+                                f"{expected} {field!r} on the {cat!r} event #{self.events}",
+                                f"{type(value).__name__} {shown}")
 
     def _ts(self, ev: Mapping[str, Any], line: int, cat: str) -> tuple[float, float]:
         ts = _num(ev.get("ts"))
         if ts is None:
-            raise TraceFormatError(self.fname, line, f"a numeric 'ts' (us) on the {cat!r} event",
-                                   repr(ev.get("ts")))
+            raise self._bad(line, cat, "ts", "a numeric", ev.get("ts"))
         raw = ev.get("dur", 0.0)
         dur = _num(raw)
         if dur is None or dur < 0:
-            raise TraceFormatError(self.fname, line,
-                                   f"a non-negative numeric 'dur' (us) on the {cat!r} event", repr(raw))
+            raise self._bad(line, cat, "dur", "a non-negative numeric", raw)
         return ts * 1000.0, dur * 1000.0
+
+    def _args(self, ev: Mapping[str, Any], line: int, cat: str) -> dict[str, Any]:
+        """The event's ``args`` object ({} when absent), its numeric and list fields checked."""
+        args = ev.get("args")
+        if args is None:
+            return {}
+        if not isinstance(args, dict):
+            raise self._bad(line, cat, "args", "a JSON object", args)
+        for key in _NUMERIC_ARGS:
+            v = args.get(key)
+            if v is not None and _num(v) is None:
+                raise self._bad(line, cat, f"args.{key}", "a finite number", v)
+        for key in _LIST_ARGS:
+            v = args.get(key)
+            if v is not None and not isinstance(v, list):
+                raise self._bad(line, cat, f"args.{key}", "a JSON array", v)
+        for key in ("grid", "block"):
+            v = args.get(key)
+            if isinstance(v, list) and any(_num(x) is None for x in v[:3]):
+                raise self._bad(line, cat, f"args.{key}", "an array of numbers", v)
+        return args
 
     def add(self, key: str, ev: Any, line: int) -> None:
         if key != "event":
             if key == "deviceProperties":
                 self.device_props = ev
             return
+        self.events += 1
         if not isinstance(ev, dict):
             self.skipped += 1
             return
@@ -257,14 +296,17 @@ class _ChromeReader:
                 else:
                     self.flow_end[(_ident(ev.get("pid")), _ident(ev.get("tid")), ts * 1000.0)] = fid
             return
-        if ph != "X":
+        if ph != "X" or cat not in _READ_CATS:
+            if ph == "X":
+                ts_ = _num(ev.get("ts"))
+                if ts_ is not None and cat not in ("trace", "gpu_user_annotation"):
+                    self.t0 = min(self.t0, ts_ * 1000.0)
             return
-        args = ev.get("args")
-        if not isinstance(args, dict):
-            args = {}
+        args = self._args(ev, line, cat)
         raw_name = ev.get("name", "")
-        name = raw_name if isinstance(raw_name, str) else str(raw_name)
-        name = self.names.setdefault(name, name)
+        if not isinstance(raw_name, str):
+            raise self._bad(line, cat, "name", "a string", raw_name)
+        name = self.names.setdefault(raw_name, raw_name)
         if cat in _KERNEL_CATS:
             ts, dur = self._ts(ev, line, cat)
             self.t0 = min(self.t0, ts)
@@ -300,15 +342,11 @@ class _ChromeReader:
             self.cpu_ops.append(_CpuOp(ts, ts + dur, _ident(ev.get("tid")), name, work,
                                        work.dtype if work is not None else _first_dtype(types),
                                        _num(args.get("flops"))))
-        elif cat == "user_annotation":
+        else:  # user_annotation
             ts, dur = self._ts(ev, line, cat)
             self.t0 = min(self.t0, ts)
             if parse_step_name(name) is not None:
                 self.steps.append(StepRange(ts, ts + dur, name))
-        else:
-            ts_ = _num(ev.get("ts"))
-            if ts_ is not None and cat not in ("python_function", "trace", "gpu_user_annotation"):
-                self.t0 = min(self.t0, ts_ * 1000.0)
 
     def device(self, kernel_devices: list[int]) -> tuple[str, int]:
         props = self.device_props
@@ -324,6 +362,11 @@ class _ChromeReader:
             chosen = next((p for p in props if isinstance(p, dict)), None)
         if chosen is None or not isinstance(chosen.get("name"), str):
             return "", -1
+        if len(chosen["name"]) > MAX_DEVICE_NAME:
+            raise TraceFormatError(self.fname, None,
+                                   f"a GPU name of at most {MAX_DEVICE_NAME} characters in "
+                                   "'deviceProperties'",
+                                   f"a name of {len(chosen['name']):,} characters")
         major, minor = _int(chosen.get("computeMajor")), _int(chosen.get("computeMinor"))
         return chosen["name"].strip(), (major * 10 + minor) if major >= 0 and minor >= 0 else -1
 
@@ -700,16 +743,29 @@ def import_cascade_csv(path: str | Path) -> KernelTable:
     return _rebase(table)
 
 
+def _bounded_lines(path: Path, limit: int) -> Iterator[str]:
+    """Lines of ``path``, each read at most ``limit + 1`` characters at a time (a longer one is
+    yielded cut there, for the caller to refuse, never read whole)."""
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        while line := fh.readline(limit + 1):
+            yield line
+
+
 def import_cascade_jsonl(path: str | Path | Iterable[str]) -> KernelTable:
     """One JSON object per line with KernelTable column names (``name`` required)."""
     fname = str(path) if isinstance(path, str | Path) else "<jsonl>"
+    limit = current_limits().max_value_bytes
     lines: Iterable[str] = (
-        Path(path).open() if isinstance(path, str | Path) else path  # noqa: SIM115 (closed below)
+        _bounded_lines(Path(path), limit) if isinstance(path, str | Path) else path
     )
     rows: list[dict[str, Any]] = []
     dec = msgspec.json.Decoder(dict[str, Any])
     try:
         for lineno, line in enumerate(lines, start=1):
+            if len(line) > limit:
+                raise TraceFormatError(fname, lineno, f"lines of at most {limit:,} characters "
+                                       "(CASCADE_TRACE_JSON_MAX_VALUE_BYTES)",
+                                       f"a longer line starting {line[:40]}...")
             if not line.strip():
                 continue
             try:
@@ -728,6 +784,14 @@ def import_cascade_jsonl(path: str | Path | Iterable[str]) -> KernelTable:
             if unknown:
                 raise TraceFormatError(fname, lineno, "only KernelTable column names",
                                        ", ".join(unknown))
+            for key, value in obj.items():
+                text_column = COLUMNS[key][0].kind == "O"
+                if value is None or (isinstance(value, str) if text_column else (
+                        isinstance(value, int | float) and not isinstance(value, bool))):
+                    continue
+                raise TraceFormatError(fname, lineno, f"'{key}' as a "
+                                       f"{'string' if text_column else 'number'}",
+                                       f"{type(value).__name__} {value!r}"[:80])
             dt = obj.get("dtype")
             if dt is not None and dt not in DTYPES:
                 raise TraceFormatError(fname, lineno, f"dtype one of {', '.join(DTYPES)}", str(dt))

@@ -282,10 +282,10 @@ def _import(stack: _Stack, folder: Path, timeout: float, *,
 
 def _trace_id_of(folder: Path) -> str:
     """The trace id `cascade import` remembered for ``folder`` ("" before it made one)."""
-    from programs.cli.importer import STATE_NAME
+    from cascade.platform.client import IMPORT_STATE_NAME
 
     try:
-        state = json.loads((folder / STATE_NAME).read_text())
+        state = json.loads((folder / IMPORT_STATE_NAME).read_text())
     except (OSError, ValueError):
         return ""
     entries = state.values() if isinstance(state, dict) else ()

@@ -32,17 +32,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cascade.errors import CascadeError, ConfigError, NotFoundError, ValidationError
+from cascade.errors import CascadeError, ConfigError, ValidationError
 from cascade.platform.client import (
+    IMPORT_STATE_NAME,
     ApiError,
     AppUnreachableError,
     CascadeClient,
     UploadError,
-    md5_etag,
+    already_there,
 )
-from cascade.traces.files import check_name
+from cascade.traces.files import check_name, classify_files
 
-STATE_NAME = ".cascade-import.json"
 TOKEN_ENV = "CASCADE_API_TOKEN"
 DEFAULT_URL = "http://127.0.0.1:8080"
 START_HINT = "start it with `make run` or `cascade up`, or pass --url"
@@ -78,98 +78,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--workload", default="", help="free-form workload description")
     p.add_argument("--trace-id", default=None, help="continue this trace instead of the remembered one")
     p.add_argument("--state-file", type=Path, default=None,
-                   help=f"where the PATH -> trace id mapping is kept (default: PATH's folder/{STATE_NAME})")
+                   help=f"where the PATH -> trace id mapping is kept (default: PATH's folder/{IMPORT_STATE_NAME})")
     p.add_argument("--no-seal", action="store_true", help="upload only; do not seal the trace")
     p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
                    help="after sealing, wait up to SECONDS for the trace to be ready")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=main)
-
-
-def sniff(path: Path) -> str:
-    """Why a file with a trace-file name is not one ('' when its content looks right): a JSON
-    that is no Chrome trace (nvprof / Nsight Compute output), a CSV that is no Cascade kernel
-    table (an Accel-Sim log), a JSONL without kernel rows, an SQLite that is no database."""
-    import gzip
-
-    tf = check_name(path.name)
-    if tf.kind != "timeline":
-        return ""
-    name = path.name.lower()
-    try:
-        if name.endswith(".gz"):
-            with gzip.open(path, "rb") as fh:
-                head = fh.read(1 << 16)
-        else:
-            with path.open("rb") as fh:
-                head = fh.read(1 << 16)
-    except (OSError, EOFError) as exc:
-        return f"unreadable: {exc}"
-    text = head.decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
-    if name.endswith((".json", ".json.gz")):
-        if '"traceEvents"' in text or (text.startswith("[") and '"ph"' in text):
-            return ""
-        return "JSON but not a Chrome trace (no traceEvents): e.g. nvprof or Nsight Compute output"
-    if name.endswith(".parquet"):
-        return "" if head.startswith(b"PAR1") else "not a Parquet file (no PAR1 magic)"
-    if name.endswith((".csv", ".csv.gz")):
-        header = [h.strip().strip('"') for h in text.splitlines()[0].split(",")] if text else []
-        if "name" in header:
-            return ""
-        return "CSV without a 'name' column: not a Cascade kernel table (e.g. an Accel-Sim log)"
-    if name.endswith(".jsonl"):
-        first = text.splitlines()[0] if text else ""
-        try:
-            row = json.loads(first)
-        except ValueError:
-            return "not JSON lines (the first line is not a JSON object)"
-        return "" if isinstance(row, dict) and "name" in row else \
-            "JSON lines without a 'name' field: not a Cascade timeline"
-    if name.endswith(".sqlite"):
-        return "" if head.startswith(b"SQLite format 3\x00") else "not an SQLite database"
-    return ""
-
-
-def classify_files(path: Path) -> tuple[list[Path], dict[str, str]]:
-    """The trace files under ``path`` and every other file with the reason it is skipped."""
-    if path.is_file():
-        check_name(path.name, field=str(path))
-        why = sniff(path)
-        if why:
-            raise ValidationError(f"{path.name}: {why}", field=str(path))
-        return [path], {}
-    if not path.is_dir():
-        raise NotFoundError(f"{path}: no such file or folder")
-    files: list[Path] = []
-    skipped: dict[str, str] = {}
-    for entry in sorted(path.iterdir()):
-        if entry.name.startswith("."):
-            continue
-        if not entry.is_file():
-            skipped[entry.name] = "a folder or special file, not a trace file"
-            continue
-        try:
-            check_name(entry.name)
-        except ValidationError:
-            skipped[entry.name] = ("not a trace file name (kernel-N.trace[g][.xz], kernelslist[.g], "
-                                   "stats.csv, *.json[.gz] / *.csv / *.jsonl / *.sqlite timelines)")
-            continue
-        why = sniff(entry)
-        if why:
-            skipped[entry.name] = why
-            continue
-        files.append(entry)
-    if not files:
-        raise ValidationError(f"{path} holds no trace files (kernel-N.trace[g][.xz], kernelslist, "
-                              "stats.csv or timeline files)"
-                              + (f"; skipped: {', '.join(sorted(skipped))}" if skipped else ""),
-                              field="path")
-    return files, skipped
-
-
-def collect_files(path: Path) -> list[Path]:
-    """The trace files under ``path`` (a folder: its accepted files; a file: itself)."""
-    return classify_files(path)[0]
 
 
 def named_device(files: list[Path]) -> tuple[str, Path | None]:
@@ -226,7 +140,7 @@ def state_file_for(path: Path, override: Path | None) -> Path:
         return override
     folder = path if path.is_dir() else path.parent
     if os.access(folder, os.W_OK):
-        return folder / STATE_NAME
+        return folder / IMPORT_STATE_NAME
     return Path.home() / ".cascade" / "imports.json"
 
 
@@ -243,18 +157,6 @@ def _save_state(path: Path, state: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(state, indent=2, sort_keys=True))
     tmp.replace(path)
-
-
-def already_there(local: Path, remote: dict[str, Any] | None, part_size: int | None) -> bool:
-    """True when the api holds ``local`` already (same size and ETag)."""
-    if remote is None or remote.get("state") != "received":
-        return False
-    if int(remote.get("size", -1)) != local.stat().st_size:
-        return False
-    etag = str(remote.get("etag", ""))
-    if "-" in etag:
-        return part_size is not None and md5_etag(local, part_size) == etag
-    return md5_etag(local) == etag
 
 
 def default_url() -> str:

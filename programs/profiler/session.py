@@ -35,7 +35,7 @@ import msgspec
 import structlog
 
 from cascade.errors import CascadeError, ValidationError
-from cascade.platform.client import ApiError, CascadeClient
+from cascade.platform.client import IMPORT_STATE_NAME, ApiError, CascadeClient
 from cascade.traces.baseline import BASELINE_NAME, Baseline, steps_from_marks, write_baseline
 from programs.profiler import ENV_BASELINE, ENV_PASS, ENV_STEPS, ENV_TIMELINE, ENV_TRACES_FOLDER
 from programs.profiler.upload import StreamUploader
@@ -47,7 +47,6 @@ TRACER_ENV = "CASCADE_NVBIT_TRACER"
 TIMELINE_NAME = "timeline.pt.trace.json"
 CPU_TIMELINE_NAME = "timeline.jsonl"
 NSYS_NAME = "timeline"
-STATE_NAME = ".cascade-import.json"
 STOP_GRACE_S = 10.0
 
 Mode = Literal["timeline", "instructions", "both"]
@@ -193,7 +192,7 @@ class ProfileSession:
         self.api: CascadeClient | None = None
         self.uploader: StreamUploader | None = None
         self.trace_id: str | None = None
-        self.state_path = self.folder / STATE_NAME
+        self.state_path = self.folder / IMPORT_STATE_NAME
         self.state: dict[str, Any] = {}
         self.entry: dict[str, Any] = {}
         self.result = ProfileResult(exit_status=0, folder=self.folder)
@@ -451,7 +450,8 @@ class ProfileSession:
 
     async def _resume_uploads(self) -> None:
         """--resume: submit every trace file the app does not hold yet."""
-        from programs.cli.importer import already_there, collect_files
+        from cascade.platform.client import already_there
+        from cascade.traces.files import collect_files
 
         assert self.api is not None and self.uploader is not None and self.trace_id is not None
         remote = {f["name"]: f for f in (await self.api.get_trace(self.trace_id)).get("files", [])}

@@ -16,7 +16,8 @@ from cascade.errors import ValidationError
 from cascade.platform import subjects
 from cascade.platform.client import md5_etag
 from cascade.platform.tracestore import FileRecord
-from programs.cli.importer import classify_files, collect_files, infer_kind, run_import
+from cascade.traces.files import classify_files, collect_files
+from programs.cli.importer import infer_kind, run_import
 from tests.support.traces_stack import (
     REAL_TRACE,
     REPO,

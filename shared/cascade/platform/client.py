@@ -32,6 +32,9 @@ Progress = Callable[[int], None]
 """Called with the number of bytes just sent."""
 
 CHUNK = 1024 * 1024
+#: File next to an imported folder (or under ~/.cascade/) mapping (app, path) to its trace id,
+#: written by `cascade import` and `cascade profile` so a re-import can resume.
+IMPORT_STATE_NAME = ".cascade-import.json"
 
 
 class ApiError(CascadeError):
@@ -270,3 +273,15 @@ class CascadeClient:
             await self.upload_target(trace_id, target, by_name[target["name"]], progress)
             for target in answer["uploads"]
         ]
+
+
+def already_there(local: Path, remote: dict[str, Any] | None, part_size: int | None) -> bool:
+    """True when the api holds ``local`` already (same size and ETag)."""
+    if remote is None or remote.get("state") != "received":
+        return False
+    if int(remote.get("size", -1)) != local.stat().st_size:
+        return False
+    etag = str(remote.get("etag", ""))
+    if "-" in etag:
+        return part_size is not None and md5_etag(local, part_size) == etag
+    return md5_etag(local) == etag

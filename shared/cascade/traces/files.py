@@ -16,12 +16,15 @@ absolute paths), is refused with a :class:`ValidationError` naming the field.
 
 from __future__ import annotations
 
+import gzip
+import json
 import re
+from pathlib import Path
 from typing import Literal
 
 import msgspec
 
-from cascade.errors import ValidationError
+from cascade.errors import NotFoundError, ValidationError
 
 FileKind = Literal["kernel", "kernelslist", "stats", "timeline", "baseline"]
 
@@ -115,3 +118,87 @@ def kernel_stems(listing: str) -> list[str]:
     return stems
 
 
+
+
+def sniff(path: Path) -> str:
+    """Why a file with a trace-file name is not one ('' when its content looks right): a JSON
+    that is no Chrome trace (nvprof / Nsight Compute output), a CSV that is no Cascade kernel
+    table (an Accel-Sim log), a JSONL without kernel rows, an SQLite that is no database."""
+    tf = check_name(path.name)
+    if tf.kind != "timeline":
+        return ""
+    name = path.name.lower()
+    try:
+        if name.endswith(".gz"):
+            with gzip.open(path, "rb") as fh:
+                head = fh.read(1 << 16)
+        else:
+            with path.open("rb") as fh:
+                head = fh.read(1 << 16)
+    except (OSError, EOFError) as exc:
+        return f"unreadable: {exc}"
+    text = head.decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
+    if name.endswith((".json", ".json.gz")):
+        if '"traceEvents"' in text or (text.startswith("[") and '"ph"' in text):
+            return ""
+        return "JSON but not a Chrome trace (no traceEvents): e.g. nvprof or Nsight Compute output"
+    if name.endswith(".parquet"):
+        return "" if head.startswith(b"PAR1") else "not a Parquet file (no PAR1 magic)"
+    if name.endswith((".csv", ".csv.gz")):
+        header = [h.strip().strip('"') for h in text.splitlines()[0].split(",")] if text else []
+        if "name" in header:
+            return ""
+        return "CSV without a 'name' column: not a Cascade kernel table (e.g. an Accel-Sim log)"
+    if name.endswith(".jsonl"):
+        first = text.splitlines()[0] if text else ""
+        try:
+            row = json.loads(first)
+        except ValueError:
+            return "not JSON lines (the first line is not a JSON object)"
+        return "" if isinstance(row, dict) and "name" in row else \
+            "JSON lines without a 'name' field: not a Cascade timeline"
+    if name.endswith(".sqlite"):
+        return "" if head.startswith(b"SQLite format 3\x00") else "not an SQLite database"
+    return ""
+
+
+def classify_files(path: Path) -> tuple[list[Path], dict[str, str]]:
+    """The trace files under ``path`` and every other file with the reason it is skipped."""
+    if path.is_file():
+        check_name(path.name, field=str(path))
+        why = sniff(path)
+        if why:
+            raise ValidationError(f"{path.name}: {why}", field=str(path))
+        return [path], {}
+    if not path.is_dir():
+        raise NotFoundError(f"{path}: no such file or folder")
+    files: list[Path] = []
+    skipped: dict[str, str] = {}
+    for entry in sorted(path.iterdir()):
+        if entry.name.startswith("."):
+            continue
+        if not entry.is_file():
+            skipped[entry.name] = "a folder or special file, not a trace file"
+            continue
+        try:
+            check_name(entry.name)
+        except ValidationError:
+            skipped[entry.name] = ("not a trace file name (kernel-N.trace[g][.xz], kernelslist[.g], "
+                                   "stats.csv, *.json[.gz] / *.csv / *.jsonl / *.sqlite timelines)")
+            continue
+        why = sniff(entry)
+        if why:
+            skipped[entry.name] = why
+            continue
+        files.append(entry)
+    if not files:
+        raise ValidationError(f"{path} holds no trace files (kernel-N.trace[g][.xz], kernelslist, "
+                              "stats.csv or timeline files)"
+                              + (f"; skipped: {', '.join(sorted(skipped))}" if skipped else ""),
+                              field="path")
+    return files, skipped
+
+
+def collect_files(path: Path) -> list[Path]:
+    """The trace files under ``path`` (a folder: its accepted files; a file: itself)."""
+    return classify_files(path)[0]

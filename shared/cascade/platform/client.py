@@ -19,9 +19,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import aiohttp
 from yarl import URL
@@ -35,6 +35,8 @@ CHUNK = 1024 * 1024
 #: File next to an imported folder (or under ~/.cascade/) mapping (app, path) to its trace id,
 #: written by `cascade import` and `cascade profile` so a re-import can resume.
 IMPORT_STATE_NAME = ".cascade-import.json"
+
+T = TypeVar("T")
 
 
 class ApiError(CascadeError):
@@ -52,13 +54,20 @@ class ApiError(CascadeError):
 class UploadError(CascadeError):
     """S3 refused a presigned upload (or could not be reached)."""
 
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        self.transient = transient
+        """True when S3 could not be reached or answered 5xx (worth retrying)."""
+        super().__init__(message)
+
 
 class AppUnreachableError(CascadeError, ConnectionError):
     """The api could not be reached (refused, timed out, reset); one line naming the URL."""
 
-    def __init__(self, url: str, reason: str) -> None:
+    def __init__(self, url: str, reason: str, *, connect_failed: bool = False) -> None:
         self.url = url
         self.reason = reason
+        self.connect_failed = connect_failed
+        """True when no connection was made (the request never reached the app)."""
         super().__init__(f"cannot reach the Cascade app at {url} ({reason})")
 
 
@@ -113,13 +122,31 @@ async def _file_chunks(path: Path, start: int, length: int, progress: Progress |
             yield block
 
 
-class CascadeClient:
-    """One api endpoint, one aiohttp session."""
+#: Seconds a client that has reached the app keeps retrying through an outage (the app or S3
+#: restarting under `cascade up`) before it gives up.
+RIDE_THROUGH_S = 60.0
+#: Statuses that mean "not now" (a proxy or the app between restarts), retried like an outage.
+RETRY_STATUSES = frozenset({502, 503, 504})
 
-    def __init__(self, base_url: str, token: str | None = None, *, timeout: float = 300.0) -> None:
+
+class CascadeClient:
+    """One api endpoint, one aiohttp session.
+
+    The first call fails fast (the app is not there: one clear error). Once the app has
+    answered, a refused connection, a dropped one or a 502/503/504 is retried with backoff for up
+    to ``ride_through_s`` seconds; creating a trace is retried only when the request never
+    reached the app (so no trace is made twice), presigned PUTs always (they are idempotent).
+    """
+
+    def __init__(self, base_url: str, token: str | None = None, *, timeout: float = 300.0,
+                 ride_through_s: float = RIDE_THROUGH_S) -> None:
         self.base_url = base_url.rstrip("/")
         self.token = token or None
         self.timeout = aiohttp.ClientTimeout(total=timeout)
+        self.ride_through_s = ride_through_s
+        self.retries = 0
+        """Calls retried through an outage so far."""
+        self._reached = False
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> Self:
@@ -145,7 +172,36 @@ class CascadeClient:
     # -- plumbing ----------------------------------------------------------------------------
     async def request(self, method: str, path: str, *, json: Any = None,
                       params: dict[str, Any] | None = None) -> Any:
-        """Call the api; the decoded JSON answer, or :class:`ApiError`."""
+        """Call the api; the decoded JSON answer, or :class:`ApiError` (outages ridden through)."""
+        return await self._riding(lambda: self._request_once(method, path, json=json, params=params),
+                                  once=method == "POST" and path == "/api/traces")
+
+    async def _riding(self, call: Callable[[], Awaitable[T]], *, once: bool = False) -> T:
+        deadline: float | None = None
+        delay = 0.25
+        while True:
+            try:
+                result = await call()
+                self._reached = True
+                return result
+            except (AppUnreachableError, ApiError, UploadError) as exc:
+                transient = (
+                    (isinstance(exc, ApiError) and exc.http_status in RETRY_STATUSES)
+                    or (isinstance(exc, AppUnreachableError) and (exc.connect_failed or not once))
+                    or (isinstance(exc, UploadError) and exc.transient)
+                )
+                if not (self._reached and transient and self.ride_through_s > 0):
+                    raise
+                now = time.monotonic()
+                deadline = now + self.ride_through_s if deadline is None else deadline
+                if now + delay > deadline:
+                    raise
+                self.retries += 1
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def _request_once(self, method: str, path: str, *, json: Any = None,
+                            params: dict[str, Any] | None = None) -> Any:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         try:
             async with self.session.request(method, self.base_url + path, json=json,
@@ -158,8 +214,9 @@ class CascadeClient:
                     raise ApiError(resp.status, body, method, path)
                 return body
         except (TimeoutError, aiohttp.ClientConnectionError) as exc:
-            raise AppUnreachableError(self.base_url,
-                                      connection_reason(exc, self.timeout.total)) from None
+            raise AppUnreachableError(
+                self.base_url, connection_reason(exc, self.timeout.total),
+                connect_failed=isinstance(exc, aiohttp.ClientConnectorError)) from None
 
     # -- traces ------------------------------------------------------------------------------
     async def create_trace(self, *, name: str, source_gpu: str, kind: str = "instructions",
@@ -228,7 +285,13 @@ class CascadeClient:
     # -- uploads -----------------------------------------------------------------------------
     async def put_presigned(self, url: str, path: Path, *, start: int = 0, length: int | None = None,
                             progress: Progress | None = None) -> str:
-        """PUT a byte range of ``path`` to a presigned URL; returns the ETag S3 answered."""
+        """PUT a byte range of ``path`` to a presigned URL; returns the ETag S3 answered (an S3
+        outage is ridden through like the app's)."""
+        return await self._riding(lambda: self._put_once(url, path, start=start, length=length,
+                                                         progress=progress))
+
+    async def _put_once(self, url: str, path: Path, *, start: int = 0, length: int | None = None,
+                        progress: Progress | None = None) -> str:
         size = path.stat().st_size if length is None else length
         headers = {"Content-Length": str(size)}
         target = URL(url, encoded=True)
@@ -238,11 +301,12 @@ class CascadeClient:
                 if resp.status >= 300:
                     text = " ".join((await resp.text()).split())
                     raise UploadError(f"S3 refused the upload of {path.name}: {resp.status} "
-                                      f"{text[:300]}")
+                                      f"{text[:300]}", transient=resp.status >= 500)
                 return resp.headers.get("ETag", "").strip('"')
         except (TimeoutError, aiohttp.ClientConnectionError) as exc:
             raise UploadError(f"cannot upload {path.name}: S3 at {target.origin()} did not take "
-                              f"it ({connection_reason(exc, self.timeout.total)})") from None
+                              f"it ({connection_reason(exc, self.timeout.total)})",
+                              transient=True) from None
 
     async def upload_target(self, trace_id: str, target: dict[str, Any], path: Path,
                             progress: Progress | None = None) -> dict[str, Any]:

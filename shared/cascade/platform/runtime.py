@@ -35,7 +35,7 @@ from prometheus_client.registry import Collector
 from cascade import __version__
 from cascade.errors import BusUnavailableError, CascadeError, ConfigError, StorageError
 from cascade.platform import subjects
-from cascade.platform.bus import Bus, Consumer, Listener, connect
+from cascade.platform.bus import Bus, Consumer, connect
 from cascade.platform.log import configure_logging
 from cascade.platform.settings import Settings, load_settings
 from cascade.platform.storage import Storage
@@ -201,12 +201,6 @@ class ServiceContext:
         consumer = await self.bus.subscribe(*args, **kwargs)
         self.stack.push_async_callback(consumer.stop)
         return consumer
-
-    async def listen(self, *args: Any, **kwargs: Any) -> Listener:
-        """:meth:`Bus.listen`, unsubscribed when the service stops (same arguments)."""
-        listener = await self.bus.listen(*args, **kwargs)
-        self.stack.push_async_callback(listener.stop)
-        return listener
 
     def metrics_text(self) -> tuple[bytes, str]:
         """Prometheus exposition of this service's registry: ``(body, content type)``."""

@@ -90,6 +90,7 @@ def build_openapi(
             op["security"] = [{"bearerAuth": []}]
         request_t, response_t = meta.get("request"), meta.get("response")
         types.extend(t for t in (request_t, response_t) if t is not None)
+        types.extend((meta.get("bodies") or {}).values())
         operations.append((clean_path, method.lower(), op, request_t, response_t, meta))
 
     schemas, components = msgspec.json.schema_components(types, ref_template="#/components/schemas/{name}")
@@ -112,8 +113,13 @@ def build_openapi(
         responses = op.setdefault("responses", {})
         success = int(meta.get("status", 200))
         same_body = set(meta.get("same_body") or ())
+        bodies = meta.get("bodies") or {}
         for status, text in (meta.get("responses") or {}).items():
-            if int(status) < 400 or int(status) in same_body:
+            if int(status) in bodies:
+                schema = schema_of[id(bodies[status])]
+                responses[str(status)] = {"description": text,
+                                          "content": {"application/json": {"schema": schema}}}
+            elif int(status) < 400 or int(status) in same_body:
                 responses[str(status)] = {**ok, "description": text}
             else:
                 responses[str(status)] = {"description": text, **error}

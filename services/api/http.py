@@ -109,6 +109,7 @@ def doc(
     content: dict[str, Any] | None = None,
     same_body: tuple[int, ...] = (),
     bodies: dict[int, Any] | None = None,
+    sse: dict[str | None, Any] | None = None,
 ) -> Callable[[HandlerT], HandlerT]:
     """Attach OpenAPI details to a handler (summary defaults to its docstring's first line).
 
@@ -119,7 +120,9 @@ def doc(
     maps a parameter to its description or ``(description, JSON schema)``.
     ``request_required=False`` documents an optional request body; ``same_body`` lists
     error statuses answered with the success body (``/readyz``'s 503); ``bodies`` gives
-    other success statuses a JSON body type of their own (a 202 job answer).
+    other success statuses a JSON body type of their own (a 202 job answer). ``sse``
+    documents a ``text/event-stream`` answer: per event name (None: unnamed, ``message``),
+    the type of its JSON ``data``; an unnamed stream may end with ``data: [DONE]``.
     """
 
     def wrap(handler: HandlerT) -> HandlerT:
@@ -136,6 +139,7 @@ def doc(
             "content": content or {},
             "same_body": same_body,
             "bodies": bodies or {},
+            "sse": sse or {},
         }
         return handler
 

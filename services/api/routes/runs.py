@@ -50,6 +50,7 @@ import nats.errors
 from aiohttp import web
 from cascade import subjects
 from cascade.accelsimrun import discover_from, refuse_timeline_trace, require
+from cascade.calibration.accuracy import AccuracyEstimate
 from cascade.errors import ConflictError, NotFoundError, TooManyError, ValidationError
 from cascade.gpus import known_gpu_names
 from cascade.messages.run import (
@@ -61,6 +62,7 @@ from cascade.messages.run import (
     decode_run_event,
 )
 from cascade.messages.sim import (
+    KernelSimulated,
     SimCancelled,
     SimCompleted,
     SimFailed,
@@ -69,7 +71,7 @@ from cascade.messages.sim import (
     SimStarted,
     decode_sim_event,
 )
-from cascade.results import SimResult, read_kernels, read_result
+from cascade.results import SimResult, SimulatorProvenance, read_kernels, read_result
 from cascade.runplan import (
     MAX_REPLICAS,
     MAX_SIMS,
@@ -79,7 +81,7 @@ from cascade.runplan import (
     resolve_config,
 )
 from cascade.samples import is_recorded_run, list_samples, load_reference, refuse_rerun
-from cascade.state import TERMINAL_RUN_STATES, RunRecord, SimRecord, TraceRecord
+from cascade.state import TERMINAL_RUN_STATES, RunRecord, SimRecord, SimStateName, TraceRecord
 from cascade.tableio import write_csv_text, write_table
 from nats.js import api as jsapi
 
@@ -145,12 +147,51 @@ class CancelAccepted(msgspec.Struct, frozen=True, kw_only=True):
     cancel_requested: bool
 
 
-SSE_CONTENT = {"text/event-stream": {"schema": {
-    "type": "object", "description": "one server-sent event: its event, id and data fields"}}}
+class SimEventData(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``event: sim``: a sim event as the SimRecord fields it changes."""
+
+    id: str
+    run_id: str
+    type: str
+    """The event's tag (``sim.progress.v1``, ...)."""
+    at: float
+    state: SimStateName | msgspec.UnsetType = msgspec.UNSET
+    config: str | msgspec.UnsetType = msgspec.UNSET
+    replica: int | msgspec.UnsetType = msgspec.UNSET
+    percent: float | msgspec.UnsetType = msgspec.UNSET
+    attempts: int | msgspec.UnsetType = msgspec.UNSET
+    worker: str | msgspec.UnsetType = msgspec.UNSET
+    kernels_total: int | msgspec.UnsetType = msgspec.UNSET
+    kernels_done: int | msgspec.UnsetType = msgspec.UNSET
+    simulated_ns: float | msgspec.UnsetType = msgspec.UNSET
+    eta_s: float | None | msgspec.UnsetType = msgspec.UNSET
+    kernel: KernelSimulated | msgspec.UnsetType = msgspec.UNSET
+    result_key: str | msgspec.UnsetType = msgspec.UNSET
+    predicted_e2e_ns: float | None | msgspec.UnsetType = msgspec.UNSET
+    error: str | None | msgspec.UnsetType = msgspec.UNSET
+
+
+class RunEventData(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``event: run`` from the event log: the run fields it changes."""
+
+    id: str
+    type: str
+    at: float
+    state: str | msgspec.UnsetType = msgspec.UNSET
+    previous: str | None | msgspec.UnsetType = msgspec.UNSET
+    reason: str | msgspec.UnsetType = msgspec.UNSET
+    sims_completed: int | msgspec.UnsetType = msgspec.UNSET
+    sims_failed: int | msgspec.UnsetType = msgspec.UNSET
+    error: str | msgspec.UnsetType = msgspec.UNSET
+    cancel_requested: bool | msgspec.UnsetType = msgspec.UNSET
+
+
+#: ``event: sim`` (id: the event's sequence) and ``event: run`` (the whole RunRecord first
+#: and when it changes, or a run event's fields).
+SSE_EVENTS: dict[str | None, Any] = {"sim": SimEventData, "run": (RunRecord, RunEventData)}
 CSV_CONTENT = {"text/csv": {"schema": {"type": "string"}}}
 PARQUET_CONTENT = {"application/vnd.apache.parquet": {"schema": {"type": "string",
                                                                  "format": "binary"}}}
-OBJECT_CONTENT = {"application/json": {"schema": {"type": "object"}}}
 
 
 # --------------------------------------------------------------------------- helpers
@@ -374,7 +415,7 @@ def _frame(event: str, data: Any, event_id: int | None = None) -> bytes:
 
 
 @routes.get("/api/runs/{run_id}/events")
-@doc(tags=("runs",), content=SSE_CONTENT,
+@doc(tags=("runs",), sse=SSE_EVENTS,
      responses={200: "server-sent events", 400: "bad Last-Event-ID", 404: "no such run",
                 429: "too many open event streams"},
      query={"last_event_id": ("resume after this event id (as the Last-Event-ID header)",
@@ -581,6 +622,134 @@ def config_results(config: str, sims: list[SimRecord], results: dict[str, SimRes
     }
 
 
+class ReplicaResult(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    sim_id: str
+    replica: int
+    state: str
+    error: str | None
+    attempts: int
+    predicted_e2e_ms: float | None
+    gpu_busy_ms: float | None
+    wall_s: float | None
+
+
+class StepTime(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    step: int
+    kind: str
+    tokens: int
+    batch: int
+    context: int
+    predicted_ms: float
+    gpu_ms: float
+    host_ms: float
+    kernels: int
+
+
+class TopKernel(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    name: str
+    count: int
+    predicted_ms: float
+    source_ms: float | None
+    regime: str
+    family: str
+    share: float
+
+
+class FamilyTime(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    count: int
+    predicted_ms: float
+    source_ms: float | None
+    share: float
+
+
+class ConfigResult(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One configuration of a run: means over its completed replicas, then each replica."""
+
+    config: str
+    state: str
+    """completed, partial (some replicas), or the sims' state while none has finished."""
+    predicted_e2e_ms: float | None
+    baseline_e2e_ms: float | None
+    error_pct: float | None
+    counterfactual: bool
+    source_e2e_ms: float | None
+    gpu_busy_ms: float | None
+    model: str | None
+    spec_id: str | None
+    spec_hash: str | None
+    source_spec_id: str | None
+    calibration: str | None
+    kernel_count: int | None
+    extrapolated: int | None
+    extrapolation: dict[str, int]
+    accuracy: AccuracyEstimate | None
+    steps: list[StepTime]
+    top_kernels: list[TopKernel]
+    families: dict[str, FamilyTime]
+    regimes: dict[str, int]
+    simulator: SimulatorProvenance | None
+    replicas: list[ReplicaResult]
+    recorded: bool | msgspec.UnsetType = msgspec.UNSET
+    """True where a recorded sample run's figures stand in for result files."""
+
+
+class ReferenceRow(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    config: str
+    hardware: str
+    real_e2e_ms: float | None
+    simulated_e2e_ms: float
+    error_pct: float | None
+    counterfactual: bool
+    note: str
+
+
+class RecordedReference(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A recorded sample run's published figures."""
+
+    badge: str
+    title: str
+    simulator: str
+    kernel_model: str
+    caveats: list[str]
+    configs: list[ReferenceRow]
+
+
+class TraceCoverage(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What of the trace the results cover."""
+
+    kernels_total: int
+    kernels_prepared: int
+    kernels_failed: int
+    bundle_kernels: int
+    partial: bool
+    errors: list[str]
+    warnings: list[str]
+
+
+class RunResults(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """GET /api/runs/{id}/results (JSON)."""
+
+    run_id: str
+    trace_id: str
+    state: str
+    configs: list[ConfigResult]
+    reference: RecordedReference | None
+    trace: TraceCoverage | None
+
+
+class KernelRows(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """GET /api/runs/{id}/results/{sim}/kernels (JSON): one page of per-kernel predictions."""
+
+    run_id: str
+    sim_id: str
+    total: int
+    offset: int
+    limit: int
+    columns: list[str]
+    kernels: list[dict[str, str | int | float | bool | None]]
+    """One object per kernel, keyed by ``columns`` (null: not known)."""
+
+
 def _reference(run_id: str) -> dict[str, Any] | None:
     if not is_recorded_run(run_id):
         return None
@@ -617,7 +786,7 @@ RESULT_CSV_COLUMNS = (
 
 
 @routes.get("/api/runs/{run_id}/results")
-@doc(tags=("runs",), content={**OBJECT_CONTENT, **CSV_CONTENT},
+@doc(tags=("runs",), response=RunResults, content=CSV_CONTENT,
      query={"format": ("json (default) or csv", {"type": "string", "enum": ["json", "csv"]})},
      responses={404: "no such run"})
 async def run_results(request: web.Request) -> web.Response:
@@ -679,7 +848,7 @@ KERNEL_COLUMNS = ("kernel_id", "name", "stream", "step", "step_kind", "op", "dty
 
 
 @routes.get("/api/runs/{run_id}/results/{sim_id}/kernels")
-@doc(tags=("runs",), content={**OBJECT_CONTENT, **CSV_CONTENT, **PARQUET_CONTENT}, query={
+@doc(tags=("runs",), response=KernelRows, content={**CSV_CONTENT, **PARQUET_CONTENT}, query={
     "offset": ("first row (default 0)", {"type": "integer", "minimum": 0, "maximum": 2**31}),
     "limit": ("rows (default 100, max 10000)", {"type": "integer", "minimum": 1, "maximum": 10000}),
     "format": ("json (default), csv or parquet",

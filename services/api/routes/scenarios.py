@@ -68,6 +68,7 @@ from cascade.serving.arrivals import (
     Poisson,
     Trace,
     Uniform,
+    rate_of,
 )
 from cascade.serving.capacity import CapacityResult, max_rate, min_replicas
 from cascade.serving.kv import MODEL_SHAPES, KVConfig, ModelShape
@@ -78,6 +79,7 @@ from cascade.serving.scenario import (
     MAX_REQUESTS,
     Scenario,
     ScenarioResult,
+    expected_arrivals,
     resolve,
     run_scenario,
 )
@@ -85,6 +87,7 @@ from cascade.serving.schedulers import Static, Vllm
 
 from services.api.http import doc, json_response, read_json
 from services.api.keys import BUS, get_storage
+from services.api.openapi import extend_schema
 from services.api.sim_models import ModelEntry, install, sim_models
 
 routes = web.RouteTableDef()
@@ -142,6 +145,13 @@ FixedLength = _settings_struct("FixedLength", Fixed, tag="fixed", tag_field="kin
 UniformLength = _settings_struct("UniformLength", Uniform, tag="uniform", tag_field="kind")
 LogNormalLength = _settings_struct("LogNormalLength", LogNormal, tag="lognormal", tag_field="kind")
 TraceLength = _settings_struct("TraceLength", FromTrace, tag="trace", tag_field="kind")
+_NULL, _NUMBER = {"type": "null"}, {"type": "number"}
+extend_schema("LogNormalLength", {"oneOf": [
+    {"required": ["mean", "sigma"], "properties": {"mean": _NUMBER, "sigma": _NUMBER,
+                                                   "median": _NULL, "p90": _NULL}},
+    {"required": ["median", "p90"], "properties": {"median": _NUMBER, "p90": _NUMBER,
+                                                   "mean": _NULL, "sigma": _NULL}},
+]})
 Length: Any = (Pos | FixedLength | UniformLength  # type: ignore[valid-type]
                | LogNormalLength | TraceLength | None)
 
@@ -356,6 +366,11 @@ def build_scenario(req: ScenarioRequest, tmpdir: Path) -> Scenario:
         rs = resolve(raw)
     except ValidationError as exc:
         raise _remap_field(exc) from None
+    expected = expected_arrivals(rs)
+    if expected is not None and expected > MAX_REQUESTS:
+        raise UnprocessableError(f"about {expected:.3g} requests arrive within it at "
+                                 f"{rate_of(rs.arrival):g}/s, more than {MAX_REQUESTS}",
+                                 field="duration")
     if req.capacity_search is not None and rs.scenario.slo.is_empty():
         raise UnprocessableError("a capacity search needs at least one SLO (ttft_ms, tpot_ms or e2e_ms)",
                                  field="slos")
@@ -426,13 +441,14 @@ async def _entry(request: web.Request, req: ScenarioRequest) -> ModelEntry:
         raise NotFoundError(str(exc)) from None  # a malformed id names nothing that exists
 
 
-def _work(req: ScenarioRequest, scenario: Scenario) -> int:
-    n = scenario.n_requests
+def _work(req: ScenarioRequest, scenario: Scenario) -> float:
+    """Requests to simulate (times 10 for a capacity search): large ones run as jobs."""
+    n: float | None = scenario.n_requests
     if n is None:
         rate = scenario.arrival.get("rate") if isinstance(scenario.arrival, dict) else getattr(
             scenario.arrival, "rate", None)
         dur = scenario.duration_s
-        n = int(rate * dur) if rate and dur else 1000
+        n = float(rate) * dur if rate and dur else 1000.0
     return n * (10 if req.capacity_search is not None else 1)
 
 
@@ -510,9 +526,14 @@ def _one_of(name: str) -> dict[str, Any]:
     return {"required": [name], "properties": props}
 
 
-#: The request schema also says that exactly one of sim, run (+ config) or model is given.
+_ANY_SLO = {"anyOf": [{"required": [name], "properties": {name: {"type": "number"}}}
+                      for name in ("ttft_ms", "tpot_ms", "e2e_ms")]}
+#: The request schema also says that exactly one of sim, run (+ config) or model is given,
+#: and that a capacity search names at least one SLO.
 SCENARIO_REQUEST = Annotated[ScenarioRequest, msgspec.Meta(extra_json_schema={
-    "oneOf": [_one_of("sim"), _one_of("run"), _one_of("model")]})]
+    "oneOf": [_one_of("sim"), _one_of("run"), _one_of("model")],
+    "if": {"required": ["capacity_search"], "properties": {"capacity_search": {"type": "object"}}},
+    "then": {"required": ["slos"], "properties": {"slos": _ANY_SLO}}})]
 
 
 @routes.post("/api/scenarios")

@@ -57,15 +57,21 @@ def _file_response(path: Path) -> web.Response:
     )
 
 
+_TEXT_BODY = {"schema": {"type": "string"}}
+
+
 @routes.get("/")
-@doc(tags=("ui",))
+@doc(tags=("ui",), content={"text/html": _TEXT_BODY}, responses={404: "the UI files are missing"})
 async def index(request: web.Request) -> web.Response:
     """The web UI's page (``index.html``)."""
     return _file_response(resolve_ui_file("index.html"))
 
 
 @routes.get("/ui/{name:.+}")
-@doc(tags=("ui",))
+@doc(tags=("ui",), content={t: _TEXT_BODY if t in _TEXT else {"schema": {"type": "string",
+                                                                      "contentEncoding": "binary"}}
+                            for t in sorted(set(CONTENT_TYPES.values()) - {"application/json"})},
+     responses={404: "no such UI file"})
 async def ui_file(request: web.Request) -> web.Response:
     """A static file of the web UI (scripts, styles), with its content type."""
     return _file_response(resolve_ui_file(request.match_info["name"]))

@@ -20,6 +20,7 @@ from cascade.serving.arrivals import (
     Trace,
     Uniform,
     lognormal_params,
+    rate_of,
     read_trace,
 )
 from cascade.serving.kv import KVConfig
@@ -138,6 +139,16 @@ class Workload:
     output_tokens: np.ndarray
 
 
+def expected_arrivals(rs: ResolvedScenario) -> float | None:
+    """Requests expected within ``duration_s`` at the arrival's rate (None: not rate-driven
+    or a fixed count)."""
+    sc = rs.scenario
+    rate = rate_of(rs.arrival)
+    if sc.n_requests is not None or sc.duration_s is None or rate is None:
+        return None
+    return rate * sc.duration_s  # finite or inf: both compare against a limit
+
+
 def draw_workload(rs: ResolvedScenario) -> Workload:
     """Arrivals and lengths for a scenario (independent RNG streams per quantity, from the seed)."""
     sc = rs.scenario
@@ -145,6 +156,10 @@ def draw_workload(rs: ResolvedScenario) -> Workload:
     n = sc.n_requests
     if n is None and sc.duration_s is None and not isinstance(rs.arrival, Trace):
         n = 1000
+    expected = expected_arrivals(rs)
+    if expected is not None and expected > MAX_REQUESTS:
+        raise ValidationError(f"about {expected:.3g} requests arrive within duration_s, more than "
+                              f"{MAX_REQUESTS}", field="duration_s")
     _, arrive = ARRIVALS.get(str(type(rs.arrival).__struct_config__.tag))
     times = arrive(rs.arrival, n, sc.duration_s, np.random.default_rng(s_arr))
     count = len(times)

@@ -87,6 +87,8 @@ from nats.js import api as jsapi
 
 from services.api.http import doc, json_response, query_choice, query_int, read_json
 from services.api.keys import BUS, SETTINGS, STORAGE
+from services.api.sim_models import install as install_models
+from services.api.sim_models import sim_models
 
 routes = web.RouteTableDef()
 
@@ -198,11 +200,17 @@ PARQUET_CONTENT = {"application/vnd.apache.parquet": {"schema": {"type": "string
 
 
 async def _run(request: web.Request, run_id: str) -> RunRecord:
-    kv = await request.app[BUS].kv(subjects.KV_RUNS)
+    """The run from the KV-fed index (no NATS round trip), else from KV."""
     try:
         subjects.check_token(run_id, "run_id")
     except ValidationError:
         raise NotFoundError(f"no run {run_id!r}") from None
+    models = sim_models(request.app)
+    if models.loaded():
+        found: RunRecord | None = models.run_record(run_id)
+        if found is not None:
+            return found
+    kv = await request.app[BUS].kv(subjects.KV_RUNS)
     entry = await kv.get(run_id, RunRecord)
     if entry is None:
         raise NotFoundError(f"no run {run_id!r}")
@@ -210,12 +218,22 @@ async def _run(request: web.Request, run_id: str) -> RunRecord:
 
 
 async def _sims(request: web.Request, run: RunRecord) -> list[SimRecord]:
-    kv = await request.app[BUS].kv(subjects.KV_SIMS)
-    entries = await asyncio.gather(*(kv.get(s, SimRecord) for s in run.sim_ids))
+    """The run's sims from the KV-fed index; those it has not seen from KV; the rest planned."""
+    models = sim_models(request.app)
+    known: dict[str, SimRecord] = {}
+    if models.loaded():
+        known = {s: r for s in run.sim_ids if (r := models.sim_record(s)) is not None}
+    missing = [s for s in run.sim_ids if s not in known]
+    if missing:
+        kv = await request.app[BUS].kv(subjects.KV_SIMS)
+        for sid, entry in zip(missing, await asyncio.gather(*(kv.get(s, SimRecord) for s in missing)),
+                              strict=True):
+            if entry is not None:
+                known[sid] = entry.value
     out = []
-    for sid, entry in zip(run.sim_ids, entries, strict=True):
-        if entry is not None:
-            out.append(entry.value)
+    for sid in run.sim_ids:
+        if sid in known:
+            out.append(known[sid])
         else:
             config, replica = _planned(run).get(sid, ("", 0))
             out.append(SimRecord(id=sid, run_id=run.id, config=config, replica=replica, model=run.model))
@@ -304,6 +322,8 @@ async def create_run(request: web.Request) -> web.Response:
     except BaseException:
         await runs.delete(run_id)
         raise
+    # reads of this instance answer from its KV-fed index: let it see the new run first
+    await sim_models(request.app).caught_up("runs", run_id, lambda r: r is not None)
     return json_response(RunAccepted(id=run_id, state=record.state, run=record), status=202,
                          headers={"Location": f"/api/runs/{run_id}"})
 
@@ -312,8 +332,13 @@ async def create_run(request: web.Request) -> web.Response:
 @doc(response=RunList, tags=("runs",))
 async def list_runs(request: web.Request) -> web.Response:
     """Every run, newest first: ``{"runs": [...]}``."""
-    kv = await request.app[BUS].kv(subjects.KV_RUNS)
-    runs = sorted((await kv.values(RunRecord)).values(), key=lambda r: r.created_at, reverse=True)
+    models = sim_models(request.app)
+    if models.loaded():  # the KV-fed index: no consumer per request
+        records: list[RunRecord] = models.run_records()
+    else:
+        kv = await request.app[BUS].kv(subjects.KV_RUNS)
+        records = list((await kv.values(RunRecord)).values())
+    runs = sorted(records, key=lambda r: (r.created_at, r.id), reverse=True)
     return json_response(RunList(runs=runs))
 
 
@@ -349,6 +374,8 @@ async def cancel_run(request: web.Request) -> web.Response:
     updated = await kv.mutate(run_id, RunRecord, flag)
     await bus.publish(subjects.run_event(run_id, "cancel"), RunCancelRequested(run_id=run_id),
                       msg_id=f"{run_id}:cancel")
+    await sim_models(request.app).caught_up(
+        "runs", run_id, lambda r: r is None or r.cancel_requested or r.state in TERMINAL_RUN_STATES)
     state = updated.state if updated is not None else run.state
     return json_response(CancelAccepted(id=run_id, state=state, cancel_requested=True), status=202)
 
@@ -551,7 +578,9 @@ async def _result(request: web.Request, run_id: str, sim_id: str) -> SimResult:
 
 
 def setup(app: web.Application) -> None:
-    """Per-app result cache (results are immutable once written) and event-stream count."""
+    """Per-app result cache (results are immutable once written), event-stream count and the
+    KV-fed run/sim index reads answer from."""
+    install_models(app)
     app[RESULT_CACHE] = OrderedDict()
     app[EVENT_STREAMS] = {"open": 0, "limit": MAX_EVENT_STREAMS}
 

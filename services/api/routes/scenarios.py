@@ -18,12 +18,17 @@ Body of ``POST /api/scenarios`` (every field but the model is optional)::
            "gpu_memory_utilization": 0.9, "block_size": 16, "num_gpu_blocks_override": null},
     "include_records": false, "background": false}
 
-(``pattern`` may also be spelled ``kind``; a fixed length may say ``value`` for ``tokens``;
-``scheduler`` may also be ``{"kind": "vllm", ...settings}``.)
+One spelling per field, exactly as the OpenAPI document describes it (the request Structs
+below; their settings are the serving library's config fields): a body off the schema is a
+400 whose ``field`` names the field; one on it whose fields cannot go together (``hi < lo``,
+trace lengths without a trace arrival, a capacity search without an SLO, both ``duration``
+and ``n_requests``, more arrivals within ``duration`` than a scenario may simulate, a KV
+cache that does not fit) is a 422 naming the field.
 
-Answer (200): ``{"model", "sim", "run", "config", "result": <ScenarioResult>, "summary":
-"<vllm bench serve-like text>", "capacity": <CapacityResult or null>}``. Bad input is a
-400 whose ``field`` says which field and ``message`` why.
+Answer (200): ``{"model", "sim", "run", "config", "trace", "result": <ScenarioResult>,
+"summary": "<vllm bench serve-like text>", "capacity": <CapacityResult or null>}``, computed
+in a worker thread (the simulation, the answer's builtins and its JSON), never on the event
+loop. At most :data:`MAX_JOBS` background jobs run per api instance (then 429).
 
 Large scenarios (``n_requests`` over :data:`JOB_THRESHOLD`, a capacity search over
 :data:`JOB_THRESHOLD` / 10 requests, or ``"background": true``) run as a job: 202

@@ -11,14 +11,21 @@ over its own connection for ``--duration`` seconds, send a seeded mix of
   ``stream: true`` (the stream read to its end).
 
 Meanwhile a separate process (its own event loop, so the clients' CPU does not delay it)
-asks ``GET /healthz`` every ``--probe-interval`` seconds. Printed: per route class the
+asks ``GET /healthz`` every ``--probe-interval`` seconds; it also does so for 5 s before the
+load starts, the machine's own baseline. Printed: per route class the
 requests, errors (non-2xx or transport errors), p50 / p99 / max latency and requests/s;
-the total rate; ``/healthz`` p50 / p99 / max under that load against its 100 ms target;
-and the CPU seconds the client process used (a saturated client inflates latencies).
+the total rate; ``/healthz`` p50 / p99 / max under that load against its 100 ms target (and
+idle); the CPU the client process and, for a stack it started (or ``--data-dir``), each
+stack process used while loaded, with the 1-minute load average: a saturated client or
+machine inflates latencies that the api's own work does not explain.
 ``--json`` prints the same figures as one JSON object.
 
-``--url http://host:8080`` measures a running api instead (``--token`` if writes need it;
-the load sends only reads and ``/v1`` estimates, which need none).
+Without a servable model yet (the recorded sample run has no per-step results) the sample's
+synthetic replica is run once on SM90_H100 first, with the stack's token.
+
+``--url http://host:8080`` measures a running api instead; ``--token`` (the stack's own token
+when it starts one) goes on every request: ``/v1`` completions are POSTs, which the api
+authenticates like every write.
 """
 
 from __future__ import annotations
@@ -55,6 +62,8 @@ MIX: tuple[tuple[str, float], ...] = (
     ("POST /v1/completions stream", 0.15),
 )
 HEALTHZ_TARGET_MS = 100.0
+#: Seconds of /healthz probes before the load starts (the machine's own baseline).
+IDLE_PROBE_S = 5.0
 SAMPLE_MODEL_PREFIX = "cascade/"
 PROMPT = "The quick brown fox jumps over the lazy dog. " * 4
 
@@ -75,6 +84,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=180.0,
                         help="seconds to wait for the stack and the sample model (default 180)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary data directory")
+    parser.add_argument("--data-dir", type=Path,
+                        help="with --url: the stack's data directory (its state.json names the "
+                             "processes whose CPU is reported)")
 
 
 # ---- the stack ----------------------------------------------------------------------------------
@@ -101,21 +113,40 @@ def _wait_for(check: Callable[[], Any], timeout: float, what: str, proc: subproc
         time.sleep(0.2)
 
 
-def _targets(base: str, timeout: float, proc: subprocess.Popen[bytes] | None,
-             log: Path | None) -> tuple[str, str]:
-    """(a servable model id, a run id) of the sample, once the api lists them."""
+def _post_json(url: str, body: Any, token: str) -> Any:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers={
+        "Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read())
 
-    def model() -> str | None:
+
+def _targets(base: str, token: str, timeout: float, proc: subprocess.Popen[bytes] | None,
+             log: Path | None) -> tuple[str, str]:
+    """(a servable model id, a run id) of the sample. Without a servable model yet (the
+    recorded run has no per-step results), the sample's synthetic replica is run once on
+    SM90_H100, as a user would from the UI."""
+
+    def models() -> list[str]:
         data = _get_json(f"{base}/v1/models")["data"]
-        ids = [m["id"] for m in data if m["id"].startswith(SAMPLE_MODEL_PREFIX)]
+        return [m["id"] for m in data if m["id"].startswith(SAMPLE_MODEL_PREFIX)]
+
+    def synthetic() -> str | None:
+        traces = _get_json(f"{base}/api/traces")["traces"]
+        ids = [t["id"] for t in traces if t["state"] == "ready"
+               and t.get("provenance", {}).get("source") == "sample-synthetic"]
         return ids[0] if ids else None
+
+    if not models():
+        trace = _wait_for(synthetic, timeout, "sample synthetic trace on /api/traces", proc, log)
+        _post_json(f"{base}/api/runs", {"trace_id": trace, "configs": ["SM90_H100"],
+                                        "name": "cascade bench load"}, token)
+    model = _wait_for(lambda: next(iter(models()), None), timeout, "model on /v1/models", proc, log)
 
     def run() -> str | None:
         runs = _get_json(f"{base}/api/runs")["runs"]
         return runs[0]["id"] if runs else None
 
-    return (_wait_for(model, timeout, "model on /v1/models", proc, log),
-            _wait_for(run, timeout, "run on /api/runs", proc, log))
+    return model, _wait_for(run, timeout, "run on /api/runs", proc, log)
 
 
 def _start_stack(workdir: Path, timeout: float) -> tuple[subprocess.Popen[bytes], str, Path]:
@@ -156,6 +187,24 @@ def _stop_stack(proc: subprocess.Popen[bytes]) -> int:
         return proc.wait(10)
 
 
+def stack_pids(data_dir: Path) -> dict[str, int]:
+    """Component name -> pid of an embedded stack (from its state.json)."""
+    try:
+        state = json.loads((data_dir / "state.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return {c["name"]: int(c["pid"]) for c in state.get("components", []) if c.get("pid")}
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a process so far (None when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 # ---- the /healthz probe (own process, own loop) -------------------------------------------------
 
 def _probe_process(base: str, interval: float, seconds: float, out: Any) -> None:
@@ -183,9 +232,20 @@ def _probe_process(base: str, interval: float, seconds: float, out: Any) -> None
     out.close()
 
 
+def _probe_in_process(ctx: Any, base: str, interval: float, seconds: float) -> list[tuple[float, int]]:
+    """Run the /healthz probe in its own process for ``seconds`` and return its rows."""
+    recv, send_end = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_probe_process, args=(base, interval, seconds, send_end), daemon=True)
+    proc.start()
+    rows: list[tuple[float, int]] = recv.recv()
+    proc.join(10)
+    return rows
+
+
 # ---- the clients --------------------------------------------------------------------------------
 
-async def _load(base: str, model: str, run_id: str, args: argparse.Namespace) -> dict[str, Any]:
+async def _load(base: str, model: str, run_id: str, token: str, args: argparse.Namespace,
+                pids: dict[str, int]) -> dict[str, Any]:
     import aiohttp
 
     names = [name for name, _ in MIX]
@@ -194,7 +254,7 @@ async def _load(base: str, model: str, run_id: str, args: argparse.Namespace) ->
     errors: dict[str, int] = dict.fromkeys(names, 0)
     statuses: dict[str, dict[str, int]] = {name: {} for name in names}
     completion = {"model": model, "prompt": PROMPT, "max_tokens": args.max_tokens}
-    headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
 
     async def send(http: aiohttp.ClientSession, name: str) -> int:
         if name == "GET /api/runs":
@@ -239,6 +299,8 @@ async def _load(base: str, model: str, run_id: str, args: argparse.Namespace) ->
 
     warmup = 2.0
     ctx = multiprocessing.get_context("spawn")
+    idle_probes = await asyncio.to_thread(_probe_in_process, ctx, base, args.probe_interval,
+                                          IDLE_PROBE_S)
     recv, send_end = ctx.Pipe(duplex=False)
     probe = ctx.Process(target=_probe_process, args=(base, args.probe_interval, args.duration, send_end),
                         daemon=True)
@@ -248,8 +310,14 @@ async def _load(base: str, model: str, run_id: str, args: argparse.Namespace) ->
     measuring.set()
     probe.start()
     t0 = time.perf_counter()
+    cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     await asyncio.sleep(args.duration)
     elapsed = time.perf_counter() - t0
+    stack_cpu = {}
+    for name, pid in pids.items():
+        before, after = cpu_before[name], cpu_seconds(pid)
+        if before is not None and after is not None:
+            stack_cpu[name] = after - before
     measuring.clear()
     stop.set()
     await asyncio.wait(tasks, timeout=70)
@@ -259,7 +327,7 @@ async def _load(base: str, model: str, run_id: str, args: argparse.Namespace) ->
     probes: list[tuple[float, int]] = await asyncio.to_thread(recv.recv)
     probe.join(10)
     return {"samples": samples, "errors": errors, "statuses": statuses, "elapsed": elapsed,
-            "probes": probes, "client_cpu_s": client_cpu}
+            "probes": probes, "idle_probes": idle_probes, "client_cpu_s": client_cpu, "stack_cpu_s": stack_cpu}
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -278,14 +346,18 @@ def figures(raw: dict[str, Any], args: argparse.Namespace, model: str) -> dict[s
                         "rps": len(values) / elapsed if elapsed else 0.0}
     total = sum(r["requests"] for r in routes.values())
     health = [ms for ms, status in raw["probes"] if status == 200]
+    idle = [ms for ms, status in raw["idle_probes"] if status == 200]
     return {
         "clients": args.clients, "duration_s": elapsed, "model": model, "routes": routes,
         "requests": total, "errors": sum(r["errors"] for r in routes.values()),
         "rps": total / elapsed if elapsed else 0.0,
         "healthz": {"probes": len(raw["probes"]), "failed": len(raw["probes"]) - len(health),
                     "p50_ms": _pct(health, 50), "p99_ms": _pct(health, 99),
-                    "max_ms": max(health) if health else None, "target_ms": HEALTHZ_TARGET_MS},
-        "client_cpu_s": raw["client_cpu_s"], "cpus": os.cpu_count(),
+                    "max_ms": max(health) if health else None, "target_ms": HEALTHZ_TARGET_MS,
+                    "idle_p50_ms": _pct(idle, 50), "idle_p99_ms": _pct(idle, 99),
+                    "idle_max_ms": max(idle) if idle else None},
+        "client_cpu_s": raw["client_cpu_s"], "stack_cpu_s": raw["stack_cpu_s"],
+        "cpus": os.cpu_count(), "loadavg_1m": os.getloadavg()[0],
     }
 
 
@@ -309,8 +381,14 @@ def print_figures(f: dict[str, Any]) -> None:
     print(f"  /healthz under load: {h['probes']} probes ({h['failed']} failed), p50 {_ms(h['p50_ms'])} ms, "
           f"p99 {_ms(h['p99_ms'])} ms, max {_ms(h['max_ms'])} ms ({verdict} the "
           f"{h['target_ms']:g} ms target)")
+    print(f"  /healthz before the load ({IDLE_PROBE_S:g} s idle): p50 {_ms(h['idle_p50_ms'])} ms, "
+          f"p99 {_ms(h['idle_p99_ms'])} ms, max {_ms(h['idle_max_ms'])} ms")
     print(f"  client process CPU: {f['client_cpu_s']:.1f} s over {f['duration_s']:.1f} s "
-          f"({f['cpus']} CPUs on this machine, shared with the stack)")
+          f"({f['cpus']} CPUs on this machine, load average {f['loadavg_1m']:.1f})")
+    if f["stack_cpu_s"]:
+        parts = ", ".join(f"{name} {sec / f['duration_s'] * 100:.0f}%"
+                          for name, sec in sorted(f["stack_cpu_s"].items(), key=lambda x: -x[1]))
+        print(f"  stack CPU while loaded (% of one core): {parts}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -321,13 +399,22 @@ def run(args: argparse.Namespace) -> int:
     workdir: Path | None = None
     log: Path | None = None
     try:
+        token = args.token
+        pids: dict[str, int] = {}
         if args.url:
             base = args.url.rstrip("/")
+            if args.data_dir is not None:
+                pids = stack_pids(args.data_dir)
         else:
+            from cascade.embedded.stack import StackLayout, read_credentials
+
             workdir = Path(tempfile.mkdtemp(prefix="cascade-bench-load-"))
             proc, base, log = _start_stack(workdir, args.timeout)
-        model, run_id = _targets(base, args.timeout, proc, log)
-        raw = asyncio.run(_load(base, model, run_id, args))
+            creds = read_credentials(StackLayout(workdir / "data"))
+            token = token or (creds.api_token if creds is not None else "")
+            pids = stack_pids(workdir / "data")
+        model, run_id = _targets(base, token, args.timeout, proc, log)
+        raw = asyncio.run(_load(base, model, run_id, token, args, pids))
     finally:
         code = _stop_stack(proc) if proc is not None else 0
         if workdir is not None and not args.keep:

@@ -117,6 +117,9 @@ async def all_configs(request: web.Request, setup: AccelSimSetup | None = None) 
 #: Seconds a built listing is answered again (a custom spec stored through another api
 #: instance shows within this; one stored through this instance at once).
 LISTING_TTL_S = 1.0
+#: Up to this age an older listing answers while a new one is built (the first request
+#: after a custom spec is stored here waits for the new one).
+LISTING_STALE_S = 10.0
 LISTING: web.AppKey[dict[str, Any]] = web.AppKey("config_listing", dict)
 
 
@@ -132,12 +135,14 @@ async def list_configs(request: web.Request) -> web.Response:
     """Every GPU configuration a run can use: id, name, SMs, memory, bandwidth, tensor peaks,
     and the kernel models each can run (``accel-sim`` where configured).
 
-    Built at most once per :data:`LISTING_TTL_S` per api instance (concurrent requests share
-    one build: file checks, a KV scan and a spec hash per GPU are not redone per request)."""
+    Built at most once per :data:`LISTING_TTL_S` per api instance, in the background while
+    the previous one answers (concurrent requests share one build: file checks, a KV scan and
+    a spec hash per GPU are not redone per request)."""
     cache = request.app[LISTING]
     now = time.monotonic()
-    if cache.get("body") is not None and now - cache["at"] < LISTING_TTL_S:
-        return web.Response(body=cache["body"], content_type="application/json")
+    body: bytes | None = cache.get("body")
+    if body is not None and now - cache["at"] < LISTING_TTL_S:
+        return web.Response(body=body, content_type="application/json")
     task: asyncio.Task[bytes] | None = cache.get("task")
     if task is None:
         generation = cache.get("generation", 0)
@@ -150,8 +155,10 @@ async def list_configs(request: web.Request) -> web.Response:
                 cache.update(body=t.result(), at=time.monotonic())
 
         task.add_done_callback(built)
-    body = await asyncio.shield(task)
-    return web.Response(body=body, content_type="application/json")
+    if body is not None and now - cache["at"] < LISTING_STALE_S:
+        # an older listing answers at once while the new one is built
+        return web.Response(body=body, content_type="application/json")
+    return web.Response(body=await asyncio.shield(task), content_type="application/json")
 
 
 def setup(app: web.Application) -> None:

@@ -160,3 +160,29 @@ async def test_capacity_search_finds_a_rate(client: TestClient, finished: Finish
     assert cap["found"] is True and cap["rate"] > 0
     assert body["result"]["slo_attainment"] >= 0.95
     assert "Highest rate meeting the SLOs" in body["summary"]
+
+
+async def test_scenario_runs_off_the_event_loop(client: TestClient, finished: FinishedSim,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulation and its answer's encoding run in a worker thread, not on the loop."""
+    import threading
+
+    from services.api.routes import scenarios
+
+    loop_thread = threading.get_ident()
+    seen: list[int] = []
+    real_compute, real_body = scenarios.compute, scenarios.response_body
+
+    def compute(*args: Any, **kwargs: Any) -> Any:
+        seen.append(threading.get_ident())
+        return real_compute(*args, **kwargs)
+
+    def response_body(*args: Any, **kwargs: Any) -> Any:
+        seen.append(threading.get_ident())
+        return real_body(*args, **kwargs)
+
+    monkeypatch.setattr(scenarios, "compute", compute)
+    monkeypatch.setattr(scenarios, "response_body", response_body)
+    resp = await client.post("/api/scenarios", json=_body(finished))
+    assert resp.status == 200, await resp.text()
+    assert len(seen) == 2 and loop_thread not in seen

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import msgspec
 import numpy as np
 
-from cascade.errors import ValidationError
+from cascade.errors import CascadeError, ValidationError
 from cascade.serving.arrivals import (
     ARRIVALS,
     LENGTHS,
@@ -161,7 +161,17 @@ def draw_workload(rs: ResolvedScenario) -> Workload:
         raise ValidationError(f"about {expected:.3g} requests arrive within duration_s, more than "
                               f"{MAX_REQUESTS}", field="duration_s")
     _, arrive = ARRIVALS.get(str(type(rs.arrival).__struct_config__.tag))
-    times = arrive(rs.arrival, n, sc.duration_s, np.random.default_rng(s_arr))
+    with np.errstate(all="ignore"):
+        try:
+            times = arrive(rs.arrival, n, sc.duration_s, np.random.default_rng(s_arr))
+        except CascadeError:
+            raise
+        except (ValueError, OverflowError) as exc:
+            raise ValidationError(f"no arrival times can be drawn with these settings ({exc})",
+                                  field="arrival") from None
+    if not np.all(np.isfinite(times)):
+        raise ValidationError("the arrival times overflow with these settings (a rate too small, "
+                              "or a cv too far from 1)", field="arrival")
     count = len(times)
     if count == 0:
         raise ValidationError("no request arrives within duration_s", field="duration_s")

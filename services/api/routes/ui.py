@@ -42,9 +42,13 @@ def resolve_ui_file(name: str, root: Path = WEB_DIR) -> Path:
     if not name or "\x00" in name or name.startswith(("/", "\\")) or "\\" in name:
         raise NotFoundError(f"no UI file {name!r}")
     base = root.resolve()
-    path = (base / name).resolve()
-    if not path.is_relative_to(base) or not path.is_file():
-        raise NotFoundError(f"no UI file {name!r}")
+    try:
+        path = (base / name).resolve()
+        found = path.is_relative_to(base) and path.is_file()
+    except (OSError, ValueError):  # a name too long for the file system, a bad component
+        found = False
+    if not found:
+        raise NotFoundError(f"no UI file {name[:200]!r}")
     return path
 
 

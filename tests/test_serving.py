@@ -271,7 +271,9 @@ def test_trace_replay(tmp_path: Path) -> None:
     ({"router": {"kind": "random"}}, "router"),
     ({"slo": {"ttft_ms": -5}}, "slo.ttft_ms"),
     ({"n_requests": 5, "duration_s": 3.0}, "duration_s"),
-    ({"prompt": {"kind": "fixed", "tokens": 10**7}}, "prompt"),
+    ({"prompt": {"kind": "fixed", "tokens": 10**7}}, "prompt.tokens"),  # over MAX_TOKENS
+    ({"prompt": {"kind": "fixed", "tokens": 10**6}}, "prompt"),  # over the KV cache
+    ({"output": {"kind": "lognormal", "mean": 100, "sigma": 1e300}}, "output.sigma"),
 ])
 def test_validation_errors_name_the_field(scenario: dict, field: str) -> None:
     with pytest.raises(ValidationError) as err:

@@ -186,3 +186,14 @@ async def test_scenario_runs_off_the_event_loop(client: TestClient, finished: Fi
     resp = await client.post("/api/scenarios", json=_body(finished))
     assert resp.status == 200, await resp.text()
     assert len(seen) == 2 and loop_thread not in seen
+
+
+async def test_background_jobs_are_bounded(client: TestClient, finished: FinishedSim,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from services.api.routes import scenarios
+
+    monkeypatch.setattr(scenarios, "MAX_JOBS", 0)
+    resp = await client.post("/api/scenarios", json=_body(finished, background=True))
+    assert resp.status == 429, await resp.text()
+    body = await resp.json()
+    assert body["error"] == "too_many_requests" and body["limit"] == 0

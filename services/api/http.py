@@ -78,10 +78,15 @@ def decode_json(body: bytes, type_: type[T]) -> T:
 
 
 def _path_of(message: str) -> str:
+    """The field a msgspec error names: ``a.b``, or ``a.b.c`` for a missing/unknown ``c`` in ``a.b``."""
     marker = "at `$."
-    if marker in message:
-        return message.split(marker, 1)[1].split("`", 1)[0]
-    return "body"
+    if marker not in message:
+        return "body"
+    path = message.split(marker, 1)[1].split("`", 1)[0]
+    for lead in ("Object missing required field `", "Object contains unknown field `"):
+        if message.startswith(lead):
+            return f"{path}.{message[len(lead):].split('`', 1)[0]}"
+    return path
 
 
 def public(handler: HandlerT) -> HandlerT:
@@ -103,6 +108,8 @@ def doc(
     request_required: bool = True,
     content: dict[str, Any] | None = None,
     same_body: tuple[int, ...] = (),
+    bodies: dict[int, Any] | None = None,
+    sse: dict[str | None, Any] | None = None,
 ) -> Callable[[HandlerT], HandlerT]:
     """Attach OpenAPI details to a handler (summary defaults to its docstring's first line).
 
@@ -112,7 +119,10 @@ def doc(
     statuses get the error schema, other success statuses the success body. ``query``
     maps a parameter to its description or ``(description, JSON schema)``.
     ``request_required=False`` documents an optional request body; ``same_body`` lists
-    error statuses answered with the success body (``/readyz``'s 503).
+    error statuses answered with the success body (``/readyz``'s 503); ``bodies`` gives
+    other success statuses a JSON body type of their own (a 202 job answer). ``sse``
+    documents a ``text/event-stream`` answer: per event name (None: unnamed, ``message``),
+    the type of its JSON ``data``; an unnamed stream may end with ``data: [DONE]``.
     """
 
     def wrap(handler: HandlerT) -> HandlerT:
@@ -128,6 +138,8 @@ def doc(
             "request_required": request_required,
             "content": content or {},
             "same_body": same_body,
+            "bodies": bodies or {},
+            "sse": sse or {},
         }
         return handler
 

@@ -43,6 +43,38 @@ OPENAI_ERROR_SCHEMA = {
 }
 
 
+#: JSON Schema keywords added to a component, by component (Struct) name: rules across fields
+#: that a Struct's field types cannot say (``oneOf`` of field sets).
+SCHEMA_EXTRAS: dict[str, dict[str, Any]] = {}
+
+
+def extend_schema(name: str, extra: dict[str, Any]) -> None:
+    """Add ``extra`` keywords to the component schema ``name`` (a duplicate is an error)."""
+    if name in SCHEMA_EXTRAS and SCHEMA_EXTRAS[name] != extra:
+        raise ValueError(f"schema extras for {name} are already registered")
+    SCHEMA_EXTRAS[name] = extra
+
+
+def sse_schema(events: dict[str | None, dict[str, Any]]) -> dict[str, Any]:
+    """One server-sent event, as clients parse it (``event``, ``data``, ``id``, ``retry``):
+    per event name (None: unnamed, which clients call ``message``) its JSON ``data``
+    (``contentMediaType`` + ``contentSchema``); unnamed streams may end with ``[DONE]``."""
+    variants = []
+    for name, data in events.items():
+        json_data = {"type": "string", "contentMediaType": "application/json", "contentSchema": data}
+        variants.append({
+            "type": "object", "required": ["event", "data"],
+            "properties": {
+                "event": {"const": name or "message"},
+                "data": json_data if name else {"anyOf": [{"const": "[DONE]"}, json_data]},
+                "id": {"type": "string", "pattern": "^[0-9]+$"},
+                "retry": {"type": "integer", "minimum": 0},
+            },
+            "additionalProperties": False,
+        })
+    return variants[0] if len(variants) == 1 else {"oneOf": variants}
+
+
 def _error_ref(path: str) -> dict[str, Any]:
     name = "OpenAIError" if path == "/v1" or path.startswith("/v1/") else "Error"
     return {"$ref": f"#/components/schemas/{name}"}
@@ -90,6 +122,9 @@ def build_openapi(
             op["security"] = [{"bearerAuth": []}]
         request_t, response_t = meta.get("request"), meta.get("response")
         types.extend(t for t in (request_t, response_t) if t is not None)
+        types.extend((meta.get("bodies") or {}).values())
+        for data_t in (meta.get("sse") or {}).values():
+            types.extend(data_t if isinstance(data_t, tuple) else (data_t,))
         operations.append((clean_path, method.lower(), op, request_t, response_t, meta))
 
     schemas, components = msgspec.json.schema_components(types, ref_template="#/components/schemas/{name}")
@@ -106,14 +141,23 @@ def build_openapi(
         content: dict[str, Any] = {}
         if response_t is not None:
             content["application/json"] = {"schema": schema_of[id(response_t)]}
+        if meta.get("sse"):
+            events = {name: {"anyOf": [schema_of[id(x)] for x in t]} if isinstance(t, tuple)
+                      else schema_of[id(t)] for name, t in meta["sse"].items()}
+            content["text/event-stream"] = {"schema": sse_schema(events)}
         content.update(meta.get("content") or {})
         if content:
             ok["content"] = content
         responses = op.setdefault("responses", {})
         success = int(meta.get("status", 200))
         same_body = set(meta.get("same_body") or ())
+        bodies = meta.get("bodies") or {}
         for status, text in (meta.get("responses") or {}).items():
-            if int(status) < 400 or int(status) in same_body:
+            if int(status) in bodies:
+                schema = schema_of[id(bodies[status])]
+                responses[str(status)] = {"description": text,
+                                          "content": {"application/json": {"schema": schema}}}
+            elif int(status) < 400 or int(status) in same_body:
                 responses[str(status)] = {**ok, "description": text}
             else:
                 responses[str(status)] = {"description": text, **error}
@@ -124,6 +168,9 @@ def build_openapi(
         item = dict(item)
         path, method = item.pop("path"), str(item.pop("method")).lower()
         paths.setdefault(path, {}).setdefault(method, {}).update(item)
+    for name, keywords in SCHEMA_EXTRAS.items():
+        if name in components:
+            components[name] = {**components[name], **keywords}
     components["Error"] = ERROR_SCHEMA
     components["OpenAIError"] = OPENAI_ERROR_SCHEMA
     return {

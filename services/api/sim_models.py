@@ -199,6 +199,33 @@ class SimModels:
         async with self._changed:
             await asyncio.wait_for(self._changed.wait_for(predicate), timeout)
 
+    # -- records (the KV buckets as this index last saw them) ------------------------------
+    def loaded(self) -> bool:
+        """True once the current values of every watched bucket are in."""
+        return bool(self._tasks) and all(e.is_set() for e in self._loaded.values())
+
+    def run_records(self) -> list[Any]:
+        """Every RunRecord (a copy of the list; no KV round trip)."""
+        return list(self._runs.values())
+
+    def run_record(self, run_id: str) -> Any:
+        """The RunRecord ``run_id`` as last seen, or None."""
+        return self._runs.get(run_id)
+
+    def sim_record(self, sim_id: str) -> Any:
+        """The SimRecord ``sim_id`` as last seen, or None."""
+        return self._sims.get(sim_id)
+
+    async def caught_up(self, what: str, key: str, predicate: Any, timeout: float = 2.0) -> bool:
+        """Wait (bounded) until ``predicate(record)`` holds for ``key`` of ``what`` (runs, sims):
+        a write this instance made is then visible to its reads. False on timeout."""
+        table = self._table(what)
+        try:
+            await self.wait_until(lambda: predicate(table.get(key)), timeout=timeout)
+        except TimeoutError:
+            return False
+        return True
+
     # -- lookups ---------------------------------------------------------------------------
     def entries(self) -> list[ModelEntry]:
         """Every usable model, one per (trace, config): the latest finished sim. Sorted by id."""
@@ -319,6 +346,9 @@ class SimModels:
         A sim without per-step results fails its fit once and is then left out of
         :meth:`entries` too, so ``GET /v1/models`` lists only models that can answer.
         """
+        entries = list(self.entries())
+        if all(self.cache.peek(e.sim.id, e.fingerprint) is not None for e in entries):
+            return entries  # every step model is fitted already: nothing to await
         gate = asyncio.Semaphore(concurrency)
 
         async def ok(entry: ModelEntry) -> bool:
@@ -332,7 +362,6 @@ class SimModels:
                     return False
             return True
 
-        entries = list(self.entries())
         flags = await asyncio.gather(*(ok(e) for e in entries))
         return [e for e, good in zip(entries, flags, strict=True) if good]
 

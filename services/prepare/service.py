@@ -201,21 +201,27 @@ class PrepareService:
         transitioned = stored is not None and stored.state == "prepared" and stored.etag == job.etag and not (
             before is not None and before.etag == job.etag and before.state == "prepared"
         )
-        if transitioned and tf.kind == "kernel":
-            was_failed = before is not None and before.etag == job.etag and before.state == "failed"
+        seconds = time.perf_counter() - started
+        if transitioned:
+            is_kernel = tf.kind == "kernel"
+            was_failed = (is_kernel and before is not None and before.etag == job.etag
+                          and before.state == "failed")
             await self._store.mutate(tid, lambda r: replace(
-                r, kernels_prepared=r.kernels_prepared + 1,
+                r, kernels_prepared=r.kernels_prepared + (1 if is_kernel else 0),
                 kernels_failed=max(0, r.kernels_failed - (1 if was_failed else 0)),
+                prepared_bytes=r.prepared_bytes + job.size,
+                prepare_seconds=r.prepare_seconds + seconds,
             ))
         self.counts["prepared"] += 1
         self.counts["bytes"] += job.size
-        log.info("unit prepared", unit=tf.unit, seconds=round(time.perf_counter() - started, 3),
+        log.info("unit prepared", unit=tf.unit, seconds=round(seconds, 3),
                  bytes=job.size)
         await self.bus.publish(
             subjects.trace_event(tid, "kernel"),
             KernelPrepared(trace_id=tid, kernel_index=max(0, tf.kernel_id or 0),
                            name=str(prepared["name"]), features_key=pkey,
-                           instructions=int(prepared.get("summary", {}).get("warp_insts", 0) or 0)),
+                           instructions=int(prepared.get("summary", {}).get("warp_insts", 0) or 0),
+                           bytes=job.size, seconds=seconds),
             msg_id=f"kernel:{tid}:{tf.unit}:{job.etag}",
         )
         await self._maybe_bundle(tid, tf.kind == "timeline")

@@ -53,6 +53,14 @@ class ValidationError(CascadeError, ValueError):
         return d
 
 
+class UnprocessableError(ValidationError):
+    """A request that matches its schema but cannot be carried out as given (a rule across
+    fields, a limit that depends on other values): a 422 naming the field."""
+
+    http_status = 422
+    code = "unprocessable"
+
+
 class NotFoundError(CascadeError, LookupError):
     """A named thing (trace, run, sim, object) does not exist."""
 

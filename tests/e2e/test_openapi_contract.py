@@ -2,9 +2,15 @@
 
 The api runs on a real port against the session's real NATS and S3, with a bearer
 token and one finished sim (so ``/v1`` and the run routes have something to serve);
-schemathesis' CLI runs as a subprocess (every operation but POST /api/scenarios, whose
-open-ended sub-objects are not described exactly yet) with a fixed seed and a small example budget
-per operation (``CASCADE_SCHEMATHESIS_EXAMPLES``, default 4) so the suite stays short.
+schemathesis' CLI runs as a subprocess over every operation, with every check and every phase
+(examples, coverage, fuzzing, stateful), a fixed seed and a small example budget per operation
+(``CASCADE_SCHEMATHESIS_EXAMPLES``, default 4) so the suite stays short;
+``tests/e2e/schemathesis.toml`` lets POST /api/scenarios answer its documented 422 (fields that
+cannot go together) to schema-valid bodies; half the generated path ids and /v1 ``model``
+fields are the finished sim's real ones (schemathesis dictionaries), and the HAR report must
+show real 2xx answers (run detail, results, kernels, the event stream), so the checks judge
+the handlers' answers and not only their 404s. ``/v1`` refusals for the model's context
+window are the one 400 accepted there (``tests/e2e/schemathesis_hooks.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from aiohttp.test_utils import TestClient
 from tests.support.fixtures_api import FinishedSim
 
 TOKEN = "contract-token"
+CONFIG = Path(__file__).with_name("schemathesis.toml")
+"""Per-operation settings (POST /api/scenarios' documented 422 answers)."""
 EXAMPLES = int(os.environ.get("CASCADE_SCHEMATHESIS_EXAMPLES", "4"))
 MAX_TIME = os.environ.get("CASCADE_SCHEMATHESIS_MAX_TIME", "")
 """Seconds to keep fuzzing past the example budget (empty: stop after the budget)."""
@@ -42,19 +50,46 @@ def schemathesis_cli() -> list[str]:
     return [found]
 
 
-async def run_schemathesis(url: str, report: Path, *extra: str) -> tuple[int, str, list[dict]]:
-    args = [*schemathesis_cli(), "run", f"{url}/openapi.json", "--checks", "all",
+def write_config(path: Path, finished: FinishedSim) -> Path:
+    """tests/e2e/schemathesis.toml plus dictionaries of the finished sim's real ids: half the
+    generated path ids (and /v1 ``model`` fields) name something that exists, so the checks
+    reach the handlers' real answers (results, kernels, event streams, estimates) and not
+    only their 404s."""
+    ids = {"runs": finished.run_id, "sims": finished.sim_id, "traces": finished.trace_id,
+           "models": finished.model}
+    lines = [CONFIG.read_text(), ""]
+    for name, value in ids.items():
+        lines += [f"[dictionaries.{name}]", f"values = [{json.dumps(value)}]", ""]
+    lines += ["[parameters]"]
+    for param, name in (("path.run_id", "runs"), ("path.sim_id", "sims"),
+                        ("path.trace_id", "traces"), ("path.model", "models")):
+        lines.append(f'"{param}" = {{ dictionary = "{name}", probability = 0.5 }}')
+    for op in ("v1.completions", "v1.chat_completions"):
+        # a 400 is accepted only as context_length_exceeded (tests/e2e/schemathesis_hooks.py)
+        lines += ["", "[[operations]]", f'include-operation-id = "{op}"',
+                  'parameters = { "body.model" = { dictionary = "models", probability = 0.5 } }',
+                  ('checks.positive_data_acceptance.expected-statuses = '
+                   '["2xx", "3xx", "400", "401", "403", "404", "409", "429"]')]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+async def run_schemathesis(url: str, report: Path, config: Path, *extra: str
+                           ) -> tuple[int, str, list[dict]]:
+    args = [*schemathesis_cli(), "--config-file", str(config), "run", f"{url}/openapi.json",
+            "--checks", "all",
             "--phases", "examples,coverage,fuzzing,stateful", "--max-examples", str(EXAMPLES),
             "--seed", "20", "--no-shrink", "--generation-database", "none",
             "--header", f"Authorization: Bearer {TOKEN}", "--request-timeout", "20",
-            "--workers", "1", *(["--max-time", MAX_TIME] if MAX_TIME else []), "--no-color", "--report", "ndjson",
-            "--report-ndjson-path", str(report), "--suppress-health-check", "all",
-            # POST /api/scenarios: its arrival/lengths/router/scheduler objects are open-ended
-            # in the schema, so schema-valid bodies can still be refused; not yet described.
-            "--exclude-operation-id", "scenarios.post_scenario", *extra,
+            "--workers", "1", *(["--max-time", MAX_TIME] if MAX_TIME else []), "--no-color", "--report", "ndjson,har",
+            "--report-ndjson-path", str(report), "--report-har-path", str(report.with_suffix(".har")), "--suppress-health-check", "all",
+            *extra,
             *os.environ.get("CASCADE_SCHEMATHESIS_ARGS", "").split()]
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.e2e.schemathesis_hooks",
+           "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
     proc = await asyncio.create_subprocess_exec(*args, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.STDOUT)
+                                                stderr=asyncio.subprocess.STDOUT, env=env)
     out, _ = await asyncio.wait_for(proc.communicate(), 420)
     events = []
     if report.exists():
@@ -65,11 +100,39 @@ async def run_schemathesis(url: str, report: Path, *extra: str) -> tuple[int, st
 async def test_schemathesis_finds_nothing(client: TestClient, finished: FinishedSim,
                                           tmp_path: Path) -> None:
     url = str(client.make_url("")).rstrip("/")
-    rc, out, _events = await run_schemathesis(url, tmp_path / "events.ndjson")
+    config = write_config(tmp_path / "schemathesis.toml", finished)
+    rc, out, _events = await run_schemathesis(url, tmp_path / "events.ndjson", config)
     (tmp_path / "schemathesis.txt").write_text(out)
     dump = os.environ.get("CASCADE_SCHEMATHESIS_OUT")
     if dump:
         Path(dump).write_text(out)
+        shutil.copy(tmp_path / "events.har", Path(dump).with_suffix(".har"))
     tail = out[-12000:]
     assert rc == 0, tail
     assert "No issues found" in out or " passed" in out, tail
+    # the checks saw real answers, not only 404s: the finished run's detail, results and
+    # event stream (validated event by event against the documented SSE schema)
+    reached = answered(tmp_path / "events.har", finished)
+    for route in ("GET /api/runs/{run}", "GET /api/runs/{run}/results",
+                  "GET /api/runs/{run}/events text/event-stream", "GET /api/traces/{trace}",
+                  "GET /api/runs/{run}/results/{sim}/kernels"):
+        assert reached.get(route, 0) > 0, (route, reached)
+
+
+def answered(har: Path, finished: FinishedSim) -> dict[str, int]:
+    """2xx answers in schemathesis' HAR report per route (the finished sim's ids templated;
+    SSE answers keyed with their media type)."""
+    out: dict[str, int] = {}
+    for entry in json.loads(har.read_text())["log"]["entries"]:
+        status = entry["response"]["status"]
+        if not 200 <= status < 300:
+            continue
+        path = "/" + entry["request"]["url"].split("/", 3)[-1].split("?", 1)[0]
+        for value, name in ((finished.sim_id, "{sim}"), (finished.run_id, "{run}"),
+                            (finished.trace_id, "{trace}")):
+            path = path.replace(value, name)
+        key = f"{entry['request']['method']} {path}"
+        if entry["response"]["content"].get("mimeType", "").startswith("text/event-stream"):
+            key += " text/event-stream"
+        out[key] = out.get(key, 0) + 1
+    return out

@@ -197,7 +197,7 @@ async def test_synthetic_replica_runs_on_three_configs(settings: Settings, own_b
             sc = await client.post("/api/scenarios", json={
                 "model": f"cascade/{SYNTHETIC_TRACE_ID}/SM90_H200",
                 "arrival": {"pattern": "poisson", "rate": 2}, "n_requests": 50,
-                "lengths": {"prompt": {"kind": "fixed", "value": 6}, "output": {"kind": "fixed", "value": 32}}})
+                "lengths": {"prompt": {"kind": "fixed", "tokens": 6}, "output": {"kind": "fixed", "tokens": 32}}})
             assert sc.status == 200, await sc.text()
             assert (await sc.json())["result"]["completed"] == 50
     finally:

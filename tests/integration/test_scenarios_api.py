@@ -14,7 +14,7 @@ from tests.support.wait import wait_until
 def _body(finished: FinishedSim, **extra: Any) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": finished.model, "arrival": {"pattern": "poisson", "rate": 5.0},
-        "lengths": {"prompt": {"kind": "fixed", "value": 6}, "output": {"kind": "fixed", "value": 32}},
+        "lengths": {"prompt": {"kind": "fixed", "tokens": 6}, "output": {"kind": "fixed", "tokens": 32}},
         "n_requests": 200, "replicas": 2, "seed": 1,
     }
     body.update(extra)
@@ -65,27 +65,36 @@ async def test_low_rate_ttft_equals_prefill_step(client: TestClient, finished: F
     assert res["queue_ms"]["max"] == pytest.approx(0.0, abs=1e-9)
 
 
-@pytest.mark.parametrize(("change", "field"), [
-    ({"arrival": {"pattern": "poisson", "rate": -1}}, "arrival.rate"),
-    ({"arrival": {"pattern": "zigzag", "rate": 1}}, "arrival"),
-    ({"arrival": {"rate": 1}}, "arrival.pattern"),
-    ({"arrival": {"pattern": "trace", "path": "/etc/passwd"}}, "arrival.path"),
-    ({"lengths": {"prompt": {"kind": "uniform", "lo": 9, "hi": 3}}}, "lengths.prompt.hi"),
-    ({"lengths": {"output": {"kind": "weird"}}}, "lengths.output"),
-    ({"replicas": 0}, "replicas"),
-    ({"slos": {"ttft_ms": -5}}, "slos.ttft_ms"),
-    ({"scheduler": {"name": "fifo"}}, "scheduler"),
-    ({"scheduler": {"name": "vllm", "settings": {"max_num_seqs": 0}}}, "scheduler.max_num_seqs"),
-    ({"capacity_search": {"kind": "max_rate"}}, "slos"),
-    ({"kv": {"model": "gpt-5"}}, "kv.model"),
-    ({"bogus": 1}, "body"),
+@pytest.mark.parametrize(("change", "status", "field"), [
+    ({"arrival": {"pattern": "poisson", "rate": -1}}, 400, "arrival.rate"),
+    ({"arrival": {"pattern": "zigzag", "rate": 1}}, 400, "arrival.pattern"),
+    ({"arrival": {"rate": 1}}, 400, "arrival.pattern"),
+    ({"arrival": {"pattern": "trace", "path": "/etc/passwd"}}, 400, "arrival.path"),
+    ({"arrival": {"pattern": "poisson", "rate": 1, "kind": "poisson"}}, 400, "arrival.kind"),
+    ({"lengths": {"prompt": {"kind": "uniform", "lo": 9, "hi": 3}}}, 422, "lengths.prompt.hi"),
+    ({"lengths": {"prompt": {"kind": "lognormal", "median": 9}}}, 422, "lengths.prompt"),
+    ({"lengths": {"prompt": {"kind": "trace"}}}, 422, "lengths.prompt"),
+    ({"lengths": {"output": {"kind": "weird"}}}, 400, "lengths.output.kind"),
+    ({"lengths": {"output": 0}}, 400, "lengths.output"),
+    ({"replicas": 0}, 400, "replicas"),
+    ({"replicas": 5000}, 400, "replicas"),
+    ({"slos": {"ttft_ms": -5}}, 400, "slos.ttft_ms"),
+    ({"scheduler": {"name": "fifo"}}, 400, "scheduler.name"),
+    ({"scheduler": {"name": "vllm", "settings": {"max_num_seqs": 0}}}, 400,
+     "scheduler.settings.max_num_seqs"),
+    ({"scheduler": {"name": "vllm", "settings": {"batch_size": 4}}}, 400, "scheduler.settings.batch_size"),
+    ({"capacity_search": {"kind": "max_rate"}}, 422, "slos"),
+    ({"duration": 5.0}, 422, "duration"),
+    ({"kv": {"model": "gpt-5"}}, 400, "kv.model"),
+    ({"bogus": 1}, 400, "body"),
 ])
 async def test_validation_names_the_field(client: TestClient, finished: FinishedSim,
-                                          change: dict[str, Any], field: str) -> None:
+                                          change: dict[str, Any], status: int, field: str) -> None:
+    """A body off the schema is a 400; one on it whose fields cannot go together, a 422."""
     resp = await client.post("/api/scenarios", json=_body(finished, **change))
-    assert resp.status == 400, await resp.text()
+    assert resp.status == status, await resp.text()
     body = await resp.json()
-    assert body["error"] == "invalid_request"
+    assert body["error"] == ("invalid_request" if status == 400 else "unprocessable")
     assert body.get("field", "body") == field, body
     assert body["message"]
 
@@ -146,3 +155,40 @@ async def test_capacity_search_finds_a_rate(client: TestClient, finished: Finish
     assert cap["found"] is True and cap["rate"] > 0
     assert body["result"]["slo_attainment"] >= 0.95
     assert "Highest rate meeting the SLOs" in body["summary"]
+
+
+async def test_scenario_runs_off_the_event_loop(client: TestClient, finished: FinishedSim,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulation and its answer's encoding run in a worker thread, not on the loop."""
+    import threading
+
+    from services.api.routes import scenarios
+
+    loop_thread = threading.get_ident()
+    seen: list[int] = []
+    real_compute, real_body = scenarios.compute, scenarios.response_body
+
+    def compute(*args: Any, **kwargs: Any) -> Any:
+        seen.append(threading.get_ident())
+        return real_compute(*args, **kwargs)
+
+    def response_body(*args: Any, **kwargs: Any) -> Any:
+        seen.append(threading.get_ident())
+        return real_body(*args, **kwargs)
+
+    monkeypatch.setattr(scenarios, "compute", compute)
+    monkeypatch.setattr(scenarios, "response_body", response_body)
+    resp = await client.post("/api/scenarios", json=_body(finished))
+    assert resp.status == 200, await resp.text()
+    assert len(seen) == 2 and loop_thread not in seen
+
+
+async def test_background_jobs_are_bounded(client: TestClient, finished: FinishedSim,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from services.api.routes import scenarios
+
+    monkeypatch.setattr(scenarios, "MAX_JOBS", 0)
+    resp = await client.post("/api/scenarios", json=_body(finished, background=True))
+    assert resp.status == 429, await resp.text()
+    body = await resp.json()
+    assert body["error"] == "too_many_requests" and body["limit"] == 0

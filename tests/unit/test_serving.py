@@ -272,7 +272,9 @@ def test_trace_replay(tmp_path: Path) -> None:
     ({"router": {"kind": "random"}}, "router"),
     ({"slo": {"ttft_ms": -5}}, "slo.ttft_ms"),
     ({"n_requests": 5, "duration_s": 3.0}, "duration_s"),
-    ({"prompt": {"kind": "fixed", "tokens": 10**7}}, "prompt"),
+    ({"prompt": {"kind": "fixed", "tokens": 10**7}}, "prompt.tokens"),  # over MAX_TOKENS
+    ({"prompt": {"kind": "fixed", "tokens": 10**6}}, "prompt"),  # over the KV cache
+    ({"output": {"kind": "lognormal", "mean": 100, "sigma": 1e300}}, "output.sigma"),
 ])
 def test_validation_errors_name_the_field(scenario: dict, field: str) -> None:
     with pytest.raises(ValidationError) as err:
@@ -331,6 +333,22 @@ def test_capacity_searches() -> None:
     with pytest.raises(ValidationError) as err:
         max_rate(msgspec.structs.replace(base, slo=Slo()), MODEL, KV_BIG)
     assert err.value.field == "slo"
+
+
+def test_capacity_search_rates_stay_finite() -> None:
+    """A rate search from a huge start stops before the rate overflows to inf (JSON null)."""
+    import math
+
+    base = Scenario(arrival=Poisson(rate=1e308), n_requests=20, prompt=Fixed(tokens=6),
+                    output=Fixed(tokens=4), slo=Slo(e2e_ms=1e12, attainment=0.5), seed=1)
+    cap = max_rate(base, MODEL, KV_BIG, rel_tol=0.05, max_probes=6)
+    assert cap.found and cap.rate is not None and math.isfinite(cap.rate)
+    assert all(math.isfinite(p.rate) for p in cap.probes)
+    tiny = Scenario(arrival=Poisson(rate=5e-324), n_requests=5, prompt=Fixed(tokens=6),
+                    output=Fixed(tokens=4), seed=1)
+    with pytest.raises(ValidationError) as err:  # gaps of 1/rate overflow: said, not NaN results
+        run_scenario(tiny, MODEL, KV_BIG)
+    assert err.value.field == "arrival" and "overflow" in str(err.value)
 
 
 def test_step_cost_combines_mixed_batches() -> None:

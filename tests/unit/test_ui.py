@@ -63,6 +63,6 @@ def test_resolve_ui_file_stays_inside(tmp_path: Path) -> None:
     (tmp_path / "secret.txt").write_text("s")
     (tmp_path / "web" / "link.txt").symlink_to(tmp_path / "secret.txt")
     assert ui.resolve_ui_file("a.js", tmp_path / "web").name == "a.js"
-    for bad in ("../secret.txt", "/etc/passwd", "link.txt", "", ".", "sub/../../secret.txt", "a.js\x00"):
+    for bad in ("../secret.txt", "/etc/passwd", "link.txt", "", ".", "sub/../../secret.txt", "a.js\x00", "x" * 5000, "d/" * 3000 + "a.js"):
         with pytest.raises(NotFoundError):
             ui.resolve_ui_file(bad, tmp_path / "web")

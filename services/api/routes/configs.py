@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from typing import Any
 
 import msgspec
@@ -114,14 +115,56 @@ async def all_configs(request: web.Request, setup: AccelSimSetup | None = None) 
     return out
 
 
+#: Seconds a built listing is answered again (a custom spec stored through another api
+#: instance shows within this; one stored through this instance at once).
+LISTING_TTL_S = 1.0
+#: Up to this age an older listing answers while a new one is built (the first request
+#: after a custom spec is stored here waits for the new one).
+LISTING_STALE_S = 10.0
+LISTING: web.AppKey[dict[str, Any]] = web.AppKey("config_listing", dict)
+
+
+async def _listing(request: web.Request) -> bytes:
+    setup = await accelsim_setup(request)
+    listing = ConfigList(configs=await all_configs(request, setup), accelsim=availability(setup))
+    return await asyncio.to_thread(msgspec.json.encode, listing)
+
+
 @routes.get("/api/configs")
 @doc(response=ConfigList, tags=("configs",))
 async def list_configs(request: web.Request) -> web.Response:
     """Every GPU configuration a run can use: id, name, SMs, memory, bandwidth, tensor peaks,
-    and the kernel models each can run (``accel-sim`` where configured)."""
-    setup = await accelsim_setup(request)
-    return json_response(ConfigList(configs=await all_configs(request, setup),
-                                    accelsim=availability(setup)))
+    and the kernel models each can run (``accel-sim`` where configured).
+
+    Built at most once per :data:`LISTING_TTL_S` per api instance, in the background while
+    the previous one answers (concurrent requests share one build: file checks, a KV scan and
+    a spec hash per GPU are not redone per request)."""
+    cache = request.app[LISTING]
+    now = time.monotonic()
+    body: bytes | None = cache.get("body")
+    if body is not None and now - cache["at"] < LISTING_TTL_S:
+        return web.Response(body=body, content_type="application/json")
+    task: asyncio.Task[bytes] | None = cache.get("task")
+    if task is None:
+        generation = cache.get("generation", 0)
+        task = cache["task"] = asyncio.ensure_future(_listing(request))
+
+        def built(t: asyncio.Task[bytes]) -> None:
+            if cache.get("task") is t:
+                del cache["task"]
+            if not t.cancelled() and t.exception() is None and cache.get("generation", 0) == generation:
+                cache.update(body=t.result(), at=time.monotonic())
+
+        task.add_done_callback(built)
+    if body is not None and now - cache["at"] < LISTING_STALE_S:
+        # an older listing answers at once while the new one is built
+        return web.Response(body=body, content_type="application/json")
+    return web.Response(body=await asyncio.shield(task), content_type="application/json")
+
+
+def setup(app: web.Application) -> None:
+    """The per-instance listing cache."""
+    app[LISTING] = {}
 
 
 class ConfigDetail(msgspec.Struct, frozen=True, kw_only=True):
@@ -203,4 +246,8 @@ async def add_config(request: web.Request) -> web.Response:
         raise ValidationError("expected a JSON object with the GPU spec fields", field="body")
     spec = spec_from_mapping(_checked_fields(integral_floats(data)), "request body", strict=True)
     await save_custom_spec(request.app[BUS], spec)
+    cache = request.app[LISTING]  # this instance lists it at once
+    cache["generation"] = cache.get("generation", 0) + 1
+    cache.pop("body", None)
+    cache.pop("task", None)
     return json_response(ConfigStored(config=summary(spec, custom=True)), status=201)

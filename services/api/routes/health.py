@@ -118,8 +118,25 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
+OPENAPI_DOCUMENT = {
+    "type": "object", "required": ["openapi", "info", "paths", "components"],
+    "properties": {
+        "openapi": {"const": "3.1.0"},
+        "info": {"type": "object", "required": ["title", "version"],
+                 "properties": {"title": {"type": "string"}, "version": {"type": "string"},
+                                "description": {"type": "string"}}},
+        "paths": {"type": "object", "additionalProperties": {"type": "object"}},
+        "components": {"type": "object", "required": ["schemas", "securitySchemes"],
+                       "properties": {"schemas": {"type": "object"},
+                                      "securitySchemes": {"type": "object"}}},
+    },
+    "additionalProperties": False,
+}
+"""An OpenAPI 3.1 document (its full meta-schema is the specification's)."""
+
+
 @routes.get("/openapi.json")
-@doc(tags=("operations",), content={"application/json": {"schema": {"type": "object"}}})
+@doc(tags=("operations",), content={"application/json": {"schema": OPENAPI_DOCUMENT}})
 async def openapi_json(request: web.Request) -> web.Response:
     """This OpenAPI document, generated from the registered routes."""
     return json_response(request.app[OPENAPI])

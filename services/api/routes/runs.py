@@ -50,6 +50,7 @@ import nats.errors
 from aiohttp import web
 from nats.js import api as jsapi
 
+from cascade.calibration.accuracy import AccuracyEstimate
 from cascade.engine.registry import ModelConfig, model_names
 from cascade.errors import ConflictError, NotFoundError, TooManyError, ValidationError
 from cascade.gpus import known_gpu_names
@@ -65,6 +66,7 @@ from cascade.platform.messages.run import (
     decode_run_event,
 )
 from cascade.platform.messages.sim import (
+    KernelSimulated,
     SimCancelled,
     SimCompleted,
     SimFailed,
@@ -76,12 +78,25 @@ from cascade.platform.messages.sim import (
 from cascade.platform.runs import new_run, run_requested
 from cascade.platform.runstore import read_kernels, read_result
 from cascade.platform.samples import is_recorded_run, list_samples, load_reference, refuse_rerun
-from cascade.platform.state import TERMINAL_RUN_STATES, RunRecord, SimRecord, TraceRecord
-from cascade.runs.plan import MAX_REPLICAS, ReplayOptions, new_run_id, plan_sims
-from cascade.runs.results import SimResult
+from cascade.platform.state import (
+    TERMINAL_RUN_STATES,
+    RunRecord,
+    SimRecord,
+    SimStateName,
+    TraceRecord,
+)
+from cascade.runs.plan import (
+    MAX_REPLICAS,
+    ReplayOptions,
+    new_run_id,
+    plan_sims,
+)
+from cascade.runs.results import SimResult, SimulatorProvenance
 from cascade.tableio import write_csv_text, write_table
 from services.api.http import doc, json_response, query_choice, query_int, read_json
 from services.api.keys import BUS, SETTINGS, STORAGE
+from services.api.sim_models import install as install_models
+from services.api.sim_models import sim_models
 
 routes = web.RouteTableDef()
 
@@ -142,23 +157,68 @@ class CancelAccepted(msgspec.Struct, frozen=True, kw_only=True):
     cancel_requested: bool
 
 
-SSE_CONTENT = {"text/event-stream": {"schema": {
-    "type": "object", "description": "one server-sent event: its event, id and data fields"}}}
+class SimEventData(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``event: sim``: a sim event as the SimRecord fields it changes."""
+
+    id: str
+    run_id: str
+    type: str
+    """The event's tag (``sim.progress.v1``, ...)."""
+    at: float
+    state: SimStateName | msgspec.UnsetType = msgspec.UNSET
+    config: str | msgspec.UnsetType = msgspec.UNSET
+    replica: int | msgspec.UnsetType = msgspec.UNSET
+    percent: float | msgspec.UnsetType = msgspec.UNSET
+    attempts: int | msgspec.UnsetType = msgspec.UNSET
+    worker: str | msgspec.UnsetType = msgspec.UNSET
+    kernels_total: int | msgspec.UnsetType = msgspec.UNSET
+    kernels_done: int | msgspec.UnsetType = msgspec.UNSET
+    simulated_ns: float | msgspec.UnsetType = msgspec.UNSET
+    eta_s: float | None | msgspec.UnsetType = msgspec.UNSET
+    kernel: KernelSimulated | msgspec.UnsetType = msgspec.UNSET
+    result_key: str | msgspec.UnsetType = msgspec.UNSET
+    predicted_e2e_ns: float | None | msgspec.UnsetType = msgspec.UNSET
+    error: str | None | msgspec.UnsetType = msgspec.UNSET
+
+
+class RunEventData(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``event: run`` from the event log: the run fields it changes."""
+
+    id: str
+    type: str
+    at: float
+    state: str | msgspec.UnsetType = msgspec.UNSET
+    previous: str | None | msgspec.UnsetType = msgspec.UNSET
+    reason: str | msgspec.UnsetType = msgspec.UNSET
+    sims_completed: int | msgspec.UnsetType = msgspec.UNSET
+    sims_failed: int | msgspec.UnsetType = msgspec.UNSET
+    error: str | msgspec.UnsetType = msgspec.UNSET
+    cancel_requested: bool | msgspec.UnsetType = msgspec.UNSET
+
+
+#: ``event: sim`` (id: the event's sequence) and ``event: run`` (the whole RunRecord first
+#: and when it changes, or a run event's fields).
+SSE_EVENTS: dict[str | None, Any] = {"sim": SimEventData, "run": (RunRecord, RunEventData)}
 CSV_CONTENT = {"text/csv": {"schema": {"type": "string"}}}
 PARQUET_CONTENT = {"application/vnd.apache.parquet": {"schema": {"type": "string",
                                                                  "format": "binary"}}}
-OBJECT_CONTENT = {"application/json": {"schema": {"type": "object"}}}
 
 
 # --------------------------------------------------------------------------- helpers
 
 
 async def _run(request: web.Request, run_id: str) -> RunRecord:
-    kv = await request.app[BUS].kv(subjects.KV_RUNS)
+    """The run from the KV-fed index (no NATS round trip), else from KV."""
     try:
         check_token(run_id, "run_id")
     except ValidationError:
         raise NotFoundError(f"no run {run_id!r}") from None
+    models = sim_models(request.app)
+    if models.loaded():
+        found: RunRecord | None = models.run_record(run_id)
+        if found is not None:
+            return found
+    kv = await request.app[BUS].kv(subjects.KV_RUNS)
     entry = await kv.get(run_id, RunRecord)
     if entry is None:
         raise NotFoundError(f"no run {run_id!r}")
@@ -166,12 +226,22 @@ async def _run(request: web.Request, run_id: str) -> RunRecord:
 
 
 async def _sims(request: web.Request, run: RunRecord) -> list[SimRecord]:
-    kv = await request.app[BUS].kv(subjects.KV_SIMS)
-    entries = await asyncio.gather(*(kv.get(s, SimRecord) for s in run.sim_ids))
+    """The run's sims from the KV-fed index; those it has not seen from KV; the rest planned."""
+    models = sim_models(request.app)
+    known: dict[str, SimRecord] = {}
+    if models.loaded():
+        known = {s: r for s in run.sim_ids if (r := models.sim_record(s)) is not None}
+    missing = [s for s in run.sim_ids if s not in known]
+    if missing:
+        kv = await request.app[BUS].kv(subjects.KV_SIMS)
+        for sid, entry in zip(missing, await asyncio.gather(*(kv.get(s, SimRecord) for s in missing)),
+                              strict=True):
+            if entry is not None:
+                known[sid] = entry.value
     out = []
-    for sid, entry in zip(run.sim_ids, entries, strict=True):
-        if entry is not None:
-            out.append(entry.value)
+    for sid in run.sim_ids:
+        if sid in known:
+            out.append(known[sid])
         else:
             config, replica = _planned(run).get(sid, ("", 0))
             out.append(SimRecord(id=sid, run_id=run.id, config=config, replica=replica, model=run.model))
@@ -230,6 +300,8 @@ async def create_run(request: web.Request) -> web.Response:
     except BaseException:
         await runs.delete(run_id)
         raise
+    # reads of this instance answer from its KV-fed index: let it see the new run first
+    await sim_models(request.app).caught_up("runs", run_id, lambda r: r is not None)
     return json_response(RunAccepted(id=run_id, state=record.state, run=record), status=202,
                          headers={"Location": f"/api/runs/{run_id}"})
 
@@ -238,8 +310,13 @@ async def create_run(request: web.Request) -> web.Response:
 @doc(response=RunList, tags=("runs",))
 async def list_runs(request: web.Request) -> web.Response:
     """Every run, newest first: ``{"runs": [...]}``."""
-    kv = await request.app[BUS].kv(subjects.KV_RUNS)
-    runs = sorted((await kv.values(RunRecord)).values(), key=lambda r: r.created_at, reverse=True)
+    models = sim_models(request.app)
+    if models.loaded():  # the KV-fed index: no consumer per request
+        records: list[RunRecord] = models.run_records()
+    else:
+        kv = await request.app[BUS].kv(subjects.KV_RUNS)
+        records = list((await kv.values(RunRecord)).values())
+    runs = sorted(records, key=lambda r: (r.created_at, r.id), reverse=True)
     return json_response(RunList(runs=runs))
 
 
@@ -275,6 +352,8 @@ async def cancel_run(request: web.Request) -> web.Response:
     updated = await kv.mutate(run_id, RunRecord, flag)
     await bus.publish(subjects.run_event(run_id, "cancel"), RunCancelRequested(run_id=run_id),
                       msg_id=f"{run_id}:cancel")
+    await sim_models(request.app).caught_up(
+        "runs", run_id, lambda r: r is None or r.cancel_requested or r.state in TERMINAL_RUN_STATES)
     state = updated.state if updated is not None else run.state
     return json_response(CancelAccepted(id=run_id, state=state, cancel_requested=True), status=202)
 
@@ -341,7 +420,7 @@ def _frame(event: str, data: Any, event_id: int | None = None) -> bytes:
 
 
 @routes.get("/api/runs/{run_id}/events")
-@doc(tags=("runs",), content=SSE_CONTENT,
+@doc(tags=("runs",), sse=SSE_EVENTS,
      responses={200: "server-sent events", 400: "bad Last-Event-ID", 404: "no such run",
                 429: "too many open event streams"},
      query={"last_event_id": ("resume after this event id (as the Last-Event-ID header)",
@@ -477,7 +556,9 @@ async def _result(request: web.Request, run_id: str, sim_id: str) -> SimResult:
 
 
 def setup(app: web.Application) -> None:
-    """Per-app result cache (results are immutable once written) and event-stream count."""
+    """Per-app result cache (results are immutable once written), event-stream count and the
+    KV-fed run/sim index reads answer from."""
+    install_models(app)
     app[RESULT_CACHE] = OrderedDict()
     app[EVENT_STREAMS] = {"open": 0, "limit": MAX_EVENT_STREAMS}
 
@@ -548,6 +629,134 @@ def config_results(config: str, sims: list[SimRecord], results: dict[str, SimRes
     }
 
 
+class ReplicaResult(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    sim_id: str
+    replica: int
+    state: str
+    error: str | None
+    attempts: int
+    predicted_e2e_ms: float | None
+    gpu_busy_ms: float | None
+    wall_s: float | None
+
+
+class StepTime(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    step: int
+    kind: str
+    tokens: int
+    batch: int
+    context: int
+    predicted_ms: float
+    gpu_ms: float
+    host_ms: float
+    kernels: int
+
+
+class TopKernel(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    name: str
+    count: int
+    predicted_ms: float
+    source_ms: float | None
+    regime: str
+    family: str
+    share: float
+
+
+class FamilyTime(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    count: int
+    predicted_ms: float
+    source_ms: float | None
+    share: float
+
+
+class ConfigResult(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One configuration of a run: means over its completed replicas, then each replica."""
+
+    config: str
+    state: str
+    """completed, partial (some replicas), or the sims' state while none has finished."""
+    predicted_e2e_ms: float | None
+    baseline_e2e_ms: float | None
+    error_pct: float | None
+    counterfactual: bool
+    source_e2e_ms: float | None
+    gpu_busy_ms: float | None
+    model: str | None
+    spec_id: str | None
+    spec_hash: str | None
+    source_spec_id: str | None
+    calibration: str | None
+    kernel_count: int | None
+    extrapolated: int | None
+    extrapolation: dict[str, int]
+    accuracy: AccuracyEstimate | None
+    steps: list[StepTime]
+    top_kernels: list[TopKernel]
+    families: dict[str, FamilyTime]
+    regimes: dict[str, int]
+    simulator: SimulatorProvenance | None
+    replicas: list[ReplicaResult]
+    recorded: bool | msgspec.UnsetType = msgspec.UNSET
+    """True where a recorded sample run's figures stand in for result files."""
+
+
+class ReferenceRow(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    config: str
+    hardware: str
+    real_e2e_ms: float | None
+    simulated_e2e_ms: float
+    error_pct: float | None
+    counterfactual: bool
+    note: str
+
+
+class RecordedReference(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A recorded sample run's published figures."""
+
+    badge: str
+    title: str
+    simulator: str
+    kernel_model: str
+    caveats: list[str]
+    configs: list[ReferenceRow]
+
+
+class TraceCoverage(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What of the trace the results cover."""
+
+    kernels_total: int
+    kernels_prepared: int
+    kernels_failed: int
+    bundle_kernels: int
+    partial: bool
+    errors: list[str]
+    warnings: list[str]
+
+
+class RunResults(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """GET /api/runs/{id}/results (JSON)."""
+
+    run_id: str
+    trace_id: str
+    state: str
+    configs: list[ConfigResult]
+    reference: RecordedReference | None
+    trace: TraceCoverage | None
+
+
+class KernelRows(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """GET /api/runs/{id}/results/{sim}/kernels (JSON): one page of per-kernel predictions."""
+
+    run_id: str
+    sim_id: str
+    total: int
+    offset: int
+    limit: int
+    columns: list[str]
+    kernels: list[dict[str, str | int | float | bool | None]]
+    """One object per kernel, keyed by ``columns`` (null: not known)."""
+
+
 def _reference(run_id: str) -> dict[str, Any] | None:
     if not is_recorded_run(run_id):
         return None
@@ -584,7 +793,7 @@ RESULT_CSV_COLUMNS = (
 
 
 @routes.get("/api/runs/{run_id}/results")
-@doc(tags=("runs",), content={**OBJECT_CONTENT, **CSV_CONTENT},
+@doc(tags=("runs",), response=RunResults, content=CSV_CONTENT,
      query={"format": ("json (default) or csv", {"type": "string", "enum": ["json", "csv"]})},
      responses={404: "no such run"})
 async def run_results(request: web.Request) -> web.Response:
@@ -646,7 +855,7 @@ KERNEL_COLUMNS = ("kernel_id", "name", "stream", "step", "step_kind", "op", "dty
 
 
 @routes.get("/api/runs/{run_id}/results/{sim_id}/kernels")
-@doc(tags=("runs",), content={**OBJECT_CONTENT, **CSV_CONTENT, **PARQUET_CONTENT}, query={
+@doc(tags=("runs",), response=KernelRows, content={**CSV_CONTENT, **PARQUET_CONTENT}, query={
     "offset": ("first row (default 0)", {"type": "integer", "minimum": 0, "maximum": 2**31}),
     "limit": ("rows (default 100, max 10000)", {"type": "integer", "minimum": 1, "maximum": 10000}),
     "format": ("json (default), csv or parquet",

@@ -18,12 +18,17 @@ Body of ``POST /api/scenarios`` (every field but the model is optional)::
            "gpu_memory_utilization": 0.9, "block_size": 16, "num_gpu_blocks_override": null},
     "include_records": false, "background": false}
 
-(``pattern`` may also be spelled ``kind``; a fixed length may say ``value`` for ``tokens``;
-``scheduler`` may also be ``{"kind": "vllm", ...settings}``.)
+One spelling per field, exactly as the OpenAPI document describes it (the request Structs
+below; their settings are the serving library's config fields): a body off the schema is a
+400 whose ``field`` names the field; one on it whose fields cannot go together (``hi < lo``,
+trace lengths without a trace arrival, a capacity search without an SLO, both ``duration``
+and ``n_requests``, more arrivals within ``duration`` than a scenario may simulate, a KV
+cache that does not fit) is a 422 naming the field.
 
-Answer (200): ``{"model", "sim", "run", "config", "result": <ScenarioResult>, "summary":
-"<vllm bench serve-like text>", "capacity": <CapacityResult or null>}``. Bad input is a
-400 whose ``field`` says which field and ``message`` why.
+Answer (200): ``{"model", "sim", "run", "config", "trace", "result": <ScenarioResult>,
+"summary": "<vllm bench serve-like text>", "capacity": <CapacityResult or null>}``, computed
+in a worker thread (the simulation, the answer's builtins and its JSON), never on the event
+loop. At most :data:`MAX_JOBS` background jobs run per api instance (then 429).
 
 Large scenarios (``n_requests`` over :data:`JOB_THRESHOLD`, a capacity search over
 :data:`JOB_THRESHOLD` / 10 requests, or ``"background": true``) run as a job: 202
@@ -39,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -47,48 +53,148 @@ from typing import Annotated, Any, Literal
 import msgspec
 from aiohttp import web
 
-from cascade.errors import ConflictError, NotFoundError, ValidationError
+from cascade.errors import (
+    CancelledRunError,
+    ConflictError,
+    NotFoundError,
+    TooManyError,
+    UnprocessableError,
+    ValidationError,
+)
 from cascade.gpus import get_gpu
 from cascade.ids import check_token
 from cascade.platform import subjects
 from cascade.platform.log import get_logger
+from cascade.serving.arrivals import (
+    Burst,
+    Constant,
+    Fixed,
+    FromTrace,
+    Gamma,
+    LogNormal,
+    Poisson,
+    Trace,
+    Uniform,
+    rate_of,
+)
 from cascade.serving.capacity import CapacityResult, max_rate, min_replicas
 from cascade.serving.kv import MODEL_SHAPES, KVConfig, ModelShape
 from cascade.serving.report import format_summary
-from cascade.serving.scenario import Scenario, ScenarioResult, resolve, run_scenario
+from cascade.serving.routers import LeastOutstanding, RoundRobin
+from cascade.serving.scenario import (
+    MAX_REPLICAS,
+    MAX_REQUESTS,
+    Scenario,
+    ScenarioResult,
+    expected_arrivals,
+    resolve,
+    run_scenario,
+)
+from cascade.serving.schedulers import Static, Vllm
 from services.api.http import doc, json_response, read_json
 from services.api.keys import BUS, get_storage
+from services.api.openapi import extend_schema
 from services.api.sim_models import ModelEntry, install, sim_models
 
 routes = web.RouteTableDef()
-OBJECT_CONTENT = {"application/json": {"schema": {"type": "object"}}}
+_ENCODER = msgspec.json.Encoder()
 log = get_logger("cascade.api.scenarios")
 
 #: Scenarios with more requests than this run as background jobs.
 JOB_THRESHOLD = 20_000
 #: A running job without a heartbeat for this long is reported failed.
 STALE_AFTER_S = 60.0
+#: Background scenarios running at once on one api instance (more: 429).
+MAX_JOBS = 4
 #: Largest inline trace CSV accepted (bytes).
 MAX_TRACE_CSV = 8 * 1024 * 1024
 JOB_PREFIX = "scenarios"
 
 Pos = Annotated[int, msgspec.Meta(ge=1)]
+PosF = Annotated[float, msgspec.Meta(gt=0)]
 
 
-class SchedulerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``{"name": "vllm"|"static", "settings": {...}}``."""
+def _settings_struct(name: str, library: type[msgspec.Struct], *, tag: str | None = None,
+                     tag_field: str | None = None, drop: tuple[str, ...] = (),
+                     add: tuple[tuple[Any, ...], ...] = ()) -> type[msgspec.Struct]:
+    """A request Struct with the fields of a serving-library config Struct (one definition)."""
+    fields: list[Any] = []
+    for f in msgspec.structs.fields(library):
+        if f.name in drop:
+            continue
+        if f.required:
+            fields.append((f.name, f.type))
+        else:
+            default = f.default if f.default is not msgspec.NODEFAULT else msgspec.field(
+                default_factory=f.default_factory)
+            fields.append((f.name, f.type, default))
+    fields.extend(add)
+    return msgspec.defstruct(name, fields, kw_only=True, frozen=True, forbid_unknown_fields=True,
+                             tag=tag, tag_field=tag_field, module=__name__)
 
-    name: str = "vllm"
-    settings: dict[str, Any] = {}
+
+# ``arrival``: tagged by ``pattern``, the serving library's settings; a trace is sent inline.
+PoissonArrival = _settings_struct("PoissonArrival", Poisson, tag="poisson", tag_field="pattern")
+GammaArrival = _settings_struct("GammaArrival", Gamma, tag="gamma", tag_field="pattern")
+ConstantArrival = _settings_struct("ConstantArrival", Constant, tag="constant", tag_field="pattern")
+BurstArrival = _settings_struct("BurstArrival", Burst, tag="burst", tag_field="pattern")
+TraceArrival = _settings_struct(
+    "TraceArrival", Trace, tag="trace", tag_field="pattern", drop=("path",),
+    add=(("csv", Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TRACE_CSV,
+                                             pattern=r"\S",
+                                             description="arrived_at,prompt_tokens,output_tokens rows")]),))
+Arrival: Any = (PoissonArrival | GammaArrival | ConstantArrival
+                | BurstArrival | TraceArrival)
+
+# ``lengths.prompt`` / ``lengths.output``: a token count or a length law tagged by ``kind``.
+FixedLength = _settings_struct("FixedLength", Fixed, tag="fixed", tag_field="kind")
+UniformLength = _settings_struct("UniformLength", Uniform, tag="uniform", tag_field="kind")
+LogNormalLength = _settings_struct("LogNormalLength", LogNormal, tag="lognormal", tag_field="kind")
+TraceLength = _settings_struct("TraceLength", FromTrace, tag="trace", tag_field="kind")
+_NULL, _NUMBER = {"type": "null"}, {"type": "number"}
+extend_schema("LogNormalLength", {"oneOf": [
+    {"required": ["mean", "sigma"], "properties": {"mean": _NUMBER, "sigma": _NUMBER,
+                                                   "median": _NULL, "p90": _NULL}},
+    {"required": ["median", "p90"], "properties": {"median": _NUMBER, "p90": _NUMBER,
+                                                   "mean": _NULL, "sigma": _NULL}},
+]})
+Length: Any = (Pos | FixedLength | UniformLength
+               | LogNormalLength | TraceLength | None)
+
+# ``scheduler``: a name, or ``{"name", "settings"}`` with that scheduler's settings.
+VllmSettings = _settings_struct("VllmSettings", Vllm)
+StaticSettings = _settings_struct("StaticSettings", Static)
+
+
+class VllmScheduler(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True,
+                    tag="vllm", tag_field="name"):
+    """vLLM's scheduler (continuous batching, chunked prefill) and its settings."""
+
+    settings: VllmSettings = msgspec.field(default_factory=VllmSettings)  # type: ignore[valid-type]
+
+
+class StaticScheduler(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True,
+                      tag="static", tag_field="name"):
+    """Fixed batches run to completion, and their settings."""
+
+    settings: StaticSettings = msgspec.field(default_factory=StaticSettings)  # type: ignore[valid-type]
+
+
+RouterName = Literal["round_robin", "least_outstanding"]
+RoundRobinRouter = _settings_struct("RoundRobinRouter", RoundRobin, tag="round_robin", tag_field="kind")
+LeastOutstandingRouter = _settings_struct("LeastOutstandingRouter", LeastOutstanding,
+                                          tag="least_outstanding", tag_field="kind")
+ModelShapeName = Literal[tuple(sorted(MODEL_SHAPES))]  # type: ignore[valid-type]
+ModelShapeSpec = _settings_struct("ModelShapeSpec", ModelShape)
 
 
 class SloSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Per-request SLOs in ms (unset ones are not checked)."""
 
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
-    e2e_ms: float | None = None
-    attainment: float = 0.99
+    ttft_ms: PosF | None = None
+    tpot_ms: PosF | None = None
+    e2e_ms: PosF | None = None
+    attainment: Annotated[float, msgspec.Meta(gt=0, le=1)] = 0.99
 
 
 class CapacitySpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -97,23 +203,25 @@ class CapacitySpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     kind: Literal["max_rate", "min_replicas"] = "max_rate"
     rel_tol: Annotated[float, msgspec.Meta(gt=0, lt=1)] = 0.02
     max_probes: Annotated[int, msgspec.Meta(ge=2, le=60)] = 30
-    max_replicas: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 1024
+    max_replicas: Annotated[int, msgspec.Meta(ge=1, le=MAX_REPLICAS)] = 1024
 
 
 class KVSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """KV-cache sizing of a replica: model shape and vLLM memory settings."""
 
-    model: str | dict[str, Any] | None = None
+    model: ModelShapeName | ModelShapeSpec | None = None  # type: ignore[valid-type]
     """A name in MODEL_SHAPES or {layers, kv_heads, head_dim, weights_bytes, kv_dtype_bytes};
     default: recognised from the trace's workload / name."""
     gpu_memory_utilization: Annotated[float, msgspec.Meta(gt=0, le=1)] = 0.9
-    block_size: Pos = 16
-    num_gpu_blocks_override: Pos | None = None
+    block_size: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 16
+    num_gpu_blocks_override: Annotated[int, msgspec.Meta(ge=1, le=2**40)] | None = None
 
 
 class LengthsSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    prompt: Any = None
-    output: Any = None
+    """Prompt and output length laws (default: from the trace when replaying one, else 128)."""
+
+    prompt: Length = None
+    output: Length = None
 
 
 class ScenarioRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -123,17 +231,18 @@ class ScenarioRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     run: str | None = None
     config: str | None = None
     model: str | None = None
-    arrival: dict[str, Any] = msgspec.field(default_factory=lambda: {"pattern": "poisson", "rate": 1.0})
+    arrival: Arrival = msgspec.field(default_factory=lambda: PoissonArrival(rate=1.0))
     lengths: LengthsSpec = LengthsSpec()
-    n_requests: Pos | None = None
-    duration: Annotated[float, msgspec.Meta(gt=0)] | None = None
-    duration_s: Annotated[float, msgspec.Meta(gt=0)] | None = None
-    replicas: Pos = 1
-    router: str | dict[str, Any] = "round_robin"
-    scheduler: dict[str, Any] | str = msgspec.field(default_factory=lambda: {"name": "vllm"})
-    """{"name": "vllm"|"static", "settings": {...}} or {"kind": "vllm", ...settings} or "vllm"."""
+    n_requests: Annotated[int, msgspec.Meta(ge=1, le=MAX_REQUESTS)] | None = None
+    duration: PosF | None = None
+    duration_s: PosF | None = None
+    replicas: Annotated[int, msgspec.Meta(ge=1, le=MAX_REPLICAS)] = 1
+    router: RouterName | RoundRobinRouter | LeastOutstandingRouter = "round_robin"  # type: ignore[valid-type]
+    scheduler: Literal["vllm", "static"] | VllmScheduler | StaticScheduler = msgspec.field(
+        default_factory=VllmScheduler)
+    """A scheduler name, or {"name": "vllm"|"static", "settings": {...}}."""
     slos: SloSpec = SloSpec()
-    seed: int = 0
+    seed: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] = 0
     capacity_search: CapacitySpec | None = None
     kv: KVSpec = KVSpec()
     include_records: bool = False
@@ -159,99 +268,100 @@ class JobRecord(msgspec.Struct, frozen=True, kw_only=True):
     instance: str = ""
 
 
+class ScenarioAnswer(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The 200 answer of POST /api/scenarios (and a completed job's ``response``)."""
+
+    model: str
+    sim: str
+    run: str
+    config: str
+    trace: str
+    result: ScenarioResult
+    capacity: CapacityResult | None
+    """The capacity search's outcome (null without ``capacity_search``)."""
+    summary: str
+    """The metrics as text, as `vllm bench serve` prints them."""
+
+
+class JobProgress(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    done: int
+    total: int
+    percent: float
+    probes: int
+
+
+class JobView(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A background scenario: 202 answer of POST /api/scenarios, GET /api/scenarios/{id}."""
+
+    id: str
+    state: Literal["queued", "running", "completed", "failed"]
+    progress: JobProgress
+    model: str
+    sim: str
+    capacity_search: bool
+    created_at: float
+    updated_at: float
+    error: str | None
+    url: str
+    response: ScenarioAnswer | msgspec.UnsetType = msgspec.UNSET
+    """The answer, once completed (GET only)."""
+
+
 # ---- request -> Scenario --------------------------------------------------------------------
 
-def _arrival(raw: dict[str, Any], tmpdir: Path) -> dict[str, Any]:
-    if not isinstance(raw, dict):
-        raise ValidationError("expected an object like {\"pattern\": \"poisson\", \"rate\": 20}",
-                              field="arrival")
-    out = dict(raw)
-    kind = out.pop("pattern", None)
-    if "kind" in out:
-        if kind is not None and out["kind"] != kind:
-            raise ValidationError("give pattern or kind, not both", field="arrival.kind")
-        kind = out.pop("kind")
-    if kind is None:
-        raise ValidationError("is required: poisson, gamma, constant, burst or trace",
-                              field="arrival.pattern")
-    if "path" in out:
-        raise ValidationError("server-side paths are not accepted: send the trace inline as 'csv' "
-                              "(arrived_at,prompt_tokens,output_tokens)", field="arrival.path")
-    if kind == "trace":
-        text = out.pop("csv", None)
-        if not isinstance(text, str) or not text.strip():
-            raise ValidationError("a trace replay needs 'csv': the text of a CSV with header "
-                                  "arrived_at,prompt_tokens,output_tokens", field="arrival.csv")
-        if len(text) > MAX_TRACE_CSV:
-            raise ValidationError(f"is over {MAX_TRACE_CSV} bytes", field="arrival.csv")
+def _law(value: Any) -> Any:
+    """A request Struct as the serving library's ``{"kind": ...}`` object."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return {"kind": "fixed", "tokens": value}
+    return msgspec.to_builtins(value)
+
+
+def _arrival(raw: msgspec.Struct, tmpdir: Path) -> dict[str, Any]:
+    out: dict[str, Any] = msgspec.to_builtins(raw)
+    kind = out.pop("pattern")
+    if isinstance(raw, TraceArrival):
         path = tmpdir / "arrivals.csv"
-        path.write_text(text)
+        path.write_text(out.pop("csv"))
         out["path"] = str(path)
-    elif "csv" in out:
-        raise ValidationError("only a 'trace' pattern takes csv", field="arrival.csv")
     return {"kind": kind, **out}
 
 
-def _length(raw: Any, field: str) -> Any:
-    if raw is None:
-        return None
-    if isinstance(raw, int) and not isinstance(raw, bool):
-        return {"kind": "fixed", "tokens": raw}
-    if not isinstance(raw, dict):
-        raise ValidationError("expected a token count or an object with 'kind'", field=field)
-    out = dict(raw)
-    if out.get("kind") == "fixed" and "value" in out:
-        if "tokens" in out:
-            raise ValidationError("give tokens or value, not both", field=f"{field}.value")
-        out["tokens"] = out.pop("value")
-    if out.get("kind") == "uniform":
-        for a, b in (("min", "lo"), ("max", "hi")):
-            if a in out and b not in out:
-                out[b] = out.pop(a)
-    return out
+def _scheduler(raw: Any) -> Any:
+    if isinstance(raw, str):
+        return raw
+    return {"kind": type(raw).__struct_config__.tag, **msgspec.to_builtins(raw.settings)}
 
 
-def _scheduler(raw: dict[str, Any] | str) -> Any:
-    if isinstance(raw, dict) and ("name" in raw or "settings" in raw):
-        try:
-            spec = msgspec.convert(raw, SchedulerSpec)
-        except msgspec.ValidationError as exc:
-            text = str(exc)
-            sub = text.split("at `$.", 1)[1].rstrip("`") if "at `$." in text else ""
-            raise ValidationError(text.split(" - at `", 1)[0],
-                                  field="scheduler" + (f".{sub}" if sub else "")) from None
-        if "kind" in spec.settings:
-            raise ValidationError("the name goes in scheduler.name", field="scheduler.settings.kind")
-        return {"kind": spec.name, **spec.settings}
-    return raw
-
-
-def _remap_field(exc: ValidationError) -> ValidationError:
+def _remap_field(exc: ValidationError) -> UnprocessableError:
     fld = exc.field or ""
     head = fld.split(".", 1)[0]
     mapped = {"prompt": "lengths.prompt", "output": "lengths.output", "slo": "slos",
               "duration_s": "duration"}.get(head)
-    if mapped is None:
-        return exc
-    new = mapped + fld[len(head):]
     message = str(exc)
     if message.startswith(f"{fld}: "):
         message = message[len(fld) + 2:]
-    return ValidationError(message, field=new)
+    new = mapped + fld[len(head):] if mapped is not None else (fld or None)
+    return UnprocessableError(message, field=new)
 
 
 def build_scenario(req: ScenarioRequest, tmpdir: Path) -> Scenario:
-    """The serving library's Scenario for a request (validated: ValidationError names the field)."""
+    """The serving library's Scenario for a decoded request.
+
+    The body already matches the schema; what is left are rules across fields (both
+    ``duration`` and ``n_requests``, ``hi < lo``, trace lengths without a trace, a capacity
+    search without an SLO): :class:`UnprocessableError` (422) naming the field."""
     if req.duration is not None and req.duration_s is not None:
-        raise ValidationError("give duration or duration_s, not both", field="duration")
+        raise UnprocessableError("give duration or duration_s, not both", field="duration")
     raw = {
         "arrival": _arrival(req.arrival, tmpdir),
-        "prompt": _length(req.lengths.prompt, "lengths.prompt"),
-        "output": _length(req.lengths.output, "lengths.output"),
+        "prompt": _law(req.lengths.prompt),
+        "output": _law(req.lengths.output),
         "n_requests": req.n_requests,
         "duration_s": req.duration if req.duration is not None else req.duration_s,
         "replicas": req.replicas,
-        "router": req.router,
+        "router": _law(req.router),
         "scheduler": _scheduler(req.scheduler),
         "slo": msgspec.to_builtins(req.slos),
         "seed": req.seed,
@@ -262,30 +372,28 @@ def build_scenario(req: ScenarioRequest, tmpdir: Path) -> Scenario:
         rs = resolve(raw)
     except ValidationError as exc:
         raise _remap_field(exc) from None
+    expected = expected_arrivals(rs)
+    if expected is not None and expected > MAX_REQUESTS:
+        raise UnprocessableError(f"about {expected:.3g} requests arrive within it at "
+                                 f"{rate_of(rs.arrival):g}/s, more than {MAX_REQUESTS}",
+                                 field="duration")
     if req.capacity_search is not None and rs.scenario.slo.is_empty():
-        raise ValidationError("a capacity search needs at least one SLO (ttft_ms, tpot_ms or e2e_ms)",
-                              field="slos")
+        raise UnprocessableError("a capacity search needs at least one SLO (ttft_ms, tpot_ms or e2e_ms)",
+                                 field="slos")
     return rs.scenario
 
 
 def _shape(req: KVSpec, entry: ModelEntry, workload: str) -> ModelShape:
     value = req.model
-    if isinstance(value, dict):
-        try:
-            return msgspec.convert(value, ModelShape)
-        except msgspec.ValidationError as exc:
-            raise ValidationError(str(exc), field="kv.model") from None
     if isinstance(value, str):
-        if value not in MODEL_SHAPES:
-            raise ValidationError(f"unknown model shape {value!r}; known: {', '.join(sorted(MODEL_SHAPES))}"
-                                  " (or give {layers, kv_heads, head_dim, weights_bytes})",
-                                  field="kv.model")
         return MODEL_SHAPES[value]
+    if value is not None:
+        return msgspec.convert(msgspec.to_builtins(value), ModelShape)
     text = f"{workload} {entry.trace_id}".lower()
     for name in sorted(MODEL_SHAPES, key=len, reverse=True):
         if name in text:
             return MODEL_SHAPES[name]
-    raise ValidationError(
+    raise UnprocessableError(
         f"the model shape of trace {entry.trace_id} is not known, so its KV cache cannot be sized: "
         f"give kv.model as one of {', '.join(sorted(MODEL_SHAPES))} or as "
         "{layers, kv_heads, head_dim, weights_bytes}", field="kv.model")
@@ -299,24 +407,32 @@ def kv_config(req: KVSpec, entry: ModelEntry, workload: str) -> KVConfig:
         memory = int(spec.memory_gb * 1e9)
     except Exception as exc:  # noqa: BLE001 - custom specs: the user gives blocks instead
         if req.num_gpu_blocks_override is None:
-            raise ValidationError(f"GPU config {entry.config!r} has no known memory size ({exc}); "
-                                  "give kv.num_gpu_blocks_override", field="kv") from None
+            raise UnprocessableError(f"GPU config {entry.config!r} has no known memory size ({exc}); "
+                                     "give kv.num_gpu_blocks_override", field="kv") from None
         memory = 1
     cfg = KVConfig(model=shape, gpu_memory_bytes=max(1, memory),
                    gpu_memory_utilization=req.gpu_memory_utilization, block_size=req.block_size,
                    num_gpu_blocks_override=req.num_gpu_blocks_override)
-    cfg.num_blocks()  # raises a ValidationError when nothing is left for the KV cache
+    try:
+        cfg.num_blocks()  # raises a ValidationError when nothing is left for the KV cache
+    except ValidationError as exc:
+        raise _remap_field(exc) from None
     return cfg
 
 
 # ---- running ---------------------------------------------------------------------------------
 
-async def _entry(request: web.Request, req: ScenarioRequest) -> ModelEntry:
+def _check_selection(req: ScenarioRequest) -> None:
+    """Exactly one of sim, run (+ config) or model (the schema's ``oneOf``): else a 400."""
     given = [n for n in ("sim", "run", "model") if getattr(req, n) is not None]
     if len(given) != 1:
         raise ValidationError("give exactly one of sim, run (+ config) or model", field="sim")
     if req.config is not None and req.run is None:
         raise ValidationError("config goes with run", field="config")
+
+
+async def _entry(request: web.Request, req: ScenarioRequest) -> ModelEntry:
+    _check_selection(req)
     models = sim_models(request.app)
     try:
         if req.sim is not None:
@@ -331,19 +447,33 @@ async def _entry(request: web.Request, req: ScenarioRequest) -> ModelEntry:
         raise NotFoundError(str(exc)) from None  # a malformed id names nothing that exists
 
 
-def _work(req: ScenarioRequest, scenario: Scenario) -> int:
-    n = scenario.n_requests
+def _work(req: ScenarioRequest, scenario: Scenario) -> float:
+    """Requests to simulate (times 10 for a capacity search): large ones run as jobs."""
+    n: float | None = scenario.n_requests
     if n is None:
         rate = scenario.arrival.get("rate") if isinstance(scenario.arrival, dict) else getattr(
             scenario.arrival, "rate", None)
         dur = scenario.duration_s
-        n = int(rate * dur) if rate and dur else 1000
+        n = float(rate) * dur if rate and dur else 1000.0
     return n * (10 if req.capacity_search is not None else 1)
 
 
 def compute(req: ScenarioRequest, scenario: Scenario, model: Any, kv: KVConfig,
             progress: Any = None) -> tuple[ScenarioResult, CapacityResult | None]:
-    """Run the scenario (or the capacity search); CPU-bound, call in a thread."""
+    """Run the scenario (or the capacity search); CPU-bound, call in a thread.
+
+    A rule only the run can check (no request arrives within ``duration``, too many
+    arrive) is an :class:`UnprocessableError` naming the field."""
+    try:
+        return _compute(req, scenario, model, kv, progress)
+    except UnprocessableError:
+        raise
+    except ValidationError as exc:
+        raise _remap_field(exc) from None
+
+
+def _compute(req: ScenarioRequest, scenario: Scenario, model: Any, kv: KVConfig,
+             progress: Any = None) -> tuple[ScenarioResult, CapacityResult | None]:
     if req.capacity_search is None:
         return run_scenario(scenario, model, kv, progress=progress), None
     cs = req.capacity_search
@@ -385,8 +515,9 @@ def response_body(entry: ModelEntry, result: ScenarioResult, cap: CapacityResult
 
 async def _prepare(request: web.Request, req: ScenarioRequest, tmpdir: Path
                    ) -> tuple[ModelEntry, Scenario, Any, KVConfig]:
-    entry = await _entry(request, req)
+    _check_selection(req)
     scenario = build_scenario(req, tmpdir)
+    entry = await _entry(request, req)
     models = sim_models(request.app)
     sm = await models.step_model(entry)
     kv = kv_config(req.kv, entry, sm.stored.workload)
@@ -401,14 +532,23 @@ def _one_of(name: str) -> dict[str, Any]:
     return {"required": [name], "properties": props}
 
 
-#: The request schema also says that exactly one of sim, run (+ config) or model is given.
+_ANY_SLO = {"anyOf": [{"required": [name], "properties": {name: {"type": "number"}}}
+                      for name in ("ttft_ms", "tpot_ms", "e2e_ms")]}
+#: The request schema also says that exactly one of sim, run (+ config) or model is given,
+#: and that a capacity search names at least one SLO.
 SCENARIO_REQUEST = Annotated[ScenarioRequest, msgspec.Meta(extra_json_schema={
-    "oneOf": [_one_of("sim"), _one_of("run"), _one_of("model")]})]
+    "oneOf": [_one_of("sim"), _one_of("run"), _one_of("model")],
+    "if": {"required": ["capacity_search"], "properties": {"capacity_search": {"type": "object"}}},
+    "then": {"required": ["slos"], "properties": {"slos": _ANY_SLO}}})]
 
 
 @routes.post("/api/scenarios")
-@doc(request=SCENARIO_REQUEST, tags=("scenarios",), content=OBJECT_CONTENT,
-     responses={202: "queued as a background job", 400: "invalid field", 404: "unknown sim/run/model"})
+@doc(request=SCENARIO_REQUEST, response=ScenarioAnswer, bodies={202: JobView}, tags=("scenarios",),
+     responses={202: "queued as a background job", 400: "the body does not match the schema",
+                404: "unknown sim/run/model",
+                409: "the sim has no per-step results to serve as a request model",
+                422: "valid fields that cannot go together (the field is named)",
+                429: f"{MAX_JOBS} background scenarios already running on this api instance"})
 async def post_scenario(request: web.Request) -> web.Response:
     """Simulate serving traffic on replicas of a finished sim; metrics as `vllm bench serve` names them."""
     req = await read_json(request, ScenarioRequest)
@@ -417,12 +557,22 @@ async def post_scenario(request: web.Request) -> web.Response:
     try:
         entry, scenario, model, kv = await _prepare(request, req, Path(tmp.name))
         if req.background or _work(req, scenario) > JOB_THRESHOLD:
+            running = len(request.app[JOBS])
+            if running >= MAX_JOBS:
+                raise TooManyError(f"{running} background scenarios are running on this api "
+                                   "instance; retry when one has finished", limit=MAX_JOBS)
             job = await _start_job(request.app, req, entry, scenario, model, kv, tmp)
             tmp = None  # the job owns it now
             return json_response(_job_view(job), status=202,
                                  headers={"Location": f"/api/scenarios/{job.id}"})
-        result, cap = await asyncio.to_thread(compute, req, scenario, model, kv)
-        return json_response(response_body(entry, result, cap))
+
+        def answer() -> bytes:
+            result, cap = compute(req, scenario, model, kv)
+            return _ENCODER.encode(response_body(entry, result, cap))
+
+        # The simulation, the answer's builtins and its JSON: all off the event loop.
+        body = await asyncio.to_thread(answer)
+        return web.Response(body=body, content_type="application/json")
     finally:
         if tmp is not None:
             tmp.cleanup()
@@ -479,8 +629,11 @@ async def _run_job(app: web.Application, job: JobRecord, req: ScenarioRequest, e
     loop = asyncio.get_running_loop()
     state = {"done": 0, "total": job.total, "probes": 0}
     finished = asyncio.Event()
+    stop = threading.Event()
 
     def progress(done: int, total: int) -> None:
+        if stop.is_set():
+            raise CancelledRunError(f"scenario {job.id} stopped with the api")
         if done < 0:
             state["probes"] += 1
         else:
@@ -505,6 +658,7 @@ async def _run_job(app: web.Application, job: JobRecord, req: ScenarioRequest, e
         await _update(meta, job.id, state="completed", done=result.completed, total=result.completed,
                       percent=100.0, probes=state["probes"], response_key=key)
     except asyncio.CancelledError:
+        stop.set()  # the worker thread ends at its next progress report
         finished.set()
         await _update(meta, job.id, state="failed", error="the api stopped while the scenario ran")
         raise
@@ -531,7 +685,7 @@ async def _update(meta: Any, job_id: str, **changes: Any) -> None:
 
 
 @routes.get("/api/scenarios/{id}")
-@doc(tags=("scenarios",), content=OBJECT_CONTENT, responses={404: "unknown scenario job"})
+@doc(tags=("scenarios",), response=JobView, responses={404: "unknown scenario job"})
 async def get_scenario(request: web.Request) -> web.Response:
     """A background scenario's progress, and its answer once completed (under ``response``)."""
     job_id = request.match_info["id"]
@@ -546,7 +700,7 @@ async def get_scenario(request: web.Request) -> web.Response:
     view = _job_view(entry.value)
     if entry.value.state == "completed" and entry.value.response_key:
         data = await get_storage(request.app).get_bytes(entry.value.response_key, max_bytes=512 * 1024 * 1024)
-        view["response"] = msgspec.json.decode(data)
+        view["response"] = await asyncio.to_thread(msgspec.json.decode, data)
     return json_response(view)
 
 

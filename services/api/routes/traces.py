@@ -37,6 +37,7 @@ from cascade.platform.storage import MAX_PARTS, MIN_PART_SIZE, Storage, Uploaded
 from cascade.platform.tracestore import (
     DeclaredUpload,
     ExpectedSet,
+    FileRecord,
     TraceStore,
     capped,
     declared_mismatch,
@@ -66,8 +67,79 @@ SCHEMA_MAX_UPLOAD = 64 * 1024**3
 """File size limit the OpenAPI document states (the default ``max_upload_bytes``)."""
 FileName = Annotated[str, msgspec.Meta(extra_json_schema={
     "pattern": NAME_PATTERN, "minLength": 1, "maxLength": MAX_NAME_LENGTH})]
-"""A raw file name (validated by :func:`cascade.traces.files.check_name`; the schema says which)."""
-JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
+"""A raw file name (validated by :func:`cascade.platform.tracefiles.check_name`; the schema says which)."""
+KernelRow = dict[str, str | int | float | bool | list[str] | None]
+"""One kernel of a list: its columns (the page's ``columns``) and their values (null: unknown)."""
+
+
+class TraceProgress(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    files: int
+    units: int
+    prepared: int
+    failed: int
+    queued: int
+
+
+class TraceDetails(TraceRecord, frozen=True, kw_only=True):
+    """GET /api/traces/{id}: the record and, unless ``details=false``, per-file and per-kernel
+    progress (``kernels`` rows: unit, kind, file, state, kernel_id, name, etag, attempts, error,
+    warnings, rows and the kernel's summary columns)."""
+
+    files: list[FileRecord] | msgspec.UnsetType = msgspec.UNSET
+    kernels: list[KernelRow] | msgspec.UnsetType = msgspec.UNSET
+    progress: TraceProgress | msgspec.UnsetType = msgspec.UNSET
+    expected: ExpectedSet | None | msgspec.UnsetType = msgspec.UNSET
+
+
+class KernelPage(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """GET /api/traces/{id}/kernels: one page of per-kernel summaries."""
+
+    trace_id: str
+    state: str
+    source: Literal["bundle", "progress"]
+    """``bundle`` once the trace is ready, else the preparation progress records."""
+    total: int
+    offset: int
+    limit: int
+    sort: str
+    order: Literal["asc", "desc"]
+    columns: list[str]
+    kernels: list[KernelRow]
+
+
+class FamilyTotal(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    count: int
+    time_ns: float
+
+
+class StepTotal(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    step: int
+    kind: str
+    kernels: int
+    time_ns: float
+    start_ns: float | None | msgspec.UnsetType = msgspec.UNSET
+    end_ns: float | None | msgspec.UnsetType = msgspec.UNSET
+
+
+class TraceTotals(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """GET /api/traces/{id}/summary: totals for charts (empty until the trace is ready)."""
+
+    trace_id: str
+    ready: bool
+    kernels: int
+    time_ns: float
+    families: dict[str, FamilyTotal]
+    steps: list[StepTotal]
+    instruction_mix: dict[str, float]
+
+
+class DeletedTrace(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    id: str
+    deleted: bool
+    objects: int
+    """S3 objects deleted."""
+    keys: int
+    """KV keys deleted."""
 
 
 class CreateTrace(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -436,7 +508,7 @@ async def seal_trace(request: web.Request) -> web.Response:
 
 
 @routes.get("/api/traces/{trace_id}")
-@doc(tags=("traces",), responses={404: "no such trace"}, content=JSON_OBJECT,
+@doc(tags=("traces",), responses={404: "no such trace"}, response=TraceDetails,
      query={"details": ("false: the record only, without per-file and per-kernel lists",
                         {"type": "string", "enum": ["true", "false", "1", "0"]})})
 async def get_trace(request: web.Request) -> web.Response:
@@ -539,7 +611,7 @@ def _sort_key(column: str, value: Any) -> tuple[int, Any]:
 
 
 @routes.get("/api/traces/{trace_id}/kernels")
-@doc(tags=("traces",), content=JSON_OBJECT, responses={404: "no such trace"}, query={
+@doc(tags=("traces",), response=KernelPage, responses={404: "no such trace"}, query={
     "offset": ("first row (default 0)", {"type": "integer", "minimum": 0, "maximum": 2**31}),
     "limit": ("rows per page (default 100, max 1000)",
               {"type": "integer", "minimum": 1, "maximum": 1000}),
@@ -591,7 +663,7 @@ async def list_kernels(request: web.Request) -> web.Response:
 
 
 @routes.get("/api/traces/{trace_id}/summary")
-@doc(tags=("traces",), responses={404: "no such trace"})
+@doc(tags=("traces",), response=TraceTotals, responses={404: "no such trace"})
 async def trace_summary_route(request: web.Request) -> web.Response:
     """Totals for charts once the trace is ready: kernels and source-GPU time by family, per
     step (kind, kernels, time, start/end), and the instruction mix where instruction traces exist
@@ -628,7 +700,7 @@ async def _bundle_rows(request: web.Request, record: TraceRecord) -> tuple[list[
 
 
 @routes.delete("/api/traces/{trace_id}")
-@doc(tags=("traces",), content=JSON_OBJECT,
+@doc(tags=("traces",), response=DeletedTrace,
      responses={404: "no such trace", 409: "read-only sample trace"})
 async def delete_trace(request: web.Request) -> web.Response:
     """Delete the trace: its raw files, prepared parts, bundles and state."""

@@ -40,9 +40,13 @@ def resolve_ui_file(name: str, root: Path = WEB_DIR) -> Path:
     if not name or "\x00" in name or name.startswith(("/", "\\")) or "\\" in name:
         raise NotFoundError(f"no UI file {name!r}")
     base = root.resolve()
-    path = (base / name).resolve()
-    if not path.is_relative_to(base) or not path.is_file():
-        raise NotFoundError(f"no UI file {name!r}")
+    try:
+        path = (base / name).resolve()
+        found = path.is_relative_to(base) and path.is_file()
+    except (OSError, ValueError):  # a name too long for the file system, a bad component
+        found = False
+    if not found:
+        raise NotFoundError(f"no UI file {name[:200]!r}")
     return path
 
 
@@ -55,15 +59,21 @@ def _file_response(path: Path) -> web.Response:
     )
 
 
+_TEXT_BODY = {"schema": {"type": "string"}}
+
+
 @routes.get("/")
-@doc(tags=("ui",))
+@doc(tags=("ui",), content={"text/html": _TEXT_BODY}, responses={404: "the UI files are missing"})
 async def index(request: web.Request) -> web.Response:
     """The web UI's page (``index.html``)."""
     return _file_response(resolve_ui_file("index.html"))
 
 
 @routes.get("/ui/{name:.+}")
-@doc(tags=("ui",))
+@doc(tags=("ui",), content={t: _TEXT_BODY if t in _TEXT else {"schema": {"type": "string",
+                                                                      "contentEncoding": "binary"}}
+                            for t in sorted(set(CONTENT_TYPES.values()) - {"application/json"})},
+     responses={404: "no such UI file"})
 async def ui_file(request: web.Request) -> web.Response:
     """A static file of the web UI (scripts, styles), with its content type."""
     return _file_response(resolve_ui_file(request.match_info["name"]))

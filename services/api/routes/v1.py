@@ -56,9 +56,11 @@ import msgspec
 import numpy as np
 from aiohttp import web
 
+from cascade.calibration.accuracy import AccuracyEstimate
 from cascade.errors import CascadeError, NotFoundError, ValidationError
 from cascade.platform.log import get_logger
 from cascade.runs.estimates import DEFAULT_TOKEN_BUDGET, RequestEstimate, SimStepModel
+from cascade.serving.stepmodel import CalibrationRange, OutOfRange
 from services.api.http import decode_json, doc
 from services.api.keys import SETTINGS
 from services.api.sim_models import ModelEntry, install, sim_models
@@ -578,8 +580,76 @@ async def _stream(request: web.Request, req: _Common, rid: str, created: int, mo
 
 # ---- answer shapes (documentation: the handlers build these as JSON directly) ----------------
 
-SSE_CONTENT = {"text/event-stream": {"schema": {
-    "type": "object", "description": "one server-sent event: its event, id and data fields"}}}
+class KernelProvenance(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """How the sim's kernel times were predicted (empty when its result could not be read)."""
+
+    model: str | msgspec.UnsetType = msgspec.UNSET
+    spec_id: str | msgspec.UnsetType = msgspec.UNSET
+    spec_hash: str | msgspec.UnsetType = msgspec.UNSET
+    source_spec_id: str | msgspec.UnsetType = msgspec.UNSET
+    calibration: str | msgspec.UnsetType = msgspec.UNSET
+    accuracy: AccuracyEstimate | None | msgspec.UnsetType = msgspec.UNSET
+    extrapolated: int | msgspec.UnsetType = msgspec.UNSET
+    kernel_count: int | msgspec.UnsetType = msgspec.UNSET
+    extrapolation: dict[str, int] | msgspec.UnsetType = msgspec.UNSET
+
+
+class CascadeInfo(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Where an estimate came from: the sim, its step model's calibration, extrapolation."""
+
+    config: str
+    sim: str
+    run: str
+    trace: str
+    extrapolated: bool
+    extrapolation: dict[str, OutOfRange]
+    calibration_range: CalibrationRange
+    kernels: KernelProvenance
+    prompt_tokens_approximate: bool
+    method: str
+    prefill_steps: int
+    token_budget: int
+    idle_replica: bool
+
+
+class TokenTime(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    index: int
+    time_ms: float
+    gap_ms: float
+
+
+class ChunkDelta(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    role: Literal["assistant"] | msgspec.UnsetType = msgspec.UNSET
+    content: str
+
+
+class ChunkChoice(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    index: int
+    logprobs: None
+    finish_reason: Literal["length"] | None
+    text: str | msgspec.UnsetType = msgspec.UNSET
+    """Completions."""
+    delta: ChunkDelta | msgspec.UnsetType = msgspec.UNSET
+    """Chat completions."""
+
+
+class StreamChunk(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The JSON ``data`` of one streamed event: a token, the last with ``metrics`` and
+    ``cascade``, and with ``stream_options.include_usage`` a final chunk of ``usage`` only."""
+
+    id: str
+    object: Literal["text_completion", "chat.completion.chunk"]
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    cascade_token: TokenTime | msgspec.UnsetType = msgspec.UNSET
+    metrics: MetricsBody | msgspec.UnsetType = msgspec.UNSET
+    cascade: CascadeInfo | msgspec.UnsetType = msgspec.UNSET
+    usage: UsageBody | msgspec.UnsetType = msgspec.UNSET
+
+
+#: ``stream: true``: unnamed events whose data is a :class:`StreamChunk`, then ``[DONE]``.
+SSE_EVENTS: dict[str | None, Any] = {None: StreamChunk}
 
 
 class CascadeModelInfo(msgspec.Struct, kw_only=True):
@@ -634,7 +704,7 @@ class CompletionChoiceBody(msgspec.Struct, kw_only=True):
     logprobs: None
     finish_reason: Literal["length"]
     metrics: MetricsBody | None = None
-    cascade: dict[str, Any] | None = None
+    cascade: CascadeInfo | None = None
 
 
 class CompletionBody(msgspec.Struct, kw_only=True):
@@ -645,7 +715,7 @@ class CompletionBody(msgspec.Struct, kw_only=True):
     choices: list[CompletionChoiceBody]
     usage: UsageBody
     metrics: MetricsBody
-    cascade: dict[str, Any]
+    cascade: CascadeInfo
 
 
 class AssistantMessage(msgspec.Struct, kw_only=True):
@@ -659,7 +729,7 @@ class ChatChoiceBody(msgspec.Struct, kw_only=True):
     logprobs: None
     finish_reason: Literal["length"]
     metrics: MetricsBody | None = None
-    cascade: dict[str, Any] | None = None
+    cascade: CascadeInfo | None = None
 
 
 class ChatCompletionBody(msgspec.Struct, kw_only=True):
@@ -670,7 +740,7 @@ class ChatCompletionBody(msgspec.Struct, kw_only=True):
     choices: list[ChatChoiceBody]
     usage: UsageBody
     metrics: MetricsBody
-    cascade: dict[str, Any]
+    cascade: CascadeInfo
 
 
 # ---- routes ---------------------------------------------------------------------------------
@@ -705,7 +775,7 @@ async def get_model(request: web.Request) -> web.Response:
 
 
 @routes.post("/v1/completions")
-@doc(tags=("v1",), request=CompletionRequest, response=CompletionBody, content=SSE_CONTENT,
+@doc(tags=("v1",), request=CompletionRequest, response=CompletionBody, sse=SSE_EVENTS,
      responses={400: "invalid request (over the context, out of range)", 404: "unknown model"})
 @openai_errors
 async def completions(request: web.Request) -> web.StreamResponse:
@@ -717,7 +787,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
 
 @routes.post("/v1/chat/completions")
-@doc(tags=("v1",), request=ChatRequest, response=ChatCompletionBody, content=SSE_CONTENT,
+@doc(tags=("v1",), request=ChatRequest, response=ChatCompletionBody, sse=SSE_EVENTS,
      responses={400: "invalid request (over the context, out of range)", 404: "unknown model"})
 @openai_errors
 async def chat_completions(request: web.Request) -> web.StreamResponse:

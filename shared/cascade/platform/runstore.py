@@ -6,6 +6,7 @@ The documents themselves are defined in the domain (:mod:`cascade.runs.results`,
 
 from __future__ import annotations
 
+import asyncio
 import io
 
 import msgspec
@@ -88,8 +89,10 @@ async def load_or_fit(storage: Storage, *, sim: SimRecord, trace_id: str, worklo
     if cached is not None and cached.fingerprint == fp:
         return cached
     recs = await records()
-    stored = fit_sim_step_model(recs, sim_id=sim.id, run_id=sim.run_id, trace_id=trace_id,
-                                config=sim.config, fingerprint=fp, workload=workload)
+    # CPU-bound (a least-squares fit per step kind): off the event loop.
+    stored = await asyncio.to_thread(fit_sim_step_model, recs, sim_id=sim.id, run_id=sim.run_id,
+                                     trace_id=trace_id, config=sim.config, fingerprint=fp,
+                                     workload=workload)
     try:
         await save_cached(storage, stored)
     except StorageError as exc:

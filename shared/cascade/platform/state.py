@@ -70,6 +70,11 @@ class TraceRecord(msgspec.Struct, frozen=True, kw_only=True):
     """Unix time the upload was sealed (start of the grace period for missing files)."""
     bundle_kernels: int = 0
     """Kernels in the ready bundle."""
+    prepared_bytes: int = 0
+    """Raw bytes prepare has read and prepared (each unit counted once, when it first succeeds)."""
+    prepare_seconds: float = 0.0
+    """Seconds prepare spent on those units (read, parse, store): prepared_bytes / this is
+    its throughput."""
 
 
 class SimRecord(msgspec.Struct, frozen=True, kw_only=True):

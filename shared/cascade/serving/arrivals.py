@@ -23,6 +23,10 @@ from cascade.registry import Registry
 
 PosF = Annotated[float, msgspec.Meta(gt=0)]
 PosI = Annotated[int, msgspec.Meta(ge=1)]
+#: Longest prompt or output a length law may give (tokens): far past any model's context.
+MAX_TOKENS = 2**20
+Tokens = Annotated[int, msgspec.Meta(ge=1, le=MAX_TOKENS)]
+TokensF = Annotated[float, msgspec.Meta(gt=0, le=MAX_TOKENS)]
 
 
 # ---- arrival configs ---------------------------------------------------------------------------
@@ -198,25 +202,25 @@ def rate_of(cfg: msgspec.Struct) -> float | None:
 # ---- length laws -------------------------------------------------------------------------------
 
 class Fixed(msgspec.Struct, frozen=True, kw_only=True, tag="fixed", tag_field="kind"):
-    tokens: PosI
+    tokens: Tokens
 
 
 class Uniform(msgspec.Struct, frozen=True, kw_only=True, tag="uniform", tag_field="kind"):
     """Integers uniform on [lo, hi] inclusive."""
 
-    lo: PosI
-    hi: PosI
+    lo: Tokens
+    hi: Tokens
 
 
 class LogNormal(msgspec.Struct, frozen=True, kw_only=True, tag="lognormal", tag_field="kind"):
     """Log-normal lengths: give (mean, sigma) or (median, p90); sigma is of log(length)."""
 
-    mean: PosF | None = None
-    sigma: Annotated[float, msgspec.Meta(ge=0)] | None = None
-    median: PosF | None = None
-    p90: PosF | None = None
-    min: PosI = 1
-    max: PosI | None = None
+    mean: TokensF | None = None
+    sigma: Annotated[float, msgspec.Meta(ge=0, le=20)] | None = None
+    median: TokensF | None = None
+    p90: TokensF | None = None
+    min: Tokens = 1
+    max: Tokens | None = None
 
 
 class FromTrace(msgspec.Struct, frozen=True, kw_only=True, tag="trace", tag_field="kind"):
@@ -250,8 +254,10 @@ def _uniform(cfg: Uniform, n: int, rng: np.random.Generator) -> np.ndarray:
 
 def _lognormal(cfg: LogNormal, n: int, rng: np.random.Generator) -> np.ndarray:
     mu, sigma = lognormal_params(cfg, "lengths")
-    x = np.rint(np.exp(mu + sigma * rng.standard_normal(n))).astype(np.int64)
-    return np.clip(x, cfg.min, cfg.max if cfg.max is not None else None)
+    with np.errstate(over="ignore"):
+        x = np.exp(mu + sigma * rng.standard_normal(n))
+    top = cfg.max if cfg.max is not None else MAX_TOKENS
+    return np.rint(np.clip(x, cfg.min, top)).astype(np.int64)
 
 
 def _from_trace(cfg: FromTrace, n: int, rng: np.random.Generator) -> np.ndarray:

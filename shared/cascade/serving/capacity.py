@@ -7,6 +7,7 @@ traffic at a higher rate is the same requests compressed in time.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -83,7 +84,7 @@ def max_rate(scenario: Scenario, step_model: StepTimeModel, kv_config: KVConfig,
     if p.ok:
         lo, best = start, r
         rate = start
-        while len(probes) < max_probes:
+        while len(probes) < max_probes and math.isfinite(rate * 2):
             rate *= 2
             p, r = at(rate)
             if not p.ok:
@@ -93,7 +94,7 @@ def max_rate(scenario: Scenario, step_model: StepTimeModel, kv_config: KVConfig,
     else:
         hi = start
         rate = start
-        while len(probes) < max_probes:
+        while len(probes) < max_probes and rate / 2 > 0:
             rate /= 2
             p, r = at(rate)
             if p.ok:

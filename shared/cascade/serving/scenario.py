@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import msgspec
 import numpy as np
 
-from cascade.errors import ValidationError
+from cascade.errors import CascadeError, ValidationError
 from cascade.serving.arrivals import (
     ARRIVALS,
     LENGTHS,
@@ -20,6 +20,7 @@ from cascade.serving.arrivals import (
     Trace,
     Uniform,
     lognormal_params,
+    rate_of,
     read_trace,
 )
 from cascade.serving.kv import KVConfig
@@ -138,6 +139,16 @@ class DrawnRequests:
     output_tokens: np.ndarray
 
 
+def expected_arrivals(rs: ResolvedScenario) -> float | None:
+    """Requests expected within ``duration_s`` at the arrival's rate (None: not rate-driven
+    or a fixed count)."""
+    sc = rs.scenario
+    rate = rate_of(rs.arrival)
+    if sc.n_requests is not None or sc.duration_s is None or rate is None:
+        return None
+    return rate * sc.duration_s  # finite or inf: both compare against a limit
+
+
 def draw_workload(rs: ResolvedScenario) -> DrawnRequests:
     """Arrivals and lengths for a scenario (independent RNG streams per quantity, from the seed)."""
     sc = rs.scenario
@@ -145,8 +156,22 @@ def draw_workload(rs: ResolvedScenario) -> DrawnRequests:
     n = sc.n_requests
     if n is None and sc.duration_s is None and not isinstance(rs.arrival, Trace):
         n = 1000
+    expected = expected_arrivals(rs)
+    if expected is not None and expected > MAX_REQUESTS:
+        raise ValidationError(f"about {expected:.3g} requests arrive within duration_s, more than "
+                              f"{MAX_REQUESTS}", field="duration_s")
     _, arrive = ARRIVALS.get(str(type(rs.arrival).__struct_config__.tag))
-    times = arrive(rs.arrival, n, sc.duration_s, np.random.default_rng(s_arr))
+    with np.errstate(all="ignore"):
+        try:
+            times = arrive(rs.arrival, n, sc.duration_s, np.random.default_rng(s_arr))
+        except CascadeError:
+            raise
+        except (ValueError, OverflowError) as exc:
+            raise ValidationError(f"no arrival times can be drawn with these settings ({exc})",
+                                  field="arrival") from None
+    if not np.all(np.isfinite(times)):
+        raise ValidationError("the arrival times overflow with these settings (a rate too small, "
+                              "or a cv too far from 1)", field="arrival")
     count = len(times)
     if count == 0:
         raise ValidationError("no request arrives within duration_s", field="duration_s")

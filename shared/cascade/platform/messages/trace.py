@@ -60,6 +60,10 @@ class KernelPrepared(_TraceMessage, frozen=True, kw_only=True, tag="trace.kernel
     """S3 key of the kernel's feature record, if stored separately."""
     instructions: NonNegative = 0
     """Dynamic warp instructions seen in the kernel trace."""
+    bytes: NonNegative = 0
+    """Size of the raw object prepared."""
+    seconds: float = 0.0
+    """Time prepare spent on it (read, parse, store)."""
 
 
 class KernelFailed(_TraceMessage, frozen=True, kw_only=True, tag="trace.kernel-failed.v1"):

@@ -1,0 +1,432 @@
+"""`cascade bench load`: a bounded load test of the api on loopback, with ``/healthz`` watched.
+
+Default: starts the real embedded stack (``cascade up`` in a fresh temporary data
+directory on free ports, the bundled sample loaded) and waits until ``/v1/models`` lists
+the sample's model. Then ``--clients`` aiohttp clients (default 200), each a closed loop
+over its own connection for ``--duration`` seconds, send a seeded mix of
+
+- reads: ``GET /api/runs``, ``GET /api/runs/{id}`` (the sample run), ``GET /api/configs``,
+  ``GET /v1/models``;
+- estimates: ``POST /v1/completions`` against the sample's model, without and with
+  ``stream: true`` (the stream read to its end).
+
+Meanwhile a separate process (its own event loop, so the clients' CPU does not delay it)
+asks ``GET /healthz`` every ``--probe-interval`` seconds; it also does so for 5 s before the
+load starts, the machine's own baseline. Printed: per route class the
+requests, errors (non-2xx or transport errors), p50 / p99 / max latency and requests/s;
+the total rate; ``/healthz`` p50 / p99 / max under that load against its 100 ms target (and
+idle); the CPU the client process and, for a stack it started (or ``--data-dir``), each
+stack process used while loaded, with the 1-minute load average: a saturated client or
+machine inflates latencies that the api's own work does not explain.
+``--json`` prints the same figures as one JSON object.
+
+Without a servable model yet (the recorded sample run has no per-step results) the sample's
+synthetic replica is run once on SM90_H100 first, with the stack's token.
+
+``--url http://host:8080`` measures a running api instead; ``--token`` (the stack's own token
+when it starts one) goes on every request: ``/v1`` completions are POSTs, which the api
+authenticates like every write.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import random
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+NAME = "load"
+HELP = "p50/p99 and errors of reads and /v1 at 200 concurrent clients, /healthz latency under load"
+
+#: Route classes and their share of the mix.
+MIX: tuple[tuple[str, float], ...] = (
+    ("GET /api/runs", 0.15),
+    ("GET /api/runs/{id}", 0.15),
+    ("GET /api/configs", 0.15),
+    ("GET /v1/models", 0.15),
+    ("POST /v1/completions", 0.25),
+    ("POST /v1/completions stream", 0.15),
+)
+HEALTHZ_TARGET_MS = 100.0
+#: Seconds of /healthz probes before the load starts (the machine's own baseline).
+IDLE_PROBE_S = 5.0
+SAMPLE_MODEL_PREFIX = "cascade/"
+PROMPT = "The quick brown fox jumps over the lazy dog. " * 4
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``cascade bench load``."""
+    parser.add_argument("--clients", type=int, default=200, help="concurrent clients (default 200)")
+    parser.add_argument("--duration", type=float, default=20.0,
+                        help="seconds of load after a 2 s warm-up (default 20)")
+    parser.add_argument("--max-tokens", type=int, default=64,
+                        help="max_tokens of the /v1 completions (default 64)")
+    parser.add_argument("--probe-interval", type=float, default=0.05,
+                        help="seconds between /healthz probes (default 0.05)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the request mix (default 0)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--url", help="measure a running api at this base URL instead")
+    parser.add_argument("--token", default="", help="bearer token with --url")
+    parser.add_argument("--timeout", type=float, default=180.0,
+                        help="seconds to wait for the stack and the sample model (default 180)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary data directory")
+    parser.add_argument("--data-dir", type=Path,
+                        help="with --url: the stack's data directory (its state.json names the "
+                             "processes whose CPU is reported)")
+
+
+# ---- the stack ----------------------------------------------------------------------------------
+
+def _get_json(url: str, timeout: float = 5.0) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def _wait_for(check: Callable[[], Any], timeout: float, what: str, proc: subprocess.Popen[bytes] | None,
+              log: Path | None) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            found = check()
+        except (urllib.error.URLError, OSError, ValueError):
+            found = None
+        if found:
+            return found
+        if proc is not None and proc.poll() is not None:
+            raise SystemExit(f"cascade up exited with {proc.returncode} before {what}; see {log}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"no {what} after {timeout:g} s" + (f"; see {log}" if log else ""))
+        time.sleep(0.2)
+
+
+def _post_json(url: str, body: Any, token: str) -> Any:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers={
+        "Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+def _targets(base: str, token: str, timeout: float, proc: subprocess.Popen[bytes] | None,
+             log: Path | None) -> tuple[str, str]:
+    """(a servable model id, a run id) of the sample. Without a servable model yet (the
+    recorded run has no per-step results), the sample's synthetic replica is run once on
+    SM90_H100, as a user would from the UI."""
+
+    def models() -> list[str]:
+        data = _get_json(f"{base}/v1/models")["data"]
+        return [m["id"] for m in data if m["id"].startswith(SAMPLE_MODEL_PREFIX)]
+
+    def synthetic() -> str | None:
+        traces = _get_json(f"{base}/api/traces")["traces"]
+        ids = [t["id"] for t in traces if t["state"] == "ready"
+               and t.get("provenance", {}).get("source") == "sample-synthetic"]
+        return ids[0] if ids else None
+
+    if not models():
+        trace = _wait_for(synthetic, timeout, "sample synthetic trace on /api/traces", proc, log)
+        _post_json(f"{base}/api/runs", {"trace_id": trace, "configs": ["SM90_H100"],
+                                        "name": "cascade bench load"}, token)
+    model = _wait_for(lambda: next(iter(models()), None), timeout, "model on /v1/models", proc, log)
+
+    def run() -> str | None:
+        runs = _get_json(f"{base}/api/runs")["runs"]
+        return runs[0]["id"] if runs else None
+
+    return model, _wait_for(run, timeout, "run on /api/runs", proc, log)
+
+
+def _start_stack(workdir: Path, timeout: float) -> tuple[subprocess.Popen[bytes], str, Path]:
+    import sys
+
+    from programs.embedded.ports import GRPC_OFFSET, free_port_pairs
+
+    nats_port, s3_port, http_port = free_port_pairs(3, offset=GRPC_OFFSET)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
+    env.update(CASCADE_DATA_DIR=str(workdir / "data"), CASCADE_NATS_URL=f"nats://127.0.0.1:{nats_port}",
+               CASCADE_S3_ENDPOINT=f"http://127.0.0.1:{s3_port}", CASCADE_HTTP_PORT=str(http_port),
+               CASCADE_LOG_FORMAT="json", CASCADE_LOG_LEVEL="warning")
+    log = workdir / "cascade-up.log"
+    with log.open("ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "cascade", "up"], env=env, stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{http_port}"
+
+    def ready() -> bool:
+        with urllib.request.urlopen(f"{base}/readyz", timeout=1) as resp:
+            return bool(resp.status == 200)
+
+    try:
+        _wait_for(ready, timeout, "/readyz 200", proc, log)
+    except BaseException:
+        _stop_stack(proc)
+        raise
+    return proc, base, log
+
+
+def _stop_stack(proc: subprocess.Popen[bytes]) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait(10)
+
+
+def stack_pids(data_dir: Path) -> dict[str, int]:
+    """Component name -> pid of an embedded stack (from its state.json)."""
+    try:
+        state = json.loads((data_dir / "state.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return {c["name"]: int(c["pid"]) for c in state.get("components", []) if c.get("pid")}
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a process so far (None when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# ---- the /healthz probe (own process, own loop) -------------------------------------------------
+
+def _probe_process(base: str, interval: float, seconds: float, out: Any) -> None:
+    """Ask /healthz every ``interval`` s for ``seconds`` s; send [latency ms, status] pairs."""
+    import aiohttp
+
+    async def main() -> list[tuple[float, int]]:
+        rows: list[tuple[float, int]] = []
+        timeout = aiohttp.ClientTimeout(total=10)
+        async with aiohttp.ClientSession(timeout=timeout) as http:
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                t0 = time.perf_counter()
+                try:
+                    async with http.get(f"{base}/healthz") as resp:
+                        await resp.read()
+                        status = resp.status
+                except (aiohttp.ClientError, TimeoutError):
+                    status = 0
+                rows.append(((time.perf_counter() - t0) * 1000, status))
+                await asyncio.sleep(max(0.0, interval - (time.perf_counter() - t0)))
+        return rows
+
+    out.send(asyncio.run(main()))
+    out.close()
+
+
+def _probe_in_process(ctx: Any, base: str, interval: float, seconds: float) -> list[tuple[float, int]]:
+    """Run the /healthz probe in its own process for ``seconds`` and return its rows."""
+    recv, send_end = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_probe_process, args=(base, interval, seconds, send_end), daemon=True)
+    proc.start()
+    rows: list[tuple[float, int]] = recv.recv()
+    proc.join(10)
+    return rows
+
+
+# ---- the clients --------------------------------------------------------------------------------
+
+async def _load(base: str, model: str, run_id: str, token: str, args: argparse.Namespace,
+                pids: dict[str, int]) -> dict[str, Any]:
+    import aiohttp
+
+    names = [name for name, _ in MIX]
+    weights = [w for _, w in MIX]
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    errors: dict[str, int] = dict.fromkeys(names, 0)
+    statuses: dict[str, dict[str, int]] = {name: {} for name in names}
+    completion = {"model": model, "prompt": PROMPT, "max_tokens": args.max_tokens}
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+    async def send(http: aiohttp.ClientSession, name: str) -> int:
+        if name == "GET /api/runs":
+            call = http.get(f"{base}/api/runs")
+        elif name == "GET /api/runs/{id}":
+            call = http.get(f"{base}/api/runs/{run_id}")
+        elif name == "GET /api/configs":
+            call = http.get(f"{base}/api/configs")
+        elif name == "GET /v1/models":
+            call = http.get(f"{base}/v1/models")
+        elif name == "POST /v1/completions":
+            call = http.post(f"{base}/v1/completions", json=completion)
+        else:
+            call = http.post(f"{base}/v1/completions", json={**completion, "stream": True})
+        async with call as resp:
+            await resp.read()
+            return resp.status
+
+    measuring = asyncio.Event()
+    stop = asyncio.Event()
+
+    async def client(i: int) -> None:
+        rng = random.Random(args.seed * 100_003 + i)
+        connector = aiohttp.TCPConnector(limit=1)
+        timeout = aiohttp.ClientTimeout(total=60)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers) as http:
+            while not stop.is_set():
+                name = rng.choices(names, weights)[0]
+                t0 = time.perf_counter()
+                try:
+                    status = await send(http, name)
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    status = 0
+                    statuses[name][type(exc).__name__] = statuses[name].get(type(exc).__name__, 0) + 1
+                elapsed = (time.perf_counter() - t0) * 1000
+                if not measuring.is_set():
+                    continue
+                samples[name].append(elapsed)
+                if not 200 <= status < 300:
+                    errors[name] += 1
+                    statuses[name][str(status)] = statuses[name].get(str(status), 0) + 1
+
+    warmup = 2.0
+    ctx = multiprocessing.get_context("spawn")
+    idle_probes = await asyncio.to_thread(_probe_in_process, ctx, base, args.probe_interval,
+                                          IDLE_PROBE_S)
+    recv, send_end = ctx.Pipe(duplex=False)
+    probe = ctx.Process(target=_probe_process, args=(base, args.probe_interval, args.duration, send_end),
+                        daemon=True)
+    cpu0 = time.process_time()
+    tasks = [asyncio.create_task(client(i)) for i in range(args.clients)]
+    await asyncio.sleep(warmup)
+    measuring.set()
+    probe.start()
+    t0 = time.perf_counter()
+    cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    await asyncio.sleep(args.duration)
+    elapsed = time.perf_counter() - t0
+    stack_cpu = {}
+    for name, pid in pids.items():
+        before, after = cpu_before[name], cpu_seconds(pid)
+        if before is not None and after is not None:
+            stack_cpu[name] = after - before
+    measuring.clear()
+    stop.set()
+    await asyncio.wait(tasks, timeout=70)
+    for task in tasks:
+        task.cancel()
+    client_cpu = time.process_time() - cpu0
+    probes: list[tuple[float, int]] = await asyncio.to_thread(recv.recv)
+    probe.join(10)
+    return {"samples": samples, "errors": errors, "statuses": statuses, "elapsed": elapsed,
+            "probes": probes, "idle_probes": idle_probes, "client_cpu_s": client_cpu, "stack_cpu_s": stack_cpu}
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    return float(np.percentile(np.asarray(values), q)) if values else None
+
+
+def figures(raw: dict[str, Any], args: argparse.Namespace, model: str) -> dict[str, Any]:
+    """The printed figures from the raw latencies."""
+    elapsed = raw["elapsed"]
+    routes = {}
+    for name, values in raw["samples"].items():
+        routes[name] = {"requests": len(values), "errors": raw["errors"][name],
+                        "statuses": raw["statuses"][name],
+                        "p50_ms": _pct(values, 50), "p99_ms": _pct(values, 99),
+                        "max_ms": max(values) if values else None,
+                        "rps": len(values) / elapsed if elapsed else 0.0}
+    total = sum(r["requests"] for r in routes.values())
+    health = [ms for ms, status in raw["probes"] if status == 200]
+    idle = [ms for ms, status in raw["idle_probes"] if status == 200]
+    return {
+        "clients": args.clients, "duration_s": elapsed, "model": model, "routes": routes,
+        "requests": total, "errors": sum(r["errors"] for r in routes.values()),
+        "rps": total / elapsed if elapsed else 0.0,
+        "healthz": {"probes": len(raw["probes"]), "failed": len(raw["probes"]) - len(health),
+                    "p50_ms": _pct(health, 50), "p99_ms": _pct(health, 99),
+                    "max_ms": max(health) if health else None, "target_ms": HEALTHZ_TARGET_MS,
+                    "idle_p50_ms": _pct(idle, 50), "idle_p99_ms": _pct(idle, 99),
+                    "idle_max_ms": max(idle) if idle else None},
+        "client_cpu_s": raw["client_cpu_s"], "stack_cpu_s": raw["stack_cpu_s"],
+        "cpus": os.cpu_count(), "loadavg_1m": os.getloadavg()[0],
+    }
+
+
+def _ms(v: float | None) -> str:
+    return "    -" if v is None else f"{v:8.1f}"
+
+
+def print_figures(f: dict[str, Any]) -> None:
+    """The human-readable report."""
+    print(f"cascade bench load: {f['clients']} clients, {f['duration_s']:.1f} s, model {f['model']}")
+    print(f"  {'route':<30} {'requests':>8} {'errors':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
+          f"{'req/s':>7}")
+    for name, r in f["routes"].items():
+        print(f"  {name:<30} {r['requests']:>8} {r['errors']:>6} {_ms(r['p50_ms'])} {_ms(r['p99_ms'])} "
+              f"{_ms(r['max_ms'])} {r['rps']:>7.1f}")
+        if r["statuses"]:
+            print(f"  {'':<30} errors by status: {r['statuses']}")
+    print(f"  {'all':<30} {f['requests']:>8} {f['errors']:>6} {'':>26} {f['rps']:>7.1f}")
+    h = f["healthz"]
+    verdict = ("within" if h["p99_ms"] is not None and h["p99_ms"] < h["target_ms"] else "OVER")
+    print(f"  /healthz under load: {h['probes']} probes ({h['failed']} failed), p50 {_ms(h['p50_ms'])} ms, "
+          f"p99 {_ms(h['p99_ms'])} ms, max {_ms(h['max_ms'])} ms ({verdict} the "
+          f"{h['target_ms']:g} ms target)")
+    print(f"  /healthz before the load ({IDLE_PROBE_S:g} s idle): p50 {_ms(h['idle_p50_ms'])} ms, "
+          f"p99 {_ms(h['idle_p99_ms'])} ms, max {_ms(h['idle_max_ms'])} ms")
+    print(f"  client process CPU: {f['client_cpu_s']:.1f} s over {f['duration_s']:.1f} s "
+          f"({f['cpus']} CPUs on this machine, load average {f['loadavg_1m']:.1f})")
+    if f["stack_cpu_s"]:
+        parts = ", ".join(f"{name} {sec / f['duration_s'] * 100:.0f}%"
+                          for name, sec in sorted(f["stack_cpu_s"].items(), key=lambda x: -x[1]))
+        print(f"  stack CPU while loaded (% of one core): {parts}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the benchmark and print its figures."""
+    if args.clients < 1 or args.duration <= 0:
+        raise SystemExit("--clients must be >= 1 and --duration > 0")
+    proc: subprocess.Popen[bytes] | None = None
+    workdir: Path | None = None
+    log: Path | None = None
+    try:
+        token = args.token
+        pids: dict[str, int] = {}
+        if args.url:
+            base = args.url.rstrip("/")
+            if args.data_dir is not None:
+                pids = stack_pids(args.data_dir)
+        else:
+            from programs.embedded.stack import StackLayout, read_credentials
+
+            workdir = Path(tempfile.mkdtemp(prefix="cascade-bench-load-"))
+            proc, base, log = _start_stack(workdir, args.timeout)
+            creds = read_credentials(StackLayout(workdir / "data"))
+            token = token or (creds.api_token if creds is not None else "")
+            pids = stack_pids(workdir / "data")
+        model, run_id = _targets(base, token, args.timeout, proc, log)
+        raw = asyncio.run(_load(base, model, run_id, token, args, pids))
+    finally:
+        code = _stop_stack(proc) if proc is not None else 0
+        if workdir is not None and not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    result = figures(raw, args, model)
+    result["stack_exit_code"] = code
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        print_figures(result)
+        if workdir is not None and args.keep:
+            print(f"  data and log kept in {workdir}")
+    return 0 if result["errors"] == 0 else 1
+
+

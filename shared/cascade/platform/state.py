@@ -9,7 +9,7 @@ Per-file and per-kernel details of big traces live under their own KV keys
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -122,7 +122,8 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
     cancel_requested: bool = False
     provenance: Provenance = Provenance()
-    custom_specs: dict[str, dict[str, Any]] = {}
+    custom_specs: dict[str, Annotated[dict[str, Any], msgspec.Meta(
+        extra_json_schema={"$ref": "#/components/schemas/GPUSpec"})]] = {}
     """Custom GPU specs supplied inline with the request, by name."""
     jobs_published: bool = False
     """True once the orchestrator queued every sim's job (on restart it re-publishes otherwise)."""

@@ -106,6 +106,15 @@ def detect_gpu() -> str | None:
     return out.splitlines()[0].strip() if out.strip() else None
 
 
+def _token(args: argparse.Namespace) -> str | None:
+    """--token, $CASCADE_API_TOKEN, else the credentials of the `cascade up` stack at --app."""
+    from programs.cli.importer import resolve_token
+
+    if not args.app:
+        return args.token or os.environ.get(TOKEN_ENV) or None
+    return resolve_token(args.token, args.app)[0]
+
+
 def options_from_args(args: argparse.Namespace) -> Any:
     """The :class:`ProfileOptions` a command line asks for."""
     from cascade.errors import ValidationError
@@ -137,7 +146,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
     tracer = os.environ.get(TRACER_ENV) or None
     mode: Mode = args.mode or ("both" if tracer else "timeline")
     return ProfileOptions(
-        command=command, app=args.app, token=args.token or os.environ.get(TOKEN_ENV) or None,
+        command=command, app=args.app, token=_token(args),
         name=args.name, source_gpu=args.source_gpu or detect_gpu() or "", workload=args.workload,
         mode=mode, traces_dir=args.traces_dir, out=args.out, baseline_repeats=args.baseline_repeats,
         baseline_warmup=args.baseline_warmup, recipe=recipe, timeline_tool=args.timeline_tool,

@@ -35,6 +35,7 @@ from typing import Any
 from cascade.errors import CascadeError, ConfigError, ValidationError
 from cascade.platform.client import (
     IMPORT_STATE_NAME,
+    RIDE_THROUGH_S,
     ApiError,
     AppUnreachableError,
     CascadeClient,
@@ -280,7 +281,8 @@ async def run_import(args: argparse.Namespace) -> dict[str, Any]:
     state = _load_state(state_path)
     entry_key = f"{args.app.rstrip('/')} {path}"
     entry: dict[str, Any] = dict(state.get(entry_key) or {})
-    async with CascadeClient(args.app, args.token, timeout=float(args.timeout)) as api:
+    async with CascadeClient(args.app, args.token, timeout=float(args.timeout),
+                             ride_through_s=RIDE_THROUGH_S) as api:
         trace = await _earlier_trace(api, args, entry, name, path, files)
         if trace is None:
             source_gpu = source_gpu_for(files, args.source_gpu,

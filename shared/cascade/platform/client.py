@@ -122,8 +122,8 @@ async def _file_chunks(path: Path, start: int, length: int, progress: Progress |
             yield block
 
 
-#: Seconds a client that has reached the app keeps retrying through an outage (the app or S3
-#: restarting under `cascade up`) before it gives up.
+#: Seconds `cascade import`'s client, once it has reached the app, keeps retrying through an
+#: outage (the app or S3 restarting under `cascade up`) before it gives up.
 RIDE_THROUGH_S = 60.0
 #: Statuses that mean "not now" (a proxy or the app between restarts), retried like an outage.
 RETRY_STATUSES = frozenset({502, 503, 504})
@@ -132,14 +132,15 @@ RETRY_STATUSES = frozenset({502, 503, 504})
 class CascadeClient:
     """One api endpoint, one aiohttp session.
 
-    The first call fails fast (the app is not there: one clear error). Once the app has
-    answered, a refused connection, a dropped one or a 502/503/504 is retried with backoff for up
-    to ``ride_through_s`` seconds; creating a trace is retried only when the request never
+    The first call fails fast (the app is not there: one clear error). With ``ride_through_s``
+    (0: off, for callers with their own retries such as the profiler's uploader), once the app
+    has answered, a refused connection, a dropped one or a 502/503/504 is retried with backoff for
+    up to that many seconds; creating a trace is retried only when the request never
     reached the app (so no trace is made twice), presigned PUTs always (they are idempotent).
     """
 
     def __init__(self, base_url: str, token: str | None = None, *, timeout: float = 300.0,
-                 ride_through_s: float = RIDE_THROUGH_S) -> None:
+                 ride_through_s: float = 0.0) -> None:
         self.base_url = base_url.rstrip("/")
         self.token = token or None
         self.timeout = aiohttp.ClientTimeout(total=timeout)

@@ -158,11 +158,14 @@ def test_too_long_device_name_is_refused(tmp_path: Path) -> None:
         import_timeline(path)
 
 
+#: The child's own peak RSS (VmHWM: its address space only; ru_maxrss would include the
+#: parent's peak at the fork, which is the whole test session's).
 _RSS_RUN = """
-import resource, sys
+import sys
 from programs.cli import main
 rc = main(sys.argv[1:])
-sys.stderr.write(f"\\nmaxrss_kib={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}\\n")
+hwm = next(l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+sys.stderr.write(f"\\nmaxrss_kib={hwm}\\n")
 sys.exit(rc)
 """
 

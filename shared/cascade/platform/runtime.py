@@ -290,15 +290,32 @@ async def serve(
             await _start_micro(ctx)
             if settings.metrics_port and name != "api":
                 await start_metrics_site(ctx, settings.http_host, settings.metrics_port)
-            if setup is not None:
-                await setup(ctx)
-            log.info("service started", version=ctx.version, nats=settings.nats_url)
-            await stop.wait()
+            if setup is None or await _set_up_unless_stopped(setup(ctx), stop):
+                log.info("service started", version=ctx.version, nats=settings.nats_url)
+                await stop.wait()
             log.info("service stopping")
         log.info("service stopped")
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)
+
+
+async def _set_up_unless_stopped(setup: Awaitable[None], stop: asyncio.Event) -> bool:
+    """Run ``setup``; a stop (SIGTERM) while it is still running (e.g. retrying an unreachable
+    S3) cancels it. True when it finished, False when it was stopped; its errors propagate."""
+    task = asyncio.ensure_future(setup)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if task.done():
+        task.result()
+        return True
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return False
 
 
 def main(name: str, run: Callable[[Settings], Coroutine[Any, Any, None]]) -> int:

@@ -161,7 +161,7 @@ def _start_stack(workdir: Path, timeout: float) -> tuple[subprocess.Popen[bytes]
                CASCADE_LOG_FORMAT="json", CASCADE_LOG_LEVEL="warning")
     log = workdir / "cascade-up.log"
     with log.open("ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "cascade", "up"], env=env, stdout=out,
+        proc = subprocess.Popen([sys.executable, "-m", "programs.cli", "up"], env=env, stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{http_port}"
 

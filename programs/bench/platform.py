@@ -1,6 +1,6 @@
 """`cascade bench platform`: time `cascade up` to /readyz 200 and measure the stack's memory.
 
-Runs the real command (this venv's interpreter, ``-m cascade up``) in a fresh
+Runs the real command (this venv's interpreter, ``-m programs.cli up``) in a fresh
 temporary data directory on free ports: a cold start (credentials, buckets
 and streams created), a stop, and a warm start on the same data. After the
 warm start it lets the stack idle for ``--settle`` seconds, then sums

@@ -190,3 +190,10 @@ def test_each_layer_imports_only_what_it_may(layer: str) -> None:
 def test_the_cycle_check_fails_on_a_cycle() -> None:
     assert _cycles(["a", "b", "c"], {"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c"]]
     assert _cycles(["a", "b"], {"a": {"b"}}) == []
+
+
+def test_nothing_starts_the_cli_by_the_old_module_name() -> None:
+    """The CLI is ``programs.cli`` (``python -m cascade`` no longer exists)."""
+    stale = [str(file.relative_to(REPO)) for file in MODULES.values()
+             if '"-m", "cascade"' in file.read_text() or "-m cascade up" in file.read_text()]
+    assert stale == []

@@ -166,8 +166,15 @@ async def wait_run(stack: Stack, run_id: str, states: set[str], timeout: float =
     """Once the run's KV record is in one of ``states``: the api's detail of it."""
     await wait_for_kv(stack.bus, subjects.KV_RUNS, run_id, lambda r: r.state in states,
                       type_=RunRecord, timeout=timeout)
-    detail: dict[str, Any] = await get(stack.base, f"/api/runs/{run_id}")
-    return detail
+
+    async def seen_by_the_api() -> dict[str, Any] | None:
+        # the api answers from its KV-fed index, which may trail the record by a moment
+        detail: dict[str, Any] = await get(stack.base, f"/api/runs/{run_id}")
+        return detail if detail["run"]["state"] in states else None
+
+    found: dict[str, Any] = await wait_until(seen_by_the_api, 10, what=f"the api to show run {run_id} "
+                                             f"in {sorted(states)}")
+    return found
 
 
 async def wait_sim(stack: Stack, run_id: str, pred: Callable[[SimRecord], bool],

@@ -39,7 +39,7 @@ test-e2e: $(STAMP)
 	$(BIN)/python -m pytest -q tests/e2e $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check shared services programs tests
+	$(BIN)/ruff check shared services programs tests samples
 	$(BIN)/mypy
 
 bench: $(STAMP)

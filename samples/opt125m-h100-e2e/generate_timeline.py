@@ -457,7 +457,7 @@ def build_table() -> KernelTable:
     host = 0.0
     gpu_free = 0.0
     kid = 0
-    for step, (b, (kind, tokens, context)) in enumerate(zip(steps, meta)):
+    for step, (b, (kind, tokens, context)) in enumerate(zip(steps, meta, strict=True)):
         for k in b.kernels:
             kid += 1
             host += k.host_ns

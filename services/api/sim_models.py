@@ -208,10 +208,6 @@ class SimModels:
         """Every RunRecord (a copy of the list; no KV round trip)."""
         return list(self._runs.values())
 
-    def run_record(self, run_id: str) -> Any:
-        """The RunRecord ``run_id`` as last seen, or None."""
-        return self._runs.get(run_id)
-
     def sim_record(self, sim_id: str) -> Any:
         """The SimRecord ``sim_id`` as last seen, or None."""
         return self._sims.get(sim_id)

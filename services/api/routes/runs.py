@@ -208,16 +208,13 @@ PARQUET_CONTENT = {"application/vnd.apache.parquet": {"schema": {"type": "string
 
 
 async def _run(request: web.Request, run_id: str) -> RunRecord:
-    """The run from the KV-fed index (no NATS round trip), else from KV."""
+    """The run as KV holds it now (one direct get): a client that saw the run finish in its
+    event stream must not then read it as still running from the KV-fed index, which can
+    trail the record by a moment. The index answers only when KV cannot be read."""
     try:
         check_token(run_id, "run_id")
     except ValidationError:
         raise NotFoundError(f"no run {run_id!r}") from None
-    models = sim_models(request.app)
-    if models.loaded():
-        found: RunRecord | None = models.run_record(run_id)
-        if found is not None:
-            return found
     kv = await request.app[BUS].kv(subjects.KV_RUNS)
     entry = await kv.get(run_id, RunRecord)
     if entry is None:
@@ -226,15 +223,17 @@ async def _run(request: web.Request, run_id: str) -> RunRecord:
 
 
 async def _sims(request: web.Request, run: RunRecord) -> list[SimRecord]:
-    """The run's sims from the KV-fed index; those it has not seen from KV; the rest planned."""
+    """The run's sims from the KV-fed index, re-read from KV where the index has not seen them
+    or, for a finished run, still shows them unfinished (the index trails KV); the rest planned."""
     models = sim_models(request.app)
     known: dict[str, SimRecord] = {}
     if models.loaded():
         known = {s: r for s in run.sim_ids if (r := models.sim_record(s)) is not None}
-    missing = [s for s in run.sim_ids if s not in known]
-    if missing:
+    stale = [s for s in run.sim_ids if s not in known
+             or (run.state in TERMINAL_RUN_STATES and known[s].state not in TERMINAL_RUN_STATES)]
+    if stale:
         kv = await request.app[BUS].kv(subjects.KV_SIMS)
-        for sid, entry in zip(missing, await asyncio.gather(*(kv.get(s, SimRecord) for s in missing)),
+        for sid, entry in zip(stale, await asyncio.gather(*(kv.get(s, SimRecord) for s in stale)),
                               strict=True):
             if entry is not None:
                 known[sid] = entry.value

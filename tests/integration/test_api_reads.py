@@ -1,0 +1,64 @@
+"""The api's reads of one run answer what KV holds now, not what its KV-fed index last saw.
+
+A client that watched a run finish (its event stream, or KV) and then reads the run must see
+it finished: the index that serves lists and ``/v1`` models can trail KV by a moment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import msgspec
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from cascade.platform import subjects
+from cascade.platform.bus import Bus
+from cascade.platform.settings import Settings
+from cascade.platform.state import RunRecord, SimRecord
+from cascade.platform.storage import Storage
+from services.api.app import create_app
+from services.api.sim_models import sim_models
+from tests.support.wait import wait_until
+
+
+async def test_run_detail_reads_kv_when_the_index_trails(bus: Bus, bus_settings: Settings,
+                                                          storage: Storage,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    app = create_app(bus_settings, bus=bus, storage=storage)
+    client = TestClient(TestServer(app))
+    await client.start_server()
+    try:
+        runs, sims = await bus.kv(subjects.KV_RUNS), await bus.kv(subjects.KV_SIMS)
+        now = time.time()
+        sim = SimRecord(id="run-trail0001-a-r0", run_id="run-trail0001", config="SM80_A100",
+                        state="running", percent=40.0)
+        run = RunRecord(id="run-trail0001", trace_id="tr-trail", configs=["SM80_A100"],
+                        state="running", created_at=now, updated_at=now, sim_ids=[sim.id])
+        await sims.put(sim.id, sim)
+        await runs.put(run.id, run)
+        index = sim_models(app)
+        await wait_until(lambda: index.loaded() and index.sim_record(sim.id) is not None
+                         and any(r.id == run.id for r in index.run_records()),
+                         what="the api's index to see the running run")
+        # from here on the index trails KV: its watches see changes but apply none
+        monkeypatch.setattr(index, "_apply", lambda what, entry: None)
+        await sims.put(sim.id, msgspec.structs.replace(sim, state="completed", percent=100.0,
+                                                       finished_at=now + 1))
+        await runs.put(run.id, msgspec.structs.replace(run, state="completed", finished_at=now + 1))
+        await asyncio.sleep(0.3)  # let the watches deliver (and drop) the changes
+        assert index.loaded()
+        assert [r.state for r in index.run_records() if r.id == run.id] == ["running"]
+
+        resp = await client.get(f"/api/runs/{run.id}")
+        body = await resp.json()
+        assert resp.status == 200, body
+        assert body["run"]["state"] == "completed"
+        assert [(s["state"], s["percent"]) for s in body["sims"]] == [("completed", 100.0)]
+
+        resp = await client.get("/api/runs/run-nosuch0001")
+        assert resp.status == 404
+        assert "run-nosuch0001" in (await resp.json())["message"]
+    finally:
+        await client.close()

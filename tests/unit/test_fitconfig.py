@@ -56,7 +56,8 @@ def test_cli_options_select_the_fit_config() -> None:
     add_model_options(p)
     assert fit_config(p.parse_args([])) == FitConfig()
     got = fit_config(p.parse_args(["--no-split-k", "--l2-reuse"]))
-    assert not got.split_k and got.l2_reuse and not got.family_fixed
+    assert not got.split_k and got.l2_reuse and not got.family_fixed and not got.tile_reuse
+    assert fit_config(p.parse_args(["--tile-reuse"])).tile_reuse
 
 
 def _table() -> KernelTable:
@@ -118,3 +119,32 @@ def test_quote_checks_compare_each_quote_with_each_measurement() -> None:
     assert strict == [(10.0, 30.0), (30.0, 10.0)]  # each quoted from the other GPU's cell only
     table = quote_table(checks)
     assert "| into an uncalibrated GPU | 2 | 0.67 - 2.00 | 1 of 2 |" in table and "outside 1.5x" in table
+
+
+def test_tile_reuse_term_costs_small_tiles_more_per_flop_and_is_off_by_default() -> None:
+    from cascade.calibration import Globals
+    from cascade.engine.perf import TILE_CANDIDATES, target_tiles, tile_reuse_factor
+
+    a = np.array([32.0, 64.0, 128.0])
+    assert np.allclose(tile_reuse_factor(a, a, 0.0), 1.0)
+    # 1 + c (ta + tb) / (ta tb): 32x32 -> 1 + 4 x 64 / 1024, 128x128 -> 1 + 4 x 256 / 16384
+    assert np.allclose(tile_reuse_factor(a, a, 4.0), [1.25, 1.125, 1.0625])
+    assert Globals().tile_reuse == 0.0 and FitConfig().tile_reuse is False
+    # the least-time tile of a GPU with no known tile menu: smaller tiles pad less; with the
+    # term a larger tile wins once the padding saved no longer pays for the operand traffic
+    rows = [{"name": "bmm", "op": "bmm", "dtype": "fp32", "batch": 64, "m": 200, "n": 200, "k": 512}]
+    w = workload_of(KernelTable.from_rows(rows))
+    p100, v100 = SPECS["SM60_P100_PCIE_16GB"], SPECS["SM70_V100_PCIE_32GB"]
+    plain = target_tiles(w, p100, Calibration(), v100)
+    reuse = target_tiles(w, p100, Calibration(globals=Globals(tile_reuse=8.0)), v100)
+    area = [float(t[0][0] * t[1][0]) for t in (plain, reuse)]
+    assert (int(reuse[0][0]), int(reuse[1][0])) in TILE_CANDIDATES
+    assert area[1] > area[0]
+
+
+def test_tile_reuse_is_fitted_when_selected() -> None:
+    sets = _sets()
+    off = fit_sets(sets, evals=40, rounds=1, residuals=False)
+    on = fit_sets(sets, evals=40, rounds=1, residuals=False, config=FitConfig(tile_reuse=True))
+    assert off.globals.tile_reuse == 0.0 and on.globals.tile_reuse > 0.0
+    assert FitConfig(tile_reuse=True).options() == " --tile-reuse"

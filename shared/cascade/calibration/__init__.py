@@ -84,6 +84,10 @@ class Globals(msgspec.Struct, frozen=True, kw_only=True):
     operator whose bytes fit in L2 is served from it at L2 bandwidth: up to this share of the
     L2 capacity moves at :attr:`GPUSpec.l2_bandwidth_bps` instead of DRAM bandwidth
     (:func:`cascade.engine.perf.memory_ns`)."""
+    tile_reuse: float = 0.0
+    """Operand traffic of a GEMM tile per FLOP, in tile-edge units: a ta x tb tile's compute
+    time is x (1 + tile_reuse x (ta + tb) / (ta x tb)) (:func:`cascade.engine.perf.tile_reuse_factor`;
+    0: every tile is equally efficient per FLOP, as calibrations before it assumed)."""
     sustained_clock_scale: float = 1.0
     """Power-limited boards' sustained clock under heavy load as a multiple of the spec's
     ``sustained_clock_mhz`` (a datasheet base clock, the floor NVIDIA guarantees at TDP;

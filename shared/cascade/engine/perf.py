@@ -70,12 +70,27 @@ TILE_CANDIDATES: tuple[tuple[int, int], ...] = (
     (128, 128), (256, 128), (128, 256))
 
 
+def tile_reuse_factor(ta: np.ndarray, tb: np.ndarray, reuse: float) -> np.ndarray:
+    """Time multiplier (>= 1) of a GEMM tile's operand traffic: each K step of a ta x tb tile
+    loads ta + tb operands for ta x tb multiply-adds, so a small tile spends more of its time
+    moving operands (shared memory, registers) per FLOP: 1 + ``reuse`` x (ta + tb) / (ta x tb).
+    1 everywhere with ``reuse`` 0 (calibrations that predate the term)."""
+    if reuse <= 0:
+        return np.ones(np.broadcast(ta, tb).shape)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        f = 1.0 + reuse * (ta + tb) / np.maximum(ta * tb, 1.0)
+    return np.where(np.isfinite(f), f, 1.0)
+
+
 def gemm_compute_ns(w: Workload, spec: GPUSpec, rate: np.ndarray, ta: np.ndarray, tb: np.ndarray,
-                    min_tile_area: float, wave_quant: float = 0.0, splits: np.ndarray | None = None) -> np.ndarray:
+                    min_tile_area: float, wave_quant: float = 0.0, splits: np.ndarray | None = None,
+                    tile_reuse: float = 0.0) -> np.ndarray:
     """Compute time of tiled GEMMs: each SM works through its share of tiles (at least one);
     a tile smaller than ``min_tile_area`` takes as long as one of that area (its K loop, not
     its size, bounds it; split over ``k_split`` warps for sliced-K kernels). ``wave_quant``
-    in [0, 1] blends fractional waves (0) with whole waves (1: the tail wave costs a full one). ``rate`` is the sustained FLOP/s of the whole GPU."""
+    in [0, 1] blends fractional waves (0) with whole waves (1: the tail wave costs a full one).
+    ``tile_reuse``: a small tile's operand traffic per FLOP (:func:`tile_reuse_factor`).
+    ``rate`` is the sustained FLOP/s of the whole GPU."""
     with np.errstate(invalid="ignore"):
         tiles = w.batch * np.ceil(w.n / np.maximum(ta, 1)) * np.ceil(w.m / np.maximum(tb, 1))
         s = np.ones(len(w)) if splits is None else splits
@@ -84,7 +99,7 @@ def gemm_compute_ns(w: Workload, spec: GPUSpec, rate: np.ndarray, ta: np.ndarray
             waves = waves + wave_quant * (np.ceil(waves) - waves)
         per_sm = np.maximum(waves, 1.0)
         tile_flops = 2.0 * (w.k / s) * np.maximum(ta * tb, min_tile_area / w.k_split)
-        return per_sm * tile_flops / (rate / spec.sms) * 1e9
+        return per_sm * tile_flops * tile_reuse_factor(ta, tb, tile_reuse) / (rate / spec.sms) * 1e9
 
 
 #: Smallest K chunk of a split-K GEMM.
@@ -145,7 +160,7 @@ def target_tiles(w: Workload, spec: GPUSpec, cal: Calibration, source: GPUSpec |
             allowed = menu or [c for c in TILE_CANDIDATES if c[0] * c[1] >= b] or [TILE_CANDIDATES[-1]]
             times = np.stack([gemm_compute_ns(sub, spec, r, np.full(len(idx), float(ca)),
                                               np.full(len(idx), float(cb)), area,
-                                              cal.globals.wave_quant)
+                                              cal.globals.wave_quant, tile_reuse=cal.globals.tile_reuse)
                               for ca, cb in allowed])
             best = np.argmin(times, axis=0)
             cand = np.asarray(allowed, dtype=np.float64)
@@ -379,7 +394,8 @@ def kernel_times(
     ta, tb = tiles
     rate = peak * eff_c
     splits = split_k_factors(w, spec, ta, tb) if cal.globals.split_k else None
-    tiled = gemm_compute_ns(w, spec, rate, ta, tb, cal.globals.min_tile_area, cal.globals.wave_quant, splits)
+    tiled = gemm_compute_ns(w, spec, rate, ta, tb, cal.globals.min_tile_area, cal.globals.wave_quant, splits,
+                            cal.globals.tile_reuse)
     use_tiles = gemm & (ta > 0) & (tb > 0) & np.isfinite(tiled)
     plain = w.flops / rate * 1e9
     compute = np.where(use_tiles, np.maximum(tiled, plain), plain)

@@ -64,10 +64,16 @@ class FitConfig(msgspec.Struct, frozen=True, kw_only=True):
     embedding, elementwise; ``SpecParams.family_fixed``), on per-kernel (``kernel``) data.
     Off: tried, worse on the shifted-shape protocol (ACCURACY.md)."""
 
+    tile_reuse: bool = False
+    """A fitted operand-traffic cost of small GEMM tiles (``Globals.tile_reuse``,
+    :func:`cascade.engine.perf.tile_reuse_factor`): with it the least-time tile choice of a
+    GPU whose library's tiles are unknown no longer favours the smallest tiles."""
+
     def options(self) -> str:
         """The command-line options that select this configuration (empty: the default)."""
         return (("" if self.split_k else " --no-split-k") + (" --l2-reuse" if self.l2_reuse else "")
-                + (" --family-fixed" if self.family_fixed else ""))
+                + (" --family-fixed" if self.family_fixed else "")
+                + (" --tile-reuse" if self.tile_reuse else ""))
 
 
 def compass_search(f: Callable[[np.ndarray], float], x0: np.ndarray, step: float = 0.3,
@@ -162,6 +168,7 @@ def _build_calibration(x: np.ndarray, layout: _Layout, tiles: dict[str, dict[str
             "alpha_other": base.globals.alpha_other, "min_tile_area": base.globals.min_tile_area,
             "clock_tau_ns": base.globals.clock_tau_ns, "wave_quant": base.globals.wave_quant,
             "split_k": base.globals.split_k, "l2_resident": base.globals.l2_resident,
+            "tile_reuse": base.globals.tile_reuse,
             "sustained_clock_scale": base.globals.sustained_clock_scale}
     for value, name in zip(x, layout.names, strict=True):
         match name:
@@ -179,6 +186,8 @@ def _build_calibration(x: np.ndarray, layout: _Layout, tiles: dict[str, dict[str
                 glob["min_tile_area"] = float(np.exp(value))
             case ("global", "clock_tau_ns"):
                 glob["clock_tau_ns"] = float(np.exp(value))
+            case ("global", "tile_reuse"):
+                glob["tile_reuse"] = float(np.exp(value))
             case ("global", "sustained_clock_scale"):
                 glob["sustained_clock_scale"] = float(np.exp(value))
             case ("transfer", context, field):
@@ -270,6 +279,8 @@ def _initial(sets: Sequence[MeasuredSet], config: FitConfig | None = None) -> tu
     add(("global", "wave_quant"), _logit(0.5))
     if config.l2_reuse:
         add(("global", "l2_resident"), _logit(0.5))
+    if config.tile_reuse:
+        add(("global", "tile_reuse"), float(np.log(8.0)))
     if any(s.spec.sustained_clock_ratio > 1.0 for s in sets):
         add(("global", "clock_tau_ns"), float(np.log(1.0e6)))
         add(("global", "sustained_clock_scale"), 0.0)

@@ -147,7 +147,7 @@ def test_scaled_carries_a_memory_bound_gemms_deviation_and_not_a_compute_bound_o
     ms = perf.kernel_times(w, a100, cal.params_for(a100, None, "kernel"), cal, fixed,
                            perf.target_tiles(w, a100, cal, a100))
     share = ms.compute_ns / (ms.compute_ns + ms.memory_ns)
-    assert share[0] < 0.2 and share[1] > 0.9
+    assert share[0] < 0.25 and share[1] > 0.9  # weight streaming: memory time >= 3x compute time
     expect = np.maximum(plain * (t["duration_ns"] / ms.total_ns) ** (1.0 - share), perf.roofline_ns(w, h100))
     np.testing.assert_allclose(scaled, expect, rtol=1e-6)
     # weight streaming keeps most of its measured deviation; the tensor-bound GEMM almost none
@@ -285,11 +285,13 @@ def test_power_limited_clock_slows_long_kernels_more_than_short_ones() -> None:
 
 
 def test_long_sgemm_on_t4_runs_at_a_lower_rate_than_a_short_one() -> None:
-    short = [{"name": "sgemm", "op": "linear", "dtype": "fp32", "m": 256, "n": 256, "k": 256}]
+    # 512^3 (~50 us) fills the T4's 40 SMs with tiles; 256^3 is bound by its launch and a
+    # grid of fewer tiles than SMs, not by the clock
+    short = [{"name": "sgemm", "op": "linear", "dtype": "fp32", "m": 512, "n": 512, "k": 512}]
     long_ = [dict(short[0], m=8192, n=8192, k=8192)]
     p_s = predict(KernelTable.from_rows(short), "T4", model="analytical").predicted_ns[0]
     p_l = predict(KernelTable.from_rows(long_), "T4", model="analytical").predicted_ns[0]
-    rate_s = 2 * 256**3 / p_s
+    rate_s = 2 * 512**3 / p_s
     rate_l = 2 * 8192**3 / p_l
     from cascade.calibration import load_calibration
 

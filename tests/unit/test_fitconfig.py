@@ -56,8 +56,8 @@ def test_cli_options_select_the_fit_config() -> None:
     add_model_options(p)
     assert fit_config(p.parse_args([])) == FitConfig()
     got = fit_config(p.parse_args(["--no-split-k", "--l2-reuse"]))
-    assert not got.split_k and got.l2_reuse and not got.family_fixed and not got.tile_reuse
-    assert fit_config(p.parse_args(["--tile-reuse"])).tile_reuse
+    assert not got.split_k and got.l2_reuse and not got.family_fixed and got.tile_reuse
+    assert not fit_config(p.parse_args(["--no-tile-reuse"])).tile_reuse
 
 
 def _table() -> KernelTable:
@@ -129,7 +129,8 @@ def test_tile_reuse_term_costs_small_tiles_more_per_flop_and_is_off_by_default()
     assert np.allclose(tile_reuse_factor(a, a, 0.0), 1.0)
     # 1 + c (ta + tb) / (ta tb): 32x32 -> 1 + 4 x 64 / 1024, 128x128 -> 1 + 4 x 256 / 16384
     assert np.allclose(tile_reuse_factor(a, a, 4.0), [1.25, 1.125, 1.0625])
-    assert Globals().tile_reuse == 0.0 and FitConfig().tile_reuse is False
+    assert Globals().tile_reuse == 0.0  # calibrations before the term: no cost
+    assert FitConfig().tile_reuse is True  # fitted by default
     # the least-time tile of a GPU with no known tile menu: smaller tiles pad less; with the
     # term a larger tile wins once the padding saved no longer pays for the operand traffic
     rows = [{"name": "bmm", "op": "bmm", "dtype": "fp32", "batch": 64, "m": 200, "n": 200, "k": 512}]
@@ -142,9 +143,43 @@ def test_tile_reuse_term_costs_small_tiles_more_per_flop_and_is_off_by_default()
     assert area[1] > area[0]
 
 
-def test_tile_reuse_is_fitted_when_selected() -> None:
+def test_tile_reuse_is_fitted_unless_switched_off() -> None:
     sets = _sets()
-    off = fit_sets(sets, evals=40, rounds=1, residuals=False)
-    on = fit_sets(sets, evals=40, rounds=1, residuals=False, config=FitConfig(tile_reuse=True))
+    on = fit_sets(sets, evals=40, rounds=1, residuals=False)
+    off = fit_sets(sets, evals=40, rounds=1, residuals=False, config=FitConfig(tile_reuse=False))
     assert off.globals.tile_reuse == 0.0 and on.globals.tile_reuse > 0.0
-    assert FitConfig(tile_reuse=True).options() == " --tile-reuse"
+    assert FitConfig(tile_reuse=False).options() == " --no-tile-reuse"
+
+
+def test_tile_reuse_applies_to_simt_gemms_only() -> None:
+    from cascade.engine.perf import gemm_compute_ns
+
+    rows = [{"name": "bmm", "op": "bmm", "dtype": d, "batch": 8, "m": 256, "n": 256, "k": 256}
+            for d in ("fp32", "fp16")]
+    w = workload_of(KernelTable.from_rows(rows))
+    assert not w.tensor[0] and w.tensor[1]
+    spec, t = SPECS["SM80_A100_PCIE_40GB"], np.full(2, 32.0)
+    rate = np.full(2, 1e13)
+    plain = gemm_compute_ns(w, spec, rate, t, t, 0.0)
+    reuse = gemm_compute_ns(w, spec, rate, t, t, 0.0, tile_reuse=4.0)
+    assert reuse[0] == pytest.approx(plain[0] * 1.25)  # 1 + 4 x (32 + 32) / (32 x 32)
+    assert reuse[1] == pytest.approx(plain[1])  # tensor-core tiles: no named-tile evidence, no term
+
+
+def test_tile_choice_rows_compare_the_rule_with_the_tiles_cublas_ran() -> None:
+    from cascade.fitting.tiles import markdown, tile_choice_rows
+
+    rng = np.random.default_rng(3)
+    n = 200
+    shapes = [(int(rng.integers(2, 64)), *(int(2 ** rng.uniform(7, 11)) for _ in range(3))) for _ in range(n)]
+    rows = [{"name": "volta_sgemm_128x64_nn", "op": "bmm", "dtype": "fp32", "batch": b, "m": m, "n": nn,
+             "k": k, "duration_ns": 1e5} for b, m, nn, k in shapes]
+    spec = SPECS["SM70_V100_PCIE_32GB"]
+    s = MeasuredSet("neusight", "bmm", spec.id, spec, KernelTable.from_rows(rows),
+                    np.asarray([str(x) for x in shapes], dtype=object), np.full(n, "bmm", dtype=object),
+                    Path("v100.csv"))
+    got = tile_choice_rows([s], Calibration(), (0.0, 1e6))
+    assert len(got) == 1 and got[0]["batched"] is True and got[0]["ran"] == "128x64 100%"
+    # no cost: the rule picks smaller tiles than 128x64; a huge cost: the largest candidates
+    assert float(got[0]["area_0"]) < 0 < float(got[0]["area_1e+06"])  # type: ignore[arg-type]
+    assert "| bmm | SM70_V100_PCIE_32GB | batched | 200 | 128x64 100% |" in markdown(got, (0.0, 1e6))

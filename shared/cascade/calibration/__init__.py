@@ -85,7 +85,7 @@ class Globals(msgspec.Struct, frozen=True, kw_only=True):
     L2 capacity moves at :attr:`GPUSpec.l2_bandwidth_bps` instead of DRAM bandwidth
     (:func:`cascade.engine.perf.memory_ns`)."""
     tile_reuse: float = 0.0
-    """Operand traffic of a GEMM tile per FLOP, in tile-edge units: a ta x tb tile's compute
+    """Operand traffic of a SIMT GEMM tile per FLOP, in tile-edge units: a ta x tb tile's compute
     time is x (1 + tile_reuse x (ta + tb) / (ta x tb)) (:func:`cascade.engine.perf.tile_reuse_factor`;
     0: every tile is equally efficient per FLOP, as calibrations before it assumed)."""
     sustained_clock_scale: float = 1.0

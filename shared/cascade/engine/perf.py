@@ -89,7 +89,8 @@ def gemm_compute_ns(w: Workload, spec: GPUSpec, rate: np.ndarray, ta: np.ndarray
     a tile smaller than ``min_tile_area`` takes as long as one of that area (its K loop, not
     its size, bounds it; split over ``k_split`` warps for sliced-K kernels). ``wave_quant``
     in [0, 1] blends fractional waves (0) with whole waves (1: the tail wave costs a full one).
-    ``tile_reuse``: a small tile's operand traffic per FLOP (:func:`tile_reuse_factor`).
+    ``tile_reuse``: a small SIMT tile's operand traffic per FLOP (:func:`tile_reuse_factor`;
+    tensor-core tiles are left as they are: no kernel names here show their tile sizes).
     ``rate`` is the sustained FLOP/s of the whole GPU."""
     with np.errstate(invalid="ignore"):
         tiles = w.batch * np.ceil(w.n / np.maximum(ta, 1)) * np.ceil(w.m / np.maximum(tb, 1))
@@ -99,7 +100,8 @@ def gemm_compute_ns(w: Workload, spec: GPUSpec, rate: np.ndarray, ta: np.ndarray
             waves = waves + wave_quant * (np.ceil(waves) - waves)
         per_sm = np.maximum(waves, 1.0)
         tile_flops = 2.0 * (w.k / s) * np.maximum(ta * tb, min_tile_area / w.k_split)
-        return per_sm * tile_flops * tile_reuse_factor(ta, tb, tile_reuse) / (rate / spec.sms) * 1e9
+        traffic = np.where(w.tensor, 1.0, tile_reuse_factor(ta, tb, tile_reuse))
+        return per_sm * tile_flops * traffic / (rate / spec.sms) * 1e9
 
 
 #: Smallest K chunk of a split-K GEMM.

@@ -64,16 +64,17 @@ class FitConfig(msgspec.Struct, frozen=True, kw_only=True):
     embedding, elementwise; ``SpecParams.family_fixed``), on per-kernel (``kernel``) data.
     Off: tried, worse on the shifted-shape protocol (ACCURACY.md)."""
 
-    tile_reuse: bool = False
-    """A fitted operand-traffic cost of small GEMM tiles (``Globals.tile_reuse``,
+    tile_reuse: bool = True
+    """A fitted operand-traffic cost of small SIMT GEMM tiles (``Globals.tile_reuse``,
     :func:`cascade.engine.perf.tile_reuse_factor`): with it the least-time tile choice of a
-    GPU whose library's tiles are unknown no longer favours the smallest tiles."""
+    GPU whose library's tiles are unknown no longer favours the smallest tiles (ACCURACY.md,
+    session 8)."""
 
     def options(self) -> str:
         """The command-line options that select this configuration (empty: the default)."""
         return (("" if self.split_k else " --no-split-k") + (" --l2-reuse" if self.l2_reuse else "")
                 + (" --family-fixed" if self.family_fixed else "")
-                + (" --tile-reuse" if self.tile_reuse else ""))
+                + ("" if self.tile_reuse else " --no-tile-reuse"))
 
 
 def compass_search(f: Callable[[np.ndarray], float], x0: np.ndarray, step: float = 0.3,

@@ -20,8 +20,9 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--family-fixed", action="store_true",
                    help="fit a multiplier of the fixed per-kernel time per op family and GPU (tried, "
                         "rejected: worse on the shifted-shape protocol; ACCURACY.md)")
-    p.add_argument("--tile-reuse", action="store_true",
-                   help="fit an operand-traffic cost of small GEMM tiles (ACCURACY.md)")
+    p.add_argument("--no-tile-reuse", action="store_true",
+                   help="fit and score without the operand-traffic cost of small SIMT GEMM tiles "
+                        "(the comparison in ACCURACY.md)")
 
 
 def fit_config(args: argparse.Namespace) -> FitConfig:
@@ -29,4 +30,4 @@ def fit_config(args: argparse.Namespace) -> FitConfig:
     from cascade.fitting.fit import FitConfig
 
     return FitConfig(split_k=not args.no_split_k, l2_reuse=args.l2_reuse, family_fixed=args.family_fixed,
-                     tile_reuse=getattr(args, "tile_reuse", False))
+                     tile_reuse=not getattr(args, "no_tile_reuse", False))

@@ -49,6 +49,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         "lognormal:mean=M,sigma=S | trace (default 128)")
     g.add_argument("--output", default=None, help="output tokens, same forms (default 128)")
     g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--max-context", type=int, default=None, metavar="TOKENS",
+                   help="refuse requests longer (prompt + output) than this; default: the context "
+                        "window of --model; 0: no check")
     s = p.add_argument_group("serving")
     s.add_argument("--replicas", type=int, default=1)
     s.add_argument("--router", choices=ROUTERS.names(), default="round_robin")
@@ -118,7 +121,17 @@ def build_scenario(args: argparse.Namespace) -> Scenario:
         prompt=parse_length(args.prompt, "prompt") if args.prompt else None,
         output=parse_length(args.output, "output") if args.output else None,
         router={"kind": args.router}, scheduler=scheduler, slo=parse_slo(args.slo),
-        seed=args.seed, include_records=bool(args.records))
+        seed=args.seed, include_records=bool(args.records), max_context_tokens=_max_context(args))
+
+
+def _max_context(args: argparse.Namespace) -> int | None:
+    """--max-context, else the context window of --model (None: no check)."""
+    from cascade.serving.contexts import context_length
+
+    if args.max_context is not None:
+        return args.max_context if args.max_context > 0 else None
+    tokens, known = context_length(getattr(args, "model", "") or "")
+    return tokens if known else None
 
 
 def build_kv(args: argparse.Namespace) -> KVConfig:

@@ -74,6 +74,8 @@ async def test_low_rate_ttft_equals_prefill_step(client: TestClient, finished: F
     ({"lengths": {"prompt": {"kind": "uniform", "lo": 9, "hi": 3}}}, 422, "lengths.prompt.hi"),
     ({"lengths": {"prompt": {"kind": "lognormal", "median": 9}}}, 422, "lengths.prompt"),
     ({"lengths": {"prompt": {"kind": "trace"}}}, 422, "lengths.prompt"),
+    ({"lengths": {"prompt": 2040, "output": 32}}, 422, "lengths.output"),  # opt-125m: 2048 tokens
+    ({"lengths": {"prompt": 4096, "output": 8}}, 422, "lengths.prompt"),
     ({"lengths": {"output": {"kind": "weird"}}}, 400, "lengths.output.kind"),
     ({"lengths": {"output": 0}}, 400, "lengths.output"),
     ({"replicas": 0}, 400, "replicas"),
@@ -97,6 +99,23 @@ async def test_validation_names_the_field(client: TestClient, finished: Finished
     assert body["error"] == ("invalid_request" if status == 400 else "unprocessable")
     assert body.get("field", "body") == field, body
     assert body["message"]
+
+
+async def test_requests_longer_than_the_models_context_are_refused(client: TestClient,
+                                                                    finished: FinishedSim) -> None:
+    """As the model's server would refuse them: the count, the longest and the context named."""
+    lengths = {"prompt": {"kind": "lognormal", "median": 1500, "p90": 3000}, "output": 16}
+    resp = await client.post("/api/scenarios", json=_body(finished, lengths=lengths))
+    assert resp.status == 422, await resp.text()
+    body = await resp.json()
+    assert body["field"] == "lengths.prompt"
+    assert "of 200 requests hold more tokens than the model's context of 2048" in body["message"]
+    assert "a lognormal law takes a max" in body["message"]
+    # the same law capped below the context runs
+    lengths["prompt"]["max"] = 2048 - 16
+    resp = await client.post("/api/scenarios", json=_body(finished, lengths=lengths))
+    assert resp.status == 200, await resp.text()
+    assert (await resp.json())["result"]["completed"] == 200
 
 
 async def test_model_selection_errors(client: TestClient, finished: FinishedSim) -> None:

@@ -362,3 +362,18 @@ def test_step_cost_combines_mixed_batches() -> None:
     assert c.step_ns(10, 100, 0, 0) == pytest.approx(110 + 20 + 50)
     assert c.step_ns(0, 0, 4, 40) == pytest.approx(220 + 12 + 40)
     assert c.step_ns(10, 100, 4, 40) == pytest.approx(220 + 20 + 50 + 12 + 40)
+
+
+def test_requests_longer_than_the_context_window_are_refused() -> None:
+    base = {"arrival": {"kind": "poisson", "rate": 10.0}, "n_requests": 50, "seed": 3,
+            "prompt": {"kind": "uniform", "lo": 100, "hi": 900}, "output": {"kind": "fixed", "tokens": 100}}
+    ok = draw_workload(resolve({**base, "max_context_tokens": 1000}))  # 900 + 100 fits exactly
+    assert int(np.max(ok.prompt_tokens + ok.output_tokens)) <= 1000
+    with pytest.raises(ValidationError) as exc:
+        draw_workload(resolve({**base, "max_context_tokens": 950}))
+    assert exc.value.field == "output"  # every prompt fits alone: the output law is the one named
+    assert "requests hold more tokens than the model's context of 950" in str(exc.value)
+    with pytest.raises(ValidationError) as exc:
+        draw_workload(resolve({**base, "max_context_tokens": 500}))
+    assert exc.value.field == "prompt"  # some prompts alone are longer than the context
+    assert draw_workload(resolve(base)).prompt_tokens.max() <= 900  # no window: no check

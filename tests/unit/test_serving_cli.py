@@ -69,6 +69,14 @@ def test_bad_input_gives_an_error_naming_the_field(capsys: pytest.CaptureFixture
     assert "prompt" in capsys.readouterr().err
     assert main(["scenario", "--synthetic", "--slo", "ttft=3"]) == 1
     assert "slo" in capsys.readouterr().err
+    # opt-125m holds 2048 tokens: 2040 + 20 is refused as its server would refuse it ...
+    assert main(["scenario", "--synthetic", "--requests", "20", "--prompt", "2040", "--output", "20",
+                 "--model", "opt-125m"]) == 1
+    err = capsys.readouterr().err
+    assert "output" in err and "context of 2048" in err
+    # ... unless the check is switched off
+    assert main(["scenario", "--synthetic", "--requests", "20", "--prompt", "2040", "--output", "20",
+                 "--model", "opt-125m", "--max-context", "0"]) == 0
 
 
 def test_capacity_search_prints_the_answer(capsys: pytest.CaptureFixture[str]) -> None:

@@ -23,7 +23,8 @@ below; their settings are the serving library's config fields): a body off the s
 400 whose ``field`` names the field; one on it whose fields cannot go together (``hi < lo``,
 trace lengths without a trace arrival, a capacity search without an SLO, both ``duration``
 and ``n_requests``, more arrivals within ``duration`` than a scenario may simulate, a KV
-cache that does not fit) is a 422 naming the field.
+cache that does not fit, drawn requests longer than the trace's model context window, as
+its server would refuse them) is a 422 naming the field.
 
 Answer (200): ``{"model", "sim", "run", "config", "trace", "result": <ScenarioResult>,
 "summary": "<vllm bench serve-like text>", "capacity": <CapacityResult or null>}``, computed
@@ -518,6 +519,8 @@ async def _prepare(request: web.Request, req: ScenarioRequest, tmpdir: Path
     _check_selection(req)
     scenario = build_scenario(req, tmpdir)
     entry = await _entry(request, req)
+    # as the model's server would: no request longer than its context window
+    scenario = msgspec.structs.replace(scenario, max_context_tokens=entry.context_length)
     models = sim_models(request.app)
     sm = await models.step_model(entry)
     kv = kv_config(req.kv, entry, sm.stored.workload)

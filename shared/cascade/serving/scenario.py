@@ -69,6 +69,10 @@ class Scenario(msgspec.Struct, frozen=True, kw_only=True):
     seed: int = 0
     include_records: bool = False
     """Return one RequestRecord per request."""
+    max_context_tokens: Annotated[int, msgspec.Meta(ge=2)] | None = None
+    """The model's context window: a drawn request holding more tokens (prompt + output)
+    is refused with the count and the longest, as a vLLM server refuses it (None: no
+    check). The api sets it from the trace's model."""
 
 
 @dataclass(frozen=True)
@@ -187,8 +191,26 @@ def draw_workload(rs: ResolvedScenario) -> DrawnRequests:
         else:
             _, draw = LENGTHS.get(str(type(law).__struct_config__.tag))
             lens.append(np.maximum(1, draw(law, count, np.random.default_rng(ss))))
+    if sc.max_context_tokens is not None:
+        _check_context(lens[0], lens[1], sc.max_context_tokens)
     return DrawnRequests(np.asarray(times, dtype=float), lens[0].astype(np.int64),
                     lens[1].astype(np.int64))
+
+
+def _check_context(prompt: np.ndarray, output: np.ndarray, context: int) -> None:
+    """Refuse drawn requests longer than the context window (prompt + output tokens)."""
+    total = prompt.astype(np.int64) + output.astype(np.int64)
+    over = total > context
+    if not over.any():
+        return
+    i = int(np.argmax(total))
+    p, o = int(prompt[i]), int(output[i])
+    # the prompt alone cannot fit: its law is the one to change; else the output's
+    field = "prompt" if int(np.max(prompt)) >= context else "output"
+    raise ValidationError(
+        f"{int(over.sum())} of {len(total)} requests hold more tokens than the model's context of "
+        f"{context} (prompt + output; the longest {p} + {o} = {p + o}); lower the prompt or output "
+        "lengths (a lognormal law takes a max) so that prompt + output <= the context", field=field)
 
 
 class KVStats(msgspec.Struct, frozen=True, kw_only=True):

@@ -365,3 +365,23 @@ def test_real_h100_traces_have_shapes_on_gemm_time(name: str) -> None:
     assert np.all(np.isfinite(t["host_launch_ns"]))
     assert (t["dtype"][shaped] == "bf16").all()
     assert (t["bytes"][kernels] > 0).mean() > 0.9
+
+
+def test_a_json_file_that_is_no_trace_is_refused_naming_what_it_holds(tmp_path: Path) -> None:
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"schema_version": 1, "name": "run", "configs": []}))
+    with pytest.raises(TraceFormatError) as exc:
+        read_chrome_trace(path)
+    assert exc.value.file == str(path) and "'traceEvents' array" in exc.value.expected
+    assert "'schema_version', 'name', 'configs'" in str(exc.value)
+
+
+def test_a_profile_without_gpu_kernels_is_refused_saying_how_to_record_one(tmp_path: Path) -> None:
+    path = tmp_path / "cpu_only.json"
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 10.0 + i, "dur": 1.0,
+               "pid": 1, "tid": 1} for i in range(3)]
+    path.write_text(json.dumps({"traceEvents": events}))
+    with pytest.raises(TraceFormatError) as exc:
+        read_chrome_trace(path)
+    assert "ProfilerActivity.CUDA" in exc.value.expected
+    assert "3 trace events, none of them on the GPU" in str(exc.value)

@@ -93,3 +93,24 @@ def test_tool_folder_predicts_with_a_bad_kernel_and_extra_files(
                  "SM80_A100", "--model", "analytical"]) == 0
     captured = capsys.readouterr()
     assert "warning:" in captured.err and "kernel-2.traceg" in captured.err
+
+
+def test_a_trace_naming_no_gpu_warns_that_its_measured_times_go_unused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "kernels.csv"
+    path.write_text("name,op,dtype,m,n,k,duration_ns\ngemm,linear,fp16,512,4096,4096,120000\n")
+    assert main(["predict", "--trace", str(path), "--target", "SM80_A100"]) == 0  # auto, no --source
+    assert "names no GPU and no --source was given" in capsys.readouterr().err
+    assert main(["predict", "--trace", str(path), "--target", "SM80_A100", "--source", "SM90_H100"]) == 0
+    assert "names no GPU" not in capsys.readouterr().err
+
+
+def test_a_json_that_is_no_trace_is_an_error_not_an_empty_prediction(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "results.json"
+    path.write_text('{"schema_version": 1, "configs": []}')
+    assert main(["predict", "--trace", str(path), "--target", "SM80_A100", "--out",
+                 str(tmp_path / "p.csv")]) == 1
+    err = capsys.readouterr().err
+    assert str(path) in err and "'traceEvents' array" in err
+    assert not (tmp_path / "p.csv").exists()

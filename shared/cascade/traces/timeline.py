@@ -384,6 +384,11 @@ class _ChromeReader:
         return best
 
     def finish(self) -> Timeline:
+        if not self.kernels and self.events:
+            raise TraceFormatError(
+                self.fname, None, "GPU kernel events (cat 'kernel', 'gpu_memcpy' or 'gpu_memset'): "
+                "profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] on a GPU",
+                f"{self.events} trace events, none of them on the GPU")
         warnings: list[str] = []
         if self.skipped:
             warnings.append(f"{self.fname}: {self.skipped} trace events were not JSON objects "
@@ -528,9 +533,18 @@ def read_chrome_trace(source: str | Path | Mapping[str, Any] | list[Any]) -> Tim
         return reader.finish()
     path = Path(source)
     reader = _ChromeReader(str(path))
+    keys: list[str] = []
     with _no_gc():
         for key, value, line in iter_chrome_json(path):
+            if key != "event":
+                keys.append(key)
             reader.add(key, value, line)
+        if reader.events == 0 and keys:
+            # a JSON object that is no trace at all (results, a config): say what it holds
+            shown = ", ".join(repr(k) for k in keys[:6]) + (", ..." if len(keys) > 6 else "")
+            raise TraceFormatError(str(path), None, "a Chrome trace: a JSON object with a 'traceEvents' "
+                                   "array (torch.profiler's export_chrome_trace) or a JSON array of "
+                                   "events", f"an object with the keys {shown} and no trace events")
         return reader.finish()
 
 

@@ -53,8 +53,13 @@ def test_bundle_folder_carries_its_source_gpu(tmp_path: Path) -> None:
 
 def test_unknown_input_names_what_is_accepted(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("hello")
-    with pytest.raises(TraceFormatError, match="kernel-table CSV"):
+    with pytest.raises(TraceFormatError, match="kernel-table CSV") as exc:
         load_kernel_table(tmp_path / "notes.txt")
+    for kind in ("Chrome trace", "Nsight Systems SQLite", "Accel-Sim kernel trace", "bundle folder"):
+        assert kind in exc.value.expected
+    (tmp_path / "run.accelsim_log.txt").write_text("gpgpu_simulation_time = 0 days\n")
+    with pytest.raises(TraceFormatError, match="an Accel-Sim log"):
+        load_kernel_table(tmp_path / "run.accelsim_log.txt")
     with pytest.raises(TraceFormatError, match="existing"):
         load_kernel_table(tmp_path / "absent.csv")
 

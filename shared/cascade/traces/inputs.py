@@ -147,8 +147,17 @@ def load_trace(path: str | Path) -> LoadedTrace:
     for _, loader in LOADERS.items():
         if loader.accepts(p):
             return loader.load(p)
-    raise TraceFormatError(str(p), None, "a Cascade kernel-table CSV (.csv, .csv.gz), Parquet "
-                                         "(.parquet) or .npz file")
+    found = None
+    if p.is_file() and "accelsim" in p.name.lower().replace("-", "").replace("_", ""):
+        found = f"{p.name}: an Accel-Sim log (results, not a trace; give its trace folder)"
+    raise TraceFormatError(str(p), None, _ACCEPTED, found)
+
+
+#: What :func:`load_trace` accepts, for its error.
+_ACCEPTED = ("a Cascade kernel-table CSV (.csv, .csv.gz), Parquet (.parquet) or .npz file; a "
+             "PyTorch profiler Chrome trace (.json, .json.gz), Nsight Systems SQLite export "
+             "(.sqlite) or Cascade JSONL timeline (.jsonl); an Accel-Sim kernel trace (.traceg, "
+             ".trace, optionally .xz) or trace folder; or a Cascade bundle folder")
 
 
 @dataclass(frozen=True, slots=True)

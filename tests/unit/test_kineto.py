@@ -385,3 +385,12 @@ def test_a_profile_without_gpu_kernels_is_refused_saying_how_to_record_one(tmp_p
         read_chrome_trace(path)
     assert "ProfilerActivity.CUDA" in exc.value.expected
     assert "3 trace events, none of them on the GPU" in str(exc.value)
+
+
+def test_an_empty_trace_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "empty.json"
+    path.write_text('{"traceEvents": []}')
+    with pytest.raises(TraceFormatError, match="no trace events"):
+        read_chrome_trace(path)
+    with pytest.raises(TraceFormatError, match="no trace events"):
+        read_chrome_trace({"traceEvents": []})

@@ -210,7 +210,7 @@ PARQUET_CONTENT = {"application/vnd.apache.parquet": {"schema": {"type": "string
 async def _run(request: web.Request, run_id: str) -> RunRecord:
     """The run as KV holds it now (one direct get): a client that saw the run finish in its
     event stream must not then read it as still running from the KV-fed index, which can
-    trail the record by a moment. The index answers only when KV cannot be read."""
+    trail the record by a moment (the index serves the lists)."""
     try:
         check_token(run_id, "run_id")
     except ValidationError:

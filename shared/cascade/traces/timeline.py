@@ -231,6 +231,8 @@ class _ChromeReader:
         self.device_props: Any = None
         self.skipped = 0
         self.events = 0
+        self.keys: list[str] = []
+        """The document's first top-level keys other than its events (for errors)."""
         self.names: dict[str, str] = {}
 
     def _bad(self, line: int, cat: str, field: str, expected: str, value: Any) -> TraceFormatError:
@@ -275,6 +277,8 @@ class _ChromeReader:
 
     def add(self, key: str, ev: Any, line: int) -> None:
         if key != "event":
+            if len(self.keys) < 8:
+                self.keys.append(key)
             if key == "deviceProperties":
                 self.device_props = ev
             return
@@ -383,12 +387,24 @@ class _ChromeReader:
             steps += 1
         return best
 
-    def finish(self) -> Timeline:
-        if not self.kernels and self.events:
-            raise TraceFormatError(
+    def _no_kernels(self) -> TraceFormatError:
+        """The error for a document with no GPU kernel in it: no trace events at all (a JSON
+        file that is no trace, or an empty one: say what it holds), or none on the GPU."""
+        if self.events:
+            return TraceFormatError(
                 self.fname, None, "GPU kernel events (cat 'kernel', 'gpu_memcpy' or 'gpu_memset'): "
                 "profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] on a GPU",
                 f"{self.events} trace events, none of them on the GPU")
+        keys = self.keys
+        shown = ", ".join(repr(k) for k in keys[:6]) + (", ..." if len(keys) > 6 else "")
+        return TraceFormatError(
+            self.fname, None, "a Chrome trace: a JSON object with a 'traceEvents' array of events "
+            "(torch.profiler's export_chrome_trace) or a JSON array of events",
+            f"an object with the keys {shown} and no trace events" if keys else "no trace events")
+
+    def finish(self) -> Timeline:
+        if not self.kernels:
+            raise self._no_kernels()
         warnings: list[str] = []
         if self.skipped:
             warnings.append(f"{self.fname}: {self.skipped} trace events were not JSON objects "
@@ -533,18 +549,9 @@ def read_chrome_trace(source: str | Path | Mapping[str, Any] | list[Any]) -> Tim
         return reader.finish()
     path = Path(source)
     reader = _ChromeReader(str(path))
-    keys: list[str] = []
     with _no_gc():
         for key, value, line in iter_chrome_json(path):
-            if key != "event":
-                keys.append(key)
             reader.add(key, value, line)
-        if reader.events == 0 and keys:
-            # a JSON object that is no trace at all (results, a config): say what it holds
-            shown = ", ".join(repr(k) for k in keys[:6]) + (", ..." if len(keys) > 6 else "")
-            raise TraceFormatError(str(path), None, "a Chrome trace: a JSON object with a 'traceEvents' "
-                                   "array (torch.profiler's export_chrome_trace) or a JSON array of "
-                                   "events", f"an object with the keys {shown} and no trace events")
         return reader.finish()
 
 

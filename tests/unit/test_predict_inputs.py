@@ -120,12 +120,3 @@ def test_a_json_that_is_no_trace_is_an_error_not_an_empty_prediction(
     assert str(path) in err and "'traceEvents' array" in err
     assert not (tmp_path / "p.csv").exists()
 
-
-def test_a_table_with_no_kernel_row_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = tmp_path / "kernels.csv"
-    path.write_text("name,op,dtype,m,n,k,duration_ns\n")
-    out = tmp_path / "p.csv"
-    assert main(["predict", "--trace", str(path), "--source", "SM80_A100", "--target", "SM90_H100",
-                 "--out", str(out)]) == 1
-    assert f"{path}: expected at least one kernel" in capsys.readouterr().err
-    assert not out.exists()

@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 
 from cascade.errors import NotFoundError, StorageError, TooLargeError, ValidationError
+from cascade.platform.keys import READY_PROBE_BODY, READY_PROBE_KEY
 from cascade.platform.storage import MIN_PART_SIZE, Storage
 
 KiB = 1024
@@ -178,7 +179,7 @@ async def test_listing_paginates(storage: Storage) -> None:
     assert [i.size for i in listed] == list(range(1, 24))
     assert all(len(i.etag) == 32 and i.last_modified.tzinfo is not None for i in listed)
     everything = [i.key async for i in storage.list(page_size=1000)]
-    assert everything == keys + ["other/x.bin"]
+    assert everything == [READY_PROBE_KEY, *keys, "other/x.bin"]
     with pytest.raises(ValidationError):
         [i async for i in storage.list("list/", page_size=0)]
 
@@ -193,7 +194,7 @@ async def test_head_delete_and_delete_prefix(storage: Storage) -> None:
     assert await storage.head("d/2") is None
     await storage.delete("d/2")  # already gone: no error
     assert await storage.delete_prefix("d/") == 2
-    assert [i.key async for i in storage.list()] == ["keep"]
+    assert [i.key async for i in storage.list()] == [READY_PROBE_KEY, "keep"]
     with pytest.raises(ValidationError, match="empty prefix"):
         await storage.delete_prefix("")
 
@@ -226,6 +227,35 @@ async def test_errors_are_cascade_errors(storage: Storage, s3_server) -> None:  
 
 async def test_ensure_bucket_is_idempotent_and_ping(storage: Storage) -> None:
     assert await storage.ensure_bucket() is False
+    assert await storage.get_bytes(READY_PROBE_KEY) == READY_PROBE_BODY
+    await storage.ping()
+    # the probe is rewritten when missing (a bucket someone else made), and ping does not
+    # need it (a bucket without one answers for the bucket alone)
+    await storage.delete(READY_PROBE_KEY)
+    await storage.ping()
+    assert await storage.ensure_bucket() is False
+    assert await storage.get_bytes(READY_PROBE_KEY) == READY_PROBE_BODY
+
+
+async def test_ping_fails_while_objects_cannot_be_read(storage: Storage,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a restart SeaweedFS's gateway answers HEAD bucket before its volume server
+    serves data (GET -> 500 InternalError): ping must say not ready in that window."""
+    from botocore.exceptions import ClientError
+
+    real_get = storage.client.get_object
+
+    async def volume_not_back(**kwargs: object) -> object:
+        if kwargs.get("Key") == READY_PROBE_KEY:
+            raise ClientError({"Error": {"Code": "InternalError",
+                                         "Message": "We encountered an internal error"},
+                               "ResponseMetadata": {"HTTPStatusCode": 500}}, "GetObject")
+        return await real_get(**kwargs)
+
+    monkeypatch.setattr(storage.client, "get_object", volume_not_back)
+    with pytest.raises(StorageError, match="InternalError"):
+        await storage.ping()
+    monkeypatch.setattr(storage.client, "get_object", real_get)
     await storage.ping()
 
 

@@ -6,6 +6,8 @@ S3 (one bucket):
   each unit's prepared part.
 - ``bundles/{trace}/{hash}/``: content-addressed bundles (file names: :mod:`cascade.traces.bundle`).
 - ``results/{run}/{sim}/``: a sim's ``result.json``, ``kernels.npz`` and cached ``stepmodel.json``.
+- ``health/ready``: a tiny object the readiness check reads back, so "ready" means objects can be
+  read (an S3 gateway can answer for the bucket before its storage serves data).
 
 KV (buckets named in :mod:`cascade.platform.subjects`): a trace's record, expected set, files
 and units under ``{trace}[.files|.units|.expected]``; custom GPU specs under ``gpus.{id}``.
@@ -22,6 +24,11 @@ from cascade.platform import subjects
 from cascade.traces.files import check_name
 
 _SLUG = re.compile(r"[^A-Za-z0-9_\-]+")
+
+
+#: The readiness probe object (written by ``Storage.ensure_bucket``, read by ``Storage.ping``).
+READY_PROBE_KEY = "health/ready"
+READY_PROBE_BODY = b"ok"
 
 
 def raw_prefix(trace_id: str) -> str:

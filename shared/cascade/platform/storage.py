@@ -36,6 +36,7 @@ from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
 
 from cascade.errors import NotFoundError, StorageError, TooLargeError, ValidationError
+from cascade.platform import keys
 
 __all__ = [
     "DEFAULT_CHUNK",
@@ -292,7 +293,15 @@ class Storage:
     # -- bucket --------------------------------------------------------------------
 
     async def ensure_bucket(self) -> bool:
-        """Create the bucket if it does not exist; True when this call created it."""
+        """Create the bucket if it does not exist and write the readiness probe object
+        (:data:`~cascade.platform.keys.READY_PROBE_KEY`) when it is missing; True when
+        this call created the bucket."""
+        created = await self._create_bucket()
+        if created or await self.head(keys.READY_PROBE_KEY) is None:
+            await self.put_bytes(keys.READY_PROBE_KEY, keys.READY_PROBE_BODY)
+        return created
+
+    async def _create_bucket(self) -> bool:
         async with self._translate("create bucket"):
             try:
                 await self.client.head_bucket(Bucket=self.bucket)
@@ -310,15 +319,33 @@ class Storage:
             return True
 
     async def ping(self, timeout: float = 5.0) -> None:
-        """Check that S3 answers and the bucket exists; raises StorageError/NotFoundError."""
+        """Check that S3 answers, the bucket exists and objects can be read back.
+
+        Reads the readiness probe object when :meth:`ensure_bucket` wrote one: after a
+        restart an S3 gateway (SeaweedFS's) answers for the bucket before its volume
+        server serves data, and reads in that window fail with InternalError. Raises
+        StorageError/NotFoundError (NotFoundError: no bucket; a missing probe object
+        only means nobody wrote it, and the bucket answer stands).
+        """
         async with self._translate("ping"):
             try:
-                await asyncio.wait_for(self.client.head_bucket(Bucket=self.bucket), timeout)
+                await asyncio.wait_for(self._ping(), timeout)
             except TimeoutError as exc:
                 raise StorageError(
                     f"ping s3://{self.bucket}: S3 at {self.endpoint} did not answer "
                     f"within {timeout} s"
                 ) from exc
+
+    async def _ping(self) -> None:
+        await self.client.head_bucket(Bucket=self.bucket)
+        try:
+            resp = await self.client.get_object(Bucket=self.bucket, Key=keys.READY_PROBE_KEY)
+        except ClientError as exc:
+            if isinstance(self._error(exc, "get", keys.READY_PROBE_KEY), NotFoundError):
+                return
+            raise
+        async with resp["Body"] as body:
+            await body.read()
 
     # -- reads ---------------------------------------------------------------------
 

@@ -127,6 +127,16 @@ def test_nsys_sqlite_import(tmp_path: Path) -> None:
         empty = tmp_path / "empty.sqlite"
         sqlite3.connect(empty).close()
         import_nsys_sqlite(empty)
+    # the schema is there but nothing ran on the GPU (CUDA tracing off, or the wrong region)
+    idle = tmp_path / "idle.sqlite"
+    _nsys_db(idle)
+    con = sqlite3.connect(idle)
+    con.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    con.commit()
+    con.close()
+    with pytest.raises(TraceFormatError, match="CUPTI_ACTIVITY_KIND_KERNEL.*--trace=cuda") as exc:
+        import_nsys_sqlite(idle)
+    assert exc.value.file == str(idle)
 
 
 def test_cascade_jsonl_and_csv(tmp_path: Path) -> None:
@@ -145,6 +155,11 @@ def test_cascade_jsonl_and_csv(tmp_path: Path) -> None:
     with pytest.raises(TraceFormatError) as exc:
         import_cascade_jsonl(bad)
     assert exc.value.line == 2 and "colour" in str(exc.value)
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text("\n  \n")
+    with pytest.raises(TraceFormatError, match="at least one kernel line") as exc:
+        import_cascade_jsonl(blank)
+    assert exc.value.file == str(blank)
 
 
 # ---- bundles --------------------------------------------------------------------------------

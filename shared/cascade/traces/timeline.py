@@ -683,6 +683,12 @@ def read_nsys_sqlite(path: str | Path) -> Timeline:  # noqa: C901 - one pass per
             from None
     finally:
         con.close()
+    if not krows and not copies:
+        raise TraceFormatError(
+            fname, None, "at least one row in CUPTI_ACTIVITY_KIND_KERNEL (or a memcpy / memset): "
+            "profile the region where the GPU works with CUDA tracing on (nsys profile "
+            "--trace=cuda,nvtx ...), then nsys export --type sqlite",
+            "an export with no GPU activity rows")
     steps = [StepRange(s, e, n) for s, e, n, _t in ranges if parse_step_name(n) is not None]
     # op ranges per thread (NVTX ranges are per thread: an op on another thread never
     # encloses a launch), plus all threads together for kernels without a launch record
@@ -821,6 +827,10 @@ def import_cascade_jsonl(path: str | Path | Iterable[str]) -> KernelTable:
         close = getattr(lines, "close", None)
         if close is not None:
             close()
+    if not rows:
+        raise TraceFormatError(fname, None, "at least one kernel line: one JSON object per line "
+                               "with KernelTable column names ('name' required)",
+                               "no lines with a kernel (an empty file or blank lines only)")
     return _rebase(KernelTable.from_rows(rows))
 
 

@@ -217,3 +217,17 @@ async def test_api_status_lists_services_and_queues(
     finally:
         stop.set()
         await asyncio.wait_for(task, 10)
+
+
+def test_service_stats_keep_scalars_only() -> None:
+    """A service's status data becomes `stats` as documented (scalars): anything else a
+    reply carries (a nested object, a list) is dropped, and a non-number uptime is null."""
+    from services.api.routes.health import _instances
+
+    name = subjects.micro_name("ingest")
+    reply = {"name": name, "id": "i1", "version": "1", "endpoints": [{"data": {
+        "uptime_s": True, "healthy": True, "role": "ingest", "files": 3, "rate": 1.5, "ok": False,
+        "none": None, "nested": {"a": 1}, "listed": [1, 2]}}]}
+    (inst,) = _instances([reply])["ingest"]
+    assert inst.stats == {"role": "ingest", "files": 3, "rate": 1.5, "ok": False, "none": None}
+    assert inst.uptime_s is None

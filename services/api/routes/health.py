@@ -52,7 +52,8 @@ class ServiceInstance(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
     started: str = ""
     healthy: bool = True
     uptime_s: float | None = None
-    stats: dict[str, Any] = msgspec.field(default_factory=dict)
+    stats: dict[str, str | int | float | bool | None] = msgspec.field(default_factory=dict)
+    """The service's own figures (counters, its role, backend), scalars only."""
 
 
 class ServiceStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -142,6 +143,10 @@ async def openapi_json(request: web.Request) -> web.Response:
     return json_response(request.app[OPENAPI])
 
 
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 def _instances(replies: list[dict[str, Any]]) -> dict[str, list[ServiceInstance]]:
     by_service: dict[str, list[ServiceInstance]] = {}
     prefix = subjects.micro_name("x")[:-1]
@@ -163,9 +168,10 @@ def _instances(replies: list[dict[str, Any]]) -> dict[str, list[ServiceInstance]
                 instance=str(metadata.get("instance", data.get("instance", ""))),
                 started=str(reply.get("started", "")),
                 healthy=bool(data.get("healthy", True)),
-                uptime_s=data.get("uptime_s"),
+                uptime_s=_number(data.get("uptime_s")),
                 stats={k: v for k, v in data.items()
-                       if k not in ("service", "version", "instance", "healthy", "uptime_s")},
+                       if k not in ("service", "version", "instance", "healthy", "uptime_s")
+                       and (v is None or isinstance(v, str | int | float | bool))},
             )
         )
     return by_service

@@ -58,6 +58,8 @@ def test_cli_options_select_the_fit_config() -> None:
     got = fit_config(p.parse_args(["--no-split-k", "--l2-reuse"]))
     assert not got.split_k and got.l2_reuse and not got.family_fixed and got.tile_reuse
     assert not fit_config(p.parse_args(["--no-tile-reuse"])).tile_reuse
+    assert not fit_config(p.parse_args(["--no-gemm-stream"])).gemm_stream
+    assert fit_config(p.parse_args([])).gemm_stream
 
 
 def _table() -> KernelTable:
@@ -183,3 +185,72 @@ def test_tile_choice_rows_compare_the_rule_with_the_tiles_cublas_ran() -> None:
     # no cost: the rule picks smaller tiles than 128x64; a huge cost: the largest candidates
     assert float(got[0]["area_0"]) < 0 < float(got[0]["area_1e+06"])  # type: ignore[arg-type]
     assert "| bmm | SM70_V100_PCIE_32GB | batched | 200 | 128x64 100% |" in markdown(got, (0.0, 1e6))
+
+
+def test_floor_prior_pulls_a_poorly_identified_harness_floor_towards_the_others() -> None:
+    """Two GPUs measured by the same harness (fixed time 20 us, host-side); the T4's data
+    has only calls far above its floor, so its fitted floor drifts; with the prior it is
+    pulled towards the A100's, and the spread of the two log floors shrinks."""
+    from cascade.fitting.fit import _floor_groups, _initial
+
+    sets = _sets()
+    t4 = sets[1]
+    big = np.flatnonzero(t4.table["duration_ns"] > 3e5)
+    sets[1] = MeasuredSet(t4.kind, t4.dataset, t4.gpu_label, t4.spec, t4.table.take(big), t4.keys[big],
+                          t4.groups[big], t4.path)
+    layout, _x = _initial(sets)
+    groups = _floor_groups(layout)
+    assert [len(g) for g in groups] == [2]  # one harness kind, both GPUs' floors
+    assert all(layout.names[i][0] == "floor" for i in groups[0])
+
+    def spread(cal: Calibration) -> float:
+        f = cal.floors_ns["neusight-bmm"]
+        return abs(float(np.log(f["SM80_A100_PCIE_40GB"] / f["SM75_T4"])))
+
+    free = fit_sets(sets, evals=120, rounds=1, residuals=False, holdout=0.0, config=FitConfig(floor_prior=0.0))
+    pulled = fit_sets(sets, evals=120, rounds=1, residuals=False, holdout=0.0, config=FitConfig(floor_prior=5.0))
+    assert spread(pulled) < spread(free)
+    assert FitConfig(floor_prior=5.0).options() == " --floor-prior 5"
+
+
+def test_floor_prior_option() -> None:
+    from cascade.fitting.options import add_model_options, fit_config
+
+    p = argparse.ArgumentParser()
+    add_model_options(p)
+    assert fit_config(p.parse_args([])).floor_prior == FitConfig().floor_prior
+    assert fit_config(p.parse_args(["--floor-prior", "0"])).floor_prior == 0.0
+    assert fit_config(p.parse_args(["--floor-prior", "0.3"])).floor_prior == 0.3
+
+
+def test_gemm_stream_moves_gemm_bytes_at_the_specs_fraction_in_the_kernel_context_only() -> None:
+    """Globals.gemm_stream: a memory-bound GEMM's operand traffic at the spec's achievable
+    DRAM fraction in per-kernel times; harness (neusight) times and other kernels keep the
+    fitted bw_eff, and a calibration without the term behaves as before."""
+    from cascade.calibration import Globals, SpecParams
+    from cascade.engine.perf import kernel_times, target_tiles
+
+    a100 = SPECS["SM80_A100"]
+    table = KernelTable.from_rows([
+        {"name": "gemv", "op": "linear", "dtype": "fp16", "m": 1, "n": 8192, "k": 8192,
+         "flops": 2.0 * 8192 * 8192, "bytes": 2.0 * 8192 * 8193 + 2.0 * 8192, "duration_ns": 9e4},
+        {"name": "vectorized_elementwise_kernel", "op": "elementwise", "dtype": "fp16", "bytes": 4e8,
+         "duration_ns": 3e5}])
+    w = workload_of(table)
+    fitted = {a100.id: SpecParams(bw_eff=0.5, tensor_eff=0.75)}
+
+    def memory(g: float, context: str) -> np.ndarray:
+        cal = Calibration(globals=Globals(gemm_stream=g), specs=fitted)
+        params = cal.params_for(a100, None, context)
+        return kernel_times(w, a100, params, cal, 0.0, target_tiles(w, a100, cal, a100)).memory_ns
+
+    old, new, harness = memory(0.0, "kernel"), memory(1.0, "kernel"), memory(1.0, "neusight-linear")
+    np.testing.assert_allclose(old, w.bytes / (a100.bandwidth_bps * 0.5) * 1e9)
+    assert new[0] == pytest.approx(w.bytes[0] / (a100.bandwidth_bps * a100.efficiency.bandwidth) * 1e9)
+    assert new[1] == old[1]  # the elementwise kernel keeps its fitted fraction
+    np.testing.assert_allclose(harness, old)  # harness contexts keep bw_eff
+    assert FitConfig(gemm_stream=False).options() == " --no-gemm-stream"
+    on = fit_sets(_sets(40), evals=20, rounds=1, residuals=False)
+    assert on.globals.gemm_stream == 1.0
+    assert fit_sets(_sets(40), evals=20, rounds=1, residuals=False,
+                    config=FitConfig(gemm_stream=False)).globals.gemm_stream == 0.0

@@ -92,6 +92,13 @@ class Globals(msgspec.Struct, frozen=True, kw_only=True):
     """Power-limited boards' sustained clock under heavy load as a multiple of the spec's
     ``sustained_clock_mhz`` (a datasheet base clock, the floor NVIDIA guarantees at TDP;
     capped at the boost clock)."""
+    gemm_stream: float = 0.0
+    """GEMMs' operand streaming in per-kernel (``kernel``-context) times: a GEMM's DRAM traffic
+    moves at this multiple of the spec's achievable fraction (``efficiency.bandwidth``, one long
+    sequential read) instead of the fitted ``bw_eff``, which in that context the GEMMs share with
+    the small elementwise and norm kernels and which the cross-GPU ratio fit does not pin on
+    memory-bound GEMMs. Harness contexts (``neusight``: GEMMs only, so ``bw_eff`` is theirs)
+    keep ``bw_eff``. 0: ``bw_eff`` everywhere (calibrations that predate it)."""
 
 
 class Transfer(msgspec.Struct, frozen=True, kw_only=True):
@@ -273,7 +280,11 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
         # the fixed time's per-family shape is the GPU's own measurement (never borrowed: an
         # uncalibrated GPU keeps one fixed time for every family)
         family_fixed = dict(own.family_fixed) if own and (not among or spec.id in among) else {}
+        stream = self.globals.gemm_stream
+        gemm_bw = (min(spec.efficiency.bandwidth * stream, 1.0)
+                   if stream > 0 and context in (None, "kernel") else None)
         return ResolvedParams(
+            gemm_bw_eff=gemm_bw,
             simt_eff=self._fallback(spec, "simt_eff", spec.efficiency.simt, archs, context),
             tensor_eff=self._fallback(spec, "tensor_eff", spec.efficiency.tensor, archs, context),
             bw_eff=self._fallback(spec, "bw_eff", spec.efficiency.bandwidth, archs, context),
@@ -360,6 +371,9 @@ class ResolvedParams(msgspec.Struct, frozen=True, kw_only=True):
     calibrated: bool
     family_fixed: dict[str, float] = {}
     """Multiplier on the fixed per-kernel time per op family (absent: 1)."""
+    gemm_bw_eff: float | None = None
+    """Achievable DRAM fraction of GEMMs' operand streaming (None: ``bw_eff``; see
+    :attr:`Globals.gemm_stream`)."""
 
 
 def _known_archs() -> dict[str, str]:

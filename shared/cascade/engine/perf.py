@@ -407,6 +407,8 @@ def kernel_times(
         tiles_n = w.batch * np.ceil(w.n / np.maximum(ta, 1)) * np.ceil(w.m / np.maximum(tb, 1))
     slots = spec.sms * cal.globals.blocks_per_sm
     bw_eff = family_bw_eff(w, params)
+    if params.gemm_bw_eff is not None:  # GEMMs stream their operands (Globals.gemm_stream)
+        bw_eff = np.where(gemm, params.gemm_bw_eff, bw_eff)
     memory = memory_ns(w, spec, bw_eff, cal.globals.l2_resident)
     work = smooth_max(compute, memory, cal.globals.softness)
     fixed = np.broadcast_to(np.asarray(fixed_ns, dtype=np.float64), (n,))

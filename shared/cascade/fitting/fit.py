@@ -70,11 +70,24 @@ class FitConfig(msgspec.Struct, frozen=True, kw_only=True):
     GPU whose library's tiles are unknown no longer favours the smallest tiles (ACCURACY.md,
     session 8)."""
 
+    gemm_stream: bool = True
+    """GEMMs in per-kernel (``kernel``) times stream their operands at the spec's achievable
+    DRAM fraction (``Globals.gemm_stream`` = 1, not fitted) instead of the ``bw_eff`` they
+    share there with elementwise kernels (ACCURACY.md, session 9)."""
+
+    floor_prior: float = 0.05
+    """Weight of a pull of each GPU's fitted harness floor (the fixed per-call time of a
+    benchmark harness, ``neusight-*``) towards the geometric mean of the floors of the same
+    measurement kind: the harness's fixed time is host-side, so a GPU whose data has few
+    small calls (where the floor shows) keeps a floor like the others'. 0: off."""
+
     def options(self) -> str:
         """The command-line options that select this configuration (empty: the default)."""
         return (("" if self.split_k else " --no-split-k") + (" --l2-reuse" if self.l2_reuse else "")
                 + (" --family-fixed" if self.family_fixed else "")
-                + ("" if self.tile_reuse else " --no-tile-reuse"))
+                + ("" if self.tile_reuse else " --no-tile-reuse")
+                + ("" if self.gemm_stream else " --no-gemm-stream")
+                + ("" if self.floor_prior == type(self)().floor_prior else f" --floor-prior {self.floor_prior:g}"))
 
 
 def compass_search(f: Callable[[np.ndarray], float], x0: np.ndarray, step: float = 0.3,
@@ -169,7 +182,7 @@ def _build_calibration(x: np.ndarray, layout: _Layout, tiles: dict[str, dict[str
             "alpha_other": base.globals.alpha_other, "min_tile_area": base.globals.min_tile_area,
             "clock_tau_ns": base.globals.clock_tau_ns, "wave_quant": base.globals.wave_quant,
             "split_k": base.globals.split_k, "l2_resident": base.globals.l2_resident,
-            "tile_reuse": base.globals.tile_reuse,
+            "tile_reuse": base.globals.tile_reuse, "gemm_stream": base.globals.gemm_stream,
             "sustained_clock_scale": base.globals.sustained_clock_scale}
     for value, name in zip(x, layout.names, strict=True):
         match name:
@@ -288,9 +301,21 @@ def _initial(sets: Sequence[MeasuredSet], config: FitConfig | None = None) -> tu
     return _Layout(names), np.asarray(x)
 
 
+def _floor_groups(layout: _Layout) -> list[np.ndarray]:
+    """Indices of the harness floors (``neusight-*``) of each measurement kind fitted on two
+    or more GPUs (the per-kernel ``kernel`` floors are launch overheads: not pooled)."""
+    by_kind: dict[str, list[int]] = {}
+    for i, name in enumerate(layout.names):
+        if name[0] == "floor" and measurement_context(name[1]) not in (None, "kernel"):
+            by_kind.setdefault(name[1], []).append(i)
+    return [np.asarray(v) for _k, v in sorted(by_kind.items()) if len(v) >= 2]
+
+
 def _objective(prepared: Sequence[_Prepared], layout: _Layout, tiles: dict[str, dict[str, list[int]]],
-               base: Calibration, archs: dict[str, str], anchor: float) -> Callable[[np.ndarray], float]:
+               base: Calibration, archs: dict[str, str], anchor: float,
+               floor_prior: float = 0.0) -> Callable[[np.ndarray], float]:
     model = ScaledModel()
+    floor_groups = _floor_groups(layout) if floor_prior > 0 else []
 
     def f(x: np.ndarray) -> float:
         cal = _build_calibration(x, layout, tiles, base)
@@ -307,7 +332,10 @@ def _objective(prepared: Sequence[_Prepared], layout: _Layout, tiles: dict[str, 
                                         target_tiles(p.w, tgt.spec, cal, src.spec)).total_ns
                 err += anchor * float(np.mean(np.abs(np.log(absolute[sel] / p.measured[sel]))))
             groups.setdefault((src.kind, src.dataset), []).append(err)
-        return float(np.mean([np.mean(v) for v in groups.values()]))
+        value = float(np.mean([np.mean(v) for v in groups.values()]))
+        for idx in floor_groups:  # log floors' spread around their kind's mean
+            value += floor_prior * float(np.mean((x[idx] - x[idx].mean()) ** 2))
+        return value
 
     return f
 
@@ -413,7 +441,9 @@ def fit_sets(sets: Sequence[MeasuredSet], *, holdout: float = 0.2, evals: int = 
     all_pairs = pairs(list(sets))
     prepared = [_prepare(pair, holdout, max_rows, exclude) for pair in all_pairs]
     base = Calibration(id="cascade-default", defaults=_spec_defaults(sets),
-                       globals=base_globals or Globals(split_k=1.0 if config.split_k else 0.0), contexts=_contexts(sets),
+                       globals=base_globals or Globals(split_k=1.0 if config.split_k else 0.0,
+                                                       gemm_stream=1.0 if config.gemm_stream else 0.0),
+                       contexts=_contexts(sets),
                        tile_menus=_tile_menus([(p.pair.source.spec.arch, p.w) for p in prepared]))
     layout, x = _initial(sets, config)
     log(f"fitting {len(x)} parameters on {len(prepared)} GPU pairs "
@@ -425,7 +455,7 @@ def fit_sets(sets: Sequence[MeasuredSet], *, holdout: float = 0.2, evals: int = 
         tiles.setdefault(arch, {})[key] = [0, 0]
     best = float("inf")
     for round_ in range(rounds):
-        x, val = compass_search(_objective(prepared, layout, tiles, base, archs, anchor), x,
+        x, val = compass_search(_objective(prepared, layout, tiles, base, archs, anchor, config.floor_prior), x,
                                 step=0.4 if round_ == 0 else 0.15, evals=evals)
         log(f"round {round_}: objective {val:.4f}")
         tiles = _choose_tiles(prepared, layout, x, base, archs, tiles)
@@ -433,8 +463,8 @@ def fit_sets(sets: Sequence[MeasuredSet], *, holdout: float = 0.2, evals: int = 
         if best - val < 1e-3:
             break
         best = val
-    x, val = compass_search(_objective(prepared, layout, tiles, base, archs, anchor), x, step=0.1,
-                            evals=evals // 2)
+    x, val = compass_search(_objective(prepared, layout, tiles, base, archs, anchor, config.floor_prior), x,
+                            step=0.1, evals=evals // 2)
     log(f"final objective {val:.4f}; tiles {tiles}")
     cal = _build_calibration(x, layout, tiles, base)
     if residuals:

@@ -23,11 +23,22 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-tile-reuse", action="store_true",
                    help="fit and score without the operand-traffic cost of small SIMT GEMM tiles "
                         "(the comparison in ACCURACY.md)")
+    p.add_argument("--no-gemm-stream", action="store_true",
+                   help="fit and score with GEMMs' DRAM traffic at the fitted bandwidth fraction of the "
+                        "per-kernel context instead of the spec's achievable fraction (the comparison "
+                        "in ACCURACY.md)")
+    p.add_argument("--floor-prior", type=float, default=None, metavar="WEIGHT",
+                   help="weight of the pull of each GPU's benchmark-harness floor towards the other "
+                        "GPUs' (the harness's fixed time is host-side); 0 turns it off "
+                        "(default: FitConfig's; ACCURACY.md)")
 
 
 def fit_config(args: argparse.Namespace) -> FitConfig:
     """The FitConfig the options select."""
     from cascade.fitting.fit import FitConfig
 
+    prior = getattr(args, "floor_prior", None)
     return FitConfig(split_k=not args.no_split_k, l2_reuse=args.l2_reuse, family_fixed=args.family_fixed,
-                     tile_reuse=not getattr(args, "no_tile_reuse", False))
+                     tile_reuse=not getattr(args, "no_tile_reuse", False),
+                     gemm_stream=not getattr(args, "no_gemm_stream", False),
+                     **({} if prior is None else {"floor_prior": max(float(prior), 0.0)}))

@@ -132,7 +132,9 @@ def test_scaled_carries_a_memory_bound_gemms_deviation_and_not_a_compute_bound_o
 
     from cascade.calibration import Calibration, Transfer, load_calibration
 
-    rows = (gemm_rows(m=1, n=8192, k=8192, duration_ns=90_000.0, name="decode_linear")  # weight streaming
+    # weight streaming, measured 1.5x what the model (DRAM at the spec's fraction) says: a
+    # deviation for the exponent to carry
+    rows = (gemm_rows(m=1, n=8192, k=8192, duration_ns=130_000.0, name="decode_linear")
             + gemm_rows(m=8192, n=8192, k=8192, duration_ns=4_000_000.0, name="gemm"))  # tensor-core bound
     t = KernelTable.from_rows(rows)
     packaged = load_calibration()
@@ -147,7 +149,7 @@ def test_scaled_carries_a_memory_bound_gemms_deviation_and_not_a_compute_bound_o
     ms = perf.kernel_times(w, a100, cal.params_for(a100, None, "kernel"), cal, fixed,
                            perf.target_tiles(w, a100, cal, a100))
     share = ms.compute_ns / (ms.compute_ns + ms.memory_ns)
-    assert share[0] < 0.25 and share[1] > 0.9  # weight streaming: memory time >= 3x compute time
+    assert share[0] < 1 / 3 and share[1] > 0.9  # weight streaming: memory time >= 2x compute time
     expect = np.maximum(plain * (t["duration_ns"] / ms.total_ns) ** (1.0 - share), perf.roofline_ns(w, h100))
     np.testing.assert_allclose(scaled, expect, rtol=1e-6)
     # weight streaming keeps most of its measured deviation; the tensor-bound GEMM almost none

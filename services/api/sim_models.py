@@ -212,6 +212,10 @@ class SimModels:
         """The SimRecord ``sim_id`` as last seen, or None."""
         return self._sims.get(sim_id)
 
+    def run_record(self, run_id: str) -> Any:
+        """The RunRecord ``run_id`` as last seen, or None."""
+        return self._runs.get(run_id)
+
     async def caught_up(self, what: str, key: str, predicate: Any, timeout: float = 2.0) -> bool:
         """Wait (bounded) until ``predicate(record)`` holds for ``key`` of ``what`` (runs, sims):
         a write this instance made is then visible to its reads. False on timeout."""

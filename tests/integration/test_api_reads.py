@@ -62,3 +62,44 @@ async def test_run_detail_reads_kv_when_the_index_trails(bus: Bus, bus_settings:
         assert "run-nosuch0001" in (await resp.json())["message"]
     finally:
         await client.close()
+
+
+async def test_a_finished_run_is_served_from_the_index(bus: Bus, bus_settings: Settings,
+                                                        storage: Storage,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the index shows a run finished, its detail needs no KV get of the run (its state
+    never changes again); an unfinished one still reads KV."""
+    app = create_app(bus_settings, bus=bus, storage=storage)
+    client = TestClient(TestServer(app))
+    await client.start_server()
+    try:
+        runs = await bus.kv(subjects.KV_RUNS)
+        now = time.time()
+        done = RunRecord(id="run-done00001", trace_id="tr-done", configs=["SM80_A100"],
+                         state="completed", created_at=now, updated_at=now, finished_at=now)
+        live = RunRecord(id="run-live00001", trace_id="tr-live", configs=["SM80_A100"],
+                         state="running", created_at=now, updated_at=now)
+        await runs.put(done.id, done)
+        await runs.put(live.id, live)
+        index = sim_models(app)
+        await wait_until(lambda: index.loaded() and index.run_record(done.id) is not None
+                         and index.run_record(live.id) is not None,
+                         what="the api's index to see both runs")
+        got: list[str] = []
+        kv_type = type(runs)
+        real_get = kv_type.get
+
+        async def counting_get(self: object, key: str, *args: object, **kwargs: object) -> object:
+            got.append(key)
+            return await real_get(self, key, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(kv_type, "get", counting_get)
+        resp = await client.get(f"/api/runs/{done.id}")
+        assert resp.status == 200 and (await resp.json())["run"]["state"] == "completed"
+        assert done.id not in got
+        resp = await client.get(f"/api/runs/{live.id}")
+        assert resp.status == 200 and (await resp.json())["run"]["state"] == "running"
+        assert live.id in got
+    finally:
+        await client.close()
+

@@ -208,13 +208,20 @@ PARQUET_CONTENT = {"application/vnd.apache.parquet": {"schema": {"type": "string
 
 
 async def _run(request: web.Request, run_id: str) -> RunRecord:
-    """The run as KV holds it now (one direct get): a client that saw the run finish in its
-    event stream must not then read it as still running from the KV-fed index, which can
-    trail the record by a moment (the index serves the lists)."""
+    """The run as KV holds it now: a client that saw the run finish in its event stream must
+    not then read it as still running from the KV-fed index, which can trail the record by a
+    moment. So an unfinished (or unseen) run is one direct KV get; a run the index already
+    shows finished is served from the index: its state never changes again (the orchestrator
+    ends a run once; runs are not deleted), and the busiest read costs no KV round trip."""
     try:
         check_token(run_id, "run_id")
     except ValidationError:
         raise NotFoundError(f"no run {run_id!r}") from None
+    models = sim_models(request.app)
+    if models.loaded():
+        seen: RunRecord | None = models.run_record(run_id)
+        if seen is not None and seen.state in TERMINAL_RUN_STATES:
+            return seen
     kv = await request.app[BUS].kv(subjects.KV_RUNS)
     entry = await kv.get(run_id, RunRecord)
     if entry is None:

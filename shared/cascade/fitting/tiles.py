@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from cascade.calibration import Calibration, load_calibration
-from cascade.engine.perf import TILE_CANDIDATES, _take, gemm_compute_ns
+from cascade.engine.perf import TILE_CANDIDATES, _take, gemm_compute_ns, tile_reuse_factor
 from cascade.engine.workload import workload_of
 from cascade.fitting.measured import MeasuredSet, discover
 from cascade.gpus.registry import default_registry
@@ -55,7 +55,7 @@ def tile_choice_rows(sets: Sequence[MeasuredSet], cal: Calibration,
             row: dict[str, object] = {"dataset": s.dataset, "gpu": s.spec.id, "batched": batched,
                                       "calls": len(idx), "ran": ran}
             for c in reuse_values:
-                traffic = 1.0 + c * (cand[:, 0] + cand[:, 1]) / (cand[:, 0] * cand[:, 1])
+                traffic = tile_reuse_factor(cand[:, 0], cand[:, 1], c)
                 picked = cand[np.argmin(base * traffic[:, None], axis=0)]
                 log_area = np.log2(picked[:, 0] * picked[:, 1] / (real[:, 0] * real[:, 1]))
                 row[f"area_{c:g}"] = float(np.median(log_area))

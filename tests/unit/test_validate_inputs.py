@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from cascade.gpus import get_gpu
@@ -32,3 +33,50 @@ def test_file_for_an_unknown_gpu_is_skipped_with_the_known_list(
     out = capsys.readouterr()
     assert "skipped llama-2-7b__mlp__mi300x.csv" in out.err and "SM90_H100" in out.err
     assert "SM80_A100 -> SM90_H100" in out.out
+
+
+def test_vidur_times_are_the_sample_mean_else_the_median(tmp_path: Path) -> None:
+    """Vidur's medians are whole or half timer ticks (1 us); the mean of the same samples is
+    read where the file has it, and a file with medians alone still loads."""
+    import csv
+
+    from cascade.fitting.measured import load_vidur
+    from cascade.gpus.registry import default_registry
+
+    src = MEASURED / "vidur" / "llama-2-7b__mlp__h100.csv"
+    with src.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        fields = list(reader.fieldnames or [])
+        rows = [r for _, r in zip(range(40), reader, strict=False)]
+    reg = default_registry()
+    full = tmp_path / "full"
+    full.mkdir()
+    with (full / src.name).open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    medians_only = tmp_path / "medians"
+    medians_only.mkdir()
+    kept = [f for f in fields if not f.endswith(".mean")]
+    with (medians_only / src.name).open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=kept, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    by_mean = load_vidur(full / src.name, reg)
+    by_median = load_vidur(medians_only / src.name, reg)
+    assert len(by_mean.table) == len(by_median.table) > 0
+    assert list(by_mean.keys) == list(by_median.keys)
+    mean_ms = [float(r[f"time_stats.{op}.mean"]) for r in rows for op in _ops_of(r)]
+    median_ms = [float(r[f"time_stats.{op}.median"]) for r in rows for op in _ops_of(r)]
+    assert mean_ms != median_ms  # the two columns differ in this file
+    got_mean = float(np.sum(by_mean.table["duration_ns"]))
+    got_median = float(np.sum(by_median.table["duration_ns"]))
+    assert got_mean == pytest.approx(sum(mean_ms) * 1e6, rel=1e-9)
+    assert got_median == pytest.approx(sum(median_ms) * 1e6, rel=1e-9)
+
+
+def _ops_of(row: dict[str, str]) -> list[str]:
+    from cascade.fitting.measured import VIDUR_OPS
+
+    return [op for op in VIDUR_OPS if row.get(f"time_stats.{op}.mean") not in (None, "")
+            and float(row[f"time_stats.{op}.median"]) > 0]

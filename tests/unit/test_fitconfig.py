@@ -21,13 +21,13 @@ from cascade.kerneltable import KernelTable
 SPECS = {s.id: s for s in default_registry()}
 
 
-def _sets(n: int = 120) -> list[MeasuredSet]:
+def _sets(n: int = 120, dtype: str = "fp32") -> list[MeasuredSet]:
     rng = np.random.default_rng(11)
     shapes = [(int(rng.integers(1, 16)), *(int(2 ** rng.uniform(5, 11)) for _ in range(3))) for _ in range(n)]
     keys = np.asarray([f"{b},{m},{nn},{k}" for b, m, nn, k in shapes], dtype=object)
     out = []
     for gid, rate in (("SM80_A100_PCIE_40GB", 1.5e13), ("SM75_T4", 4e12)):
-        rows = [{"name": "bmm", "op": "bmm", "dtype": "fp32", "batch": b, "m": m, "n": nn, "k": k,
+        rows = [{"name": "bmm", "op": "bmm", "dtype": dtype, "batch": b, "m": m, "n": nn, "k": k,
                  "flops": 2.0 * b * m * nn * k, "bytes": 4.0 * b * (m * k + k * nn + m * nn),
                  "duration_ns": 2e4 + 2e9 * b * m * nn * k / rate} for b, m, nn, k in shapes]
         out.append(MeasuredSet("neusight", "bmm", gid, SPECS[gid], KernelTable.from_rows(rows), keys,
@@ -59,6 +59,7 @@ def test_cli_options_select_the_fit_config() -> None:
     assert not got.split_k and got.l2_reuse and not got.family_fixed and got.tile_reuse
     assert not fit_config(p.parse_args(["--no-tile-reuse"])).tile_reuse
     assert not fit_config(p.parse_args(["--no-gemm-stream"])).gemm_stream
+    assert not fit_config(p.parse_args(["--no-tensor-tile-reuse"])).tensor_tile_reuse
     assert fit_config(p.parse_args([])).gemm_stream
 
 
@@ -153,8 +154,8 @@ def test_tile_reuse_is_fitted_unless_switched_off() -> None:
     assert FitConfig(tile_reuse=False).options() == " --no-tile-reuse"
 
 
-def test_tile_reuse_applies_to_simt_gemms_only() -> None:
-    from cascade.engine.perf import gemm_compute_ns
+def test_each_gemm_path_has_its_own_tile_reuse_term() -> None:
+    from cascade.engine.perf import gemm_compute_ns, mma_feed_ratio
 
     rows = [{"name": "bmm", "op": "bmm", "dtype": d, "batch": 8, "m": 256, "n": 256, "k": 256}
             for d in ("fp32", "fp16")]
@@ -165,7 +166,38 @@ def test_tile_reuse_applies_to_simt_gemms_only() -> None:
     plain = gemm_compute_ns(w, spec, rate, t, t, 0.0)
     reuse = gemm_compute_ns(w, spec, rate, t, t, 0.0, tile_reuse=4.0)
     assert reuse[0] == pytest.approx(plain[0] * 1.25)  # 1 + 4 x (32 + 32) / (32 x 32)
-    assert reuse[1] == pytest.approx(plain[1])  # tensor-core tiles: no named-tile evidence, no term
+    assert reuse[1] == pytest.approx(plain[1])  # the SIMT term leaves tensor-core tiles alone
+    tensor = gemm_compute_ns(w, spec, rate, t, t, 0.0, tensor_tile_reuse=0.5)
+    # tensor tiles: kappa x the A100's 16 multiply-adds per shared-memory element read
+    assert mma_feed_ratio(spec) == pytest.approx(16.0, rel=1e-3)
+    assert tensor[1] == pytest.approx(plain[1] * (1 + 0.5 * mma_feed_ratio(spec) * 64 / 1024))
+    assert tensor[0] == pytest.approx(plain[0])
+
+
+def test_mma_feed_ratio_follows_the_tensor_peak_per_sm_clock() -> None:
+    from cascade.calibration import Globals
+    from cascade.engine.perf import mma_feed_ratio
+
+    a100, h100, v100 = SPECS["SM80_A100"], SPECS["SM90_H100"], SPECS["SM70_V100_PCIE_32GB"]
+    assert mma_feed_ratio(a100) == pytest.approx(312e12 / 2 / 108 / 1.41e9 / 64)
+    # the H100 SXM's tensor cores need almost twice the A100's multiply-adds per element read
+    assert 1.7 < mma_feed_ratio(h100) / mma_feed_ratio(a100) < 2.0
+    assert mma_feed_ratio(v100) < mma_feed_ratio(a100)
+    assert mma_feed_ratio(SPECS["SM60_P100_PCIE_16GB"]) == 0.0  # no tensor cores: no term
+    assert Globals().tensor_tile_reuse == 0.0  # calibrations before the term: no cost
+    assert FitConfig().tensor_tile_reuse is True
+
+
+def test_tensor_tile_reuse_is_fitted_on_tensor_data_only() -> None:
+    sets = _sets()  # FP32 SIMT GEMMs only: nothing to fit the tensor term on
+    on = fit_sets(sets, evals=40, rounds=1, residuals=False)
+    assert on.globals.tensor_tile_reuse == 0.0 and on.globals.tile_reuse > 0.0
+    half = _sets(dtype="fp16")  # the same on tensor cores
+    got = fit_sets(half, evals=40, rounds=1, residuals=False)
+    off = fit_sets(half, evals=40, rounds=1, residuals=False, config=FitConfig(tensor_tile_reuse=False))
+    assert got.globals.tensor_tile_reuse > 0.0 and got.globals.tile_reuse == 0.0
+    assert off.globals.tensor_tile_reuse == 0.0
+    assert FitConfig(tensor_tile_reuse=False).options() == " --no-tensor-tile-reuse"
 
 
 def test_tile_choice_rows_compare_the_rule_with_the_tiles_cublas_ran() -> None:

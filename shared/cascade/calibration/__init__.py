@@ -88,6 +88,14 @@ class Globals(msgspec.Struct, frozen=True, kw_only=True):
     """Operand traffic of a SIMT GEMM tile per FLOP, in tile-edge units: a ta x tb tile's compute
     time is x (1 + tile_reuse x (ta + tb) / (ta x tb)) (:func:`cascade.engine.perf.tile_reuse_factor`;
     0: every tile is equally efficient per FLOP, as calibrations before it assumed)."""
+    tensor_tile_reuse: float = 0.0
+    """The same operand-traffic cost for tensor-core GEMM tiles, as a multiple (kappa) of the
+    architecture's MMA feed ratio (:func:`cascade.engine.perf.mma_feed_ratio`: the tensor
+    multiply-adds per clock each shared-memory element read must feed, 16 on the A100, 30 on
+    the H100): an MMA tile reads its A and B fragments from shared memory every K step, so a
+    ta x tb tile's time is x (1 + kappa x ratio x (ta + tb) / (ta x tb)) and a small tile runs
+    further below the tensor peak on GPUs whose tensor cores outrun their shared memory more
+    (0: tensor tiles equally efficient, as calibrations before it assumed)."""
     sustained_clock_scale: float = 1.0
     """Power-limited boards' sustained clock under heavy load as a multiple of the spec's
     ``sustained_clock_mhz`` (a datasheet base clock, the floor NVIDIA guarantees at TDP;

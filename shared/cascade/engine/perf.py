@@ -82,15 +82,29 @@ def tile_reuse_factor(ta: np.ndarray, tb: np.ndarray, reuse: float) -> np.ndarra
     return np.where(np.isfinite(f), f, 1.0)
 
 
+#: FP16 elements an SM's shared memory delivers per clock (128 bytes: Volta to Blackwell).
+SMEM_ELEMENTS_PER_CLOCK = 64.0
+
+
+def mma_feed_ratio(spec: GPUSpec) -> float:
+    """Dense FP16 tensor-core multiply-adds per clock per SM over the FP16 elements its shared
+    memory delivers per clock: how many multiply-adds each operand element read must feed for
+    the tensor cores to run at peak (16 on the A100, 30 on the H100, 9 on the V100, 8 on the T4). The
+    same for every tensor dtype (TF32 elements are twice the bytes at half the rate, FP8 half
+    at twice); 0 without tensor cores."""
+    fma = spec.tensor_flops("fp16") / (2.0 * spec.sms * spec.clock_hz)
+    return float(fma / SMEM_ELEMENTS_PER_CLOCK) if fma > 0 else 0.0
+
+
 def gemm_compute_ns(w: Workload, spec: GPUSpec, rate: np.ndarray, ta: np.ndarray, tb: np.ndarray,
                     min_tile_area: float, wave_quant: float = 0.0, splits: np.ndarray | None = None,
-                    tile_reuse: float = 0.0) -> np.ndarray:
+                    tile_reuse: float = 0.0, tensor_tile_reuse: float = 0.0) -> np.ndarray:
     """Compute time of tiled GEMMs: each SM works through its share of tiles (at least one);
     a tile smaller than ``min_tile_area`` takes as long as one of that area (its K loop, not
     its size, bounds it; split over ``k_split`` warps for sliced-K kernels). ``wave_quant``
     in [0, 1] blends fractional waves (0) with whole waves (1: the tail wave costs a full one).
-    ``tile_reuse``: a small SIMT tile's operand traffic per FLOP (:func:`tile_reuse_factor`;
-    tensor-core tiles are left as they are: no kernel names here show their tile sizes).
+    ``tile_reuse`` / ``tensor_tile_reuse``: a small SIMT / tensor-core tile's operand traffic
+    per FLOP (:func:`tile_reuse_factor`), each path its own.
     ``rate`` is the sustained FLOP/s of the whole GPU."""
     with np.errstate(invalid="ignore"):
         tiles = w.batch * np.ceil(w.n / np.maximum(ta, 1)) * np.ceil(w.m / np.maximum(tb, 1))
@@ -100,7 +114,8 @@ def gemm_compute_ns(w: Workload, spec: GPUSpec, rate: np.ndarray, ta: np.ndarray
             waves = waves + wave_quant * (np.ceil(waves) - waves)
         per_sm = np.maximum(waves, 1.0)
         tile_flops = 2.0 * (w.k / s) * np.maximum(ta * tb, min_tile_area / w.k_split)
-        traffic = np.where(w.tensor, 1.0, tile_reuse_factor(ta, tb, tile_reuse))
+        traffic = np.where(w.tensor, tile_reuse_factor(ta, tb, tensor_tile_reuse * mma_feed_ratio(spec)),
+                           tile_reuse_factor(ta, tb, tile_reuse))
         return per_sm * tile_flops * traffic / (rate / spec.sms) * 1e9
 
 
@@ -162,7 +177,8 @@ def target_tiles(w: Workload, spec: GPUSpec, cal: Calibration, source: GPUSpec |
             allowed = menu or [c for c in TILE_CANDIDATES if c[0] * c[1] >= b] or [TILE_CANDIDATES[-1]]
             times = np.stack([gemm_compute_ns(sub, spec, r, np.full(len(idx), float(ca)),
                                               np.full(len(idx), float(cb)), area,
-                                              cal.globals.wave_quant, tile_reuse=cal.globals.tile_reuse)
+                                              cal.globals.wave_quant, tile_reuse=cal.globals.tile_reuse,
+                                              tensor_tile_reuse=cal.globals.tensor_tile_reuse)
                               for ca, cb in allowed])
             best = np.argmin(times, axis=0)
             cand = np.asarray(allowed, dtype=np.float64)
@@ -397,7 +413,7 @@ def kernel_times(
     rate = peak * eff_c
     splits = split_k_factors(w, spec, ta, tb) if cal.globals.split_k else None
     tiled = gemm_compute_ns(w, spec, rate, ta, tb, cal.globals.min_tile_area, cal.globals.wave_quant, splits,
-                            cal.globals.tile_reuse)
+                            cal.globals.tile_reuse, cal.globals.tensor_tile_reuse)
     use_tiles = gemm & (ta > 0) & (tb > 0) & np.isfinite(tiled)
     plain = w.flops / rate * 1e9
     compute = np.where(use_tiles, np.maximum(tiled, plain), plain)

@@ -70,6 +70,11 @@ class FitConfig(msgspec.Struct, frozen=True, kw_only=True):
     GPU whose library's tiles are unknown no longer favours the smallest tiles (ACCURACY.md,
     session 8)."""
 
+    tensor_tile_reuse: bool = True
+    """The same operand-traffic cost for tensor-core tiles, fitted apart
+    (``Globals.tensor_tile_reuse``): small tensor tiles feed fewer MMAs per byte of shared
+    memory read (ACCURACY.md, session 10)."""
+
     gemm_stream: bool = True
     """GEMMs in per-kernel (``kernel``) times stream their operands at the spec's achievable
     DRAM fraction (``Globals.gemm_stream`` = 1, not fitted) instead of the ``bw_eff`` they
@@ -86,6 +91,7 @@ class FitConfig(msgspec.Struct, frozen=True, kw_only=True):
         return (("" if self.split_k else " --no-split-k") + (" --l2-reuse" if self.l2_reuse else "")
                 + (" --family-fixed" if self.family_fixed else "")
                 + ("" if self.tile_reuse else " --no-tile-reuse")
+                + ("" if self.tensor_tile_reuse else " --no-tensor-tile-reuse")
                 + ("" if self.gemm_stream else " --no-gemm-stream")
                 + ("" if self.floor_prior == type(self)().floor_prior else f" --floor-prior {self.floor_prior:g}"))
 
@@ -183,6 +189,7 @@ def _build_calibration(x: np.ndarray, layout: _Layout, tiles: dict[str, dict[str
             "clock_tau_ns": base.globals.clock_tau_ns, "wave_quant": base.globals.wave_quant,
             "split_k": base.globals.split_k, "l2_resident": base.globals.l2_resident,
             "tile_reuse": base.globals.tile_reuse, "gemm_stream": base.globals.gemm_stream,
+            "tensor_tile_reuse": base.globals.tensor_tile_reuse,
             "sustained_clock_scale": base.globals.sustained_clock_scale}
     for value, name in zip(x, layout.names, strict=True):
         match name:
@@ -200,8 +207,8 @@ def _build_calibration(x: np.ndarray, layout: _Layout, tiles: dict[str, dict[str
                 glob["min_tile_area"] = float(np.exp(value))
             case ("global", "clock_tau_ns"):
                 glob["clock_tau_ns"] = float(np.exp(value))
-            case ("global", "tile_reuse"):
-                glob["tile_reuse"] = float(np.exp(value))
+            case ("global", "tile_reuse" | "tensor_tile_reuse"):
+                glob[name[1]] = float(np.exp(value))
             case ("global", "sustained_clock_scale"):
                 glob["sustained_clock_scale"] = float(np.exp(value))
             case ("transfer", context, field):
@@ -265,8 +272,11 @@ def _initial(sets: Sequence[MeasuredSet], config: FitConfig | None = None) -> tu
             x.append(value)
 
     kinds: dict[str, tuple[bool, bool]] = {}  # context -> (has GEMMs, has other kernels)
+    has_tensor = has_simt = False  # GEMM paths in the data (each tile-reuse term needs its own)
     for s in sets:
         w = workload_of(s.table)
+        has_tensor = has_tensor or bool(np.any(w.is_gemm & w.tensor))
+        has_simt = has_simt or bool(np.any(w.is_gemm & ~w.tensor))
         sid = s.spec.id
         gemm, other = kinds.get(measurement_context(s.measurement) or "kernel", (False, False))
         kinds[measurement_context(s.measurement) or "kernel"] = (
@@ -293,8 +303,10 @@ def _initial(sets: Sequence[MeasuredSet], config: FitConfig | None = None) -> tu
     add(("global", "wave_quant"), _logit(0.5))
     if config.l2_reuse:
         add(("global", "l2_resident"), _logit(0.5))
-    if config.tile_reuse:
+    if config.tile_reuse and has_simt:
         add(("global", "tile_reuse"), float(np.log(8.0)))
+    if config.tensor_tile_reuse and has_tensor:
+        add(("global", "tensor_tile_reuse"), 0.0)
     if any(s.spec.sustained_clock_ratio > 1.0 for s in sets):
         add(("global", "clock_tau_ns"), float(np.log(1.0e6)))
         add(("global", "sustained_clock_scale"), 0.0)

@@ -60,6 +60,7 @@ def test_cli_options_select_the_fit_config() -> None:
     assert not fit_config(p.parse_args(["--no-tile-reuse"])).tile_reuse
     assert not fit_config(p.parse_args(["--no-gemm-stream"])).gemm_stream
     assert not fit_config(p.parse_args(["--no-tensor-tile-reuse"])).tensor_tile_reuse
+    assert not fit_config(p.parse_args(["--no-tile-latency"])).tile_latency
     assert fit_config(p.parse_args([])).gemm_stream
 
 
@@ -188,6 +189,30 @@ def test_mma_feed_ratio_follows_the_tensor_peak_per_sm_clock() -> None:
     assert FitConfig().tensor_tile_reuse is True
 
 
+def test_tile_latency_delays_each_wave_of_tensor_tiles_only() -> None:
+    from cascade.calibration import Globals
+    from cascade.engine.perf import gemm_compute_ns
+
+    rows = [{"name": "mm", "op": "mm", "dtype": d, "m": 1024, "n": 4096, "k": 512}
+            for d in ("fp32", "fp16")]
+    w = workload_of(KernelTable.from_rows(rows))
+    spec, t = SPECS["SM90_H100"], np.full(2, 128.0)
+    rate = np.full(2, 5e14)
+    plain = gemm_compute_ns(w, spec, rate, t, t, 0.0)
+    late = gemm_compute_ns(w, spec, rate, t, t, 0.0, tile_latency=2.0)
+    waves = 8 * 32 / spec.sms  # 256 tiles of 128 x 128 over 132 SMs
+    assert late[1] - plain[1] == pytest.approx(waves * 2.0 * spec.dram_latency_ns)
+    assert late[0] == pytest.approx(plain[0])  # SIMT tiles: no term
+    assert Globals().tile_latency == 0.0 and FitConfig().tile_latency is True
+    assert FitConfig(tile_latency=False).options() == " --no-tile-latency"
+    # a short-K GEMM's K loop is short, so the start is a larger share of its time
+    long_k = workload_of(KernelTable.from_rows([{**rows[1], "k": 8192}]))
+    short = late[1] / plain[1]
+    longer = (gemm_compute_ns(long_k, spec, rate[:1], t[:1], t[:1], 0.0, tile_latency=2.0)[0]
+              / gemm_compute_ns(long_k, spec, rate[:1], t[:1], t[:1], 0.0)[0])
+    assert short > longer > 1.0
+
+
 def test_tensor_tile_reuse_is_fitted_on_tensor_data_only() -> None:
     sets = _sets()  # FP32 SIMT GEMMs only: nothing to fit the tensor term on
     on = fit_sets(sets, evals=40, rounds=1, residuals=False)
@@ -196,6 +221,7 @@ def test_tensor_tile_reuse_is_fitted_on_tensor_data_only() -> None:
     got = fit_sets(half, evals=40, rounds=1, residuals=False)
     off = fit_sets(half, evals=40, rounds=1, residuals=False, config=FitConfig(tensor_tile_reuse=False))
     assert got.globals.tensor_tile_reuse > 0.0 and got.globals.tile_reuse == 0.0
+    assert got.globals.tile_latency > 0.0 and on.globals.tile_latency == 0.0
     assert off.globals.tensor_tile_reuse == 0.0
     assert FitConfig(tensor_tile_reuse=False).options() == " --no-tensor-tile-reuse"
 

@@ -96,6 +96,11 @@ class Globals(msgspec.Struct, frozen=True, kw_only=True):
     ta x tb tile's time is x (1 + kappa x ratio x (ta + tb) / (ta x tb)) and a small tile runs
     further below the tensor peak on GPUs whose tensor cores outrun their shared memory more
     (0: tensor tiles equally efficient, as calibrations before it assumed)."""
+    tile_latency: float = 0.0
+    """Exposed start of each wave of tensor-core GEMM tiles (filling the operand pipeline before
+    the first MMA, writing the tile out after the last), in units of the spec's DRAM latency: a
+    wave takes ``tile_latency x dram_latency_ns`` longer than its multiply-adds, which shows on
+    short-K GEMMs, where a tile's K loop is short (0: none, calibrations before it)."""
     sustained_clock_scale: float = 1.0
     """Power-limited boards' sustained clock under heavy load as a multiple of the spec's
     ``sustained_clock_mhz`` (a datasheet base clock, the floor NVIDIA guarantees at TDP;

@@ -98,13 +98,15 @@ def mma_feed_ratio(spec: GPUSpec) -> float:
 
 def gemm_compute_ns(w: Workload, spec: GPUSpec, rate: np.ndarray, ta: np.ndarray, tb: np.ndarray,
                     min_tile_area: float, wave_quant: float = 0.0, splits: np.ndarray | None = None,
-                    tile_reuse: float = 0.0, tensor_tile_reuse: float = 0.0) -> np.ndarray:
+                    tile_reuse: float = 0.0, tensor_tile_reuse: float = 0.0,
+                    tile_latency: float = 0.0) -> np.ndarray:
     """Compute time of tiled GEMMs: each SM works through its share of tiles (at least one);
     a tile smaller than ``min_tile_area`` takes as long as one of that area (its K loop, not
     its size, bounds it; split over ``k_split`` warps for sliced-K kernels). ``wave_quant``
     in [0, 1] blends fractional waves (0) with whole waves (1: the tail wave costs a full one).
     ``tile_reuse`` / ``tensor_tile_reuse``: a small SIMT / tensor-core tile's operand traffic
-    per FLOP (:func:`tile_reuse_factor`), each path its own.
+    per FLOP (:func:`tile_reuse_factor`), each path its own. ``tile_latency``: each wave of
+    tensor-core tiles starts and ends ``tile_latency`` x the spec's DRAM latency late.
     ``rate`` is the sustained FLOP/s of the whole GPU."""
     with np.errstate(invalid="ignore"):
         tiles = w.batch * np.ceil(w.n / np.maximum(ta, 1)) * np.ceil(w.m / np.maximum(tb, 1))
@@ -116,7 +118,8 @@ def gemm_compute_ns(w: Workload, spec: GPUSpec, rate: np.ndarray, ta: np.ndarray
         tile_flops = 2.0 * (w.k / s) * np.maximum(ta * tb, min_tile_area / w.k_split)
         traffic = np.where(w.tensor, tile_reuse_factor(ta, tb, tensor_tile_reuse * mma_feed_ratio(spec)),
                            tile_reuse_factor(ta, tb, tile_reuse))
-        return per_sm * tile_flops * traffic / (rate / spec.sms) * 1e9
+        start = np.where(w.tensor, tile_latency * spec.dram_latency_ns, 0.0)
+        return per_sm * (tile_flops * traffic / (rate / spec.sms) * 1e9 + start)
 
 
 #: Smallest K chunk of a split-K GEMM.
@@ -178,7 +181,8 @@ def target_tiles(w: Workload, spec: GPUSpec, cal: Calibration, source: GPUSpec |
             times = np.stack([gemm_compute_ns(sub, spec, r, np.full(len(idx), float(ca)),
                                               np.full(len(idx), float(cb)), area,
                                               cal.globals.wave_quant, tile_reuse=cal.globals.tile_reuse,
-                                              tensor_tile_reuse=cal.globals.tensor_tile_reuse)
+                                              tensor_tile_reuse=cal.globals.tensor_tile_reuse,
+                                              tile_latency=cal.globals.tile_latency)
                               for ca, cb in allowed])
             best = np.argmin(times, axis=0)
             cand = np.asarray(allowed, dtype=np.float64)
@@ -413,7 +417,7 @@ def kernel_times(
     rate = peak * eff_c
     splits = split_k_factors(w, spec, ta, tb) if cal.globals.split_k else None
     tiled = gemm_compute_ns(w, spec, rate, ta, tb, cal.globals.min_tile_area, cal.globals.wave_quant, splits,
-                            cal.globals.tile_reuse, cal.globals.tensor_tile_reuse)
+                            cal.globals.tile_reuse, cal.globals.tensor_tile_reuse, cal.globals.tile_latency)
     use_tiles = gemm & (ta > 0) & (tb > 0) & np.isfinite(tiled)
     plain = w.flops / rate * 1e9
     compute = np.where(use_tiles, np.maximum(tiled, plain), plain)

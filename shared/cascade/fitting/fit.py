@@ -75,6 +75,10 @@ class FitConfig(msgspec.Struct, frozen=True, kw_only=True):
     (``Globals.tensor_tile_reuse``): small tensor tiles feed fewer MMAs per byte of shared
     memory read (ACCURACY.md, session 10)."""
 
+    tile_latency: bool = True
+    """A fitted exposed start of each wave of tensor-core GEMM tiles (``Globals.tile_latency``,
+    in DRAM latencies): short-K GEMMs (ACCURACY.md, session 10)."""
+
     gemm_stream: bool = True
     """GEMMs in per-kernel (``kernel``) times stream their operands at the spec's achievable
     DRAM fraction (``Globals.gemm_stream`` = 1, not fitted) instead of the ``bw_eff`` they
@@ -92,6 +96,7 @@ class FitConfig(msgspec.Struct, frozen=True, kw_only=True):
                 + (" --family-fixed" if self.family_fixed else "")
                 + ("" if self.tile_reuse else " --no-tile-reuse")
                 + ("" if self.tensor_tile_reuse else " --no-tensor-tile-reuse")
+                + ("" if self.tile_latency else " --no-tile-latency")
                 + ("" if self.gemm_stream else " --no-gemm-stream")
                 + ("" if self.floor_prior == type(self)().floor_prior else f" --floor-prior {self.floor_prior:g}"))
 
@@ -189,7 +194,7 @@ def _build_calibration(x: np.ndarray, layout: _Layout, tiles: dict[str, dict[str
             "clock_tau_ns": base.globals.clock_tau_ns, "wave_quant": base.globals.wave_quant,
             "split_k": base.globals.split_k, "l2_resident": base.globals.l2_resident,
             "tile_reuse": base.globals.tile_reuse, "gemm_stream": base.globals.gemm_stream,
-            "tensor_tile_reuse": base.globals.tensor_tile_reuse,
+            "tensor_tile_reuse": base.globals.tensor_tile_reuse, "tile_latency": base.globals.tile_latency,
             "sustained_clock_scale": base.globals.sustained_clock_scale}
     for value, name in zip(x, layout.names, strict=True):
         match name:
@@ -207,7 +212,7 @@ def _build_calibration(x: np.ndarray, layout: _Layout, tiles: dict[str, dict[str
                 glob["min_tile_area"] = float(np.exp(value))
             case ("global", "clock_tau_ns"):
                 glob["clock_tau_ns"] = float(np.exp(value))
-            case ("global", "tile_reuse" | "tensor_tile_reuse"):
+            case ("global", "tile_reuse" | "tensor_tile_reuse" | "tile_latency"):
                 glob[name[1]] = float(np.exp(value))
             case ("global", "sustained_clock_scale"):
                 glob["sustained_clock_scale"] = float(np.exp(value))
@@ -307,6 +312,8 @@ def _initial(sets: Sequence[MeasuredSet], config: FitConfig | None = None) -> tu
         add(("global", "tile_reuse"), float(np.log(8.0)))
     if config.tensor_tile_reuse and has_tensor:
         add(("global", "tensor_tile_reuse"), 0.0)
+    if config.tile_latency and has_tensor:
+        add(("global", "tile_latency"), float(np.log(2.0)))
     if any(s.spec.sustained_clock_ratio > 1.0 for s in sets):
         add(("global", "clock_tau_ns"), float(np.log(1.0e6)))
         add(("global", "sustained_clock_scale"), 0.0)

@@ -26,6 +26,9 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-tensor-tile-reuse", action="store_true",
                    help="fit and score without the operand-traffic cost of small tensor-core GEMM tiles "
                         "(the comparison in ACCURACY.md, session 10)")
+    p.add_argument("--no-tile-latency", action="store_true",
+                   help="fit and score without the exposed start of each wave of tensor-core GEMM tiles "
+                        "(the comparison in ACCURACY.md, session 10)")
     p.add_argument("--no-gemm-stream", action="store_true",
                    help="fit and score with GEMMs' DRAM traffic at the fitted bandwidth fraction of the "
                         "per-kernel context instead of the spec's achievable fraction (the comparison "
@@ -44,5 +47,6 @@ def fit_config(args: argparse.Namespace) -> FitConfig:
     return FitConfig(split_k=not args.no_split_k, l2_reuse=args.l2_reuse, family_fixed=args.family_fixed,
                      tile_reuse=not getattr(args, "no_tile_reuse", False),
                      tensor_tile_reuse=not getattr(args, "no_tensor_tile_reuse", False),
+                     tile_latency=not getattr(args, "no_tile_latency", False),
                      gemm_stream=not getattr(args, "no_gemm_stream", False),
                      **({} if prior is None else {"floor_prior": max(float(prior), 0.0)}))

@@ -2,7 +2,9 @@
 
 time(spec) = fixed per-kernel time + smoothmax(compute time, memory time), where
 compute time = tile-padded, under-filled GEMM FLOPs / (peak for dtype x achievable
-fraction), slowed on power-limited boards towards the sustained clock as kernels get
+fraction), x each tile's operand-traffic factor (SIMT and tensor-core tiles each their own,
+:func:`tile_reuse_factor`, :func:`mma_feed_ratio`), plus each wave of tensor-core tiles' start
+(``Globals.tile_latency``), slowed on power-limited boards towards the sustained clock as kernels get
 longer (:func:`clock_slowdown`) and memory time = bytes / (DRAM bandwidth x achievable fraction for the
 op family). Every term is >= its roofline counterpart, so the model never beats
 max(flops / peak, bytes / bandwidth).

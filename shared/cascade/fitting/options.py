@@ -10,29 +10,29 @@ if TYPE_CHECKING:
     from cascade.fitting.fit import FitConfig
 
 
+#: The model's on / off switches (``store_true`` options) and what each one does.
+_SWITCHES: tuple[tuple[str, str], ...] = (
+    ("--no-split-k", "fit and score without split-K GEMMs (the comparison in ACCURACY.md)"),
+    ("--l2-reuse", "fit a share of L2 that a rerun operator's bytes find resident (tried, rejected: "
+                   "the fit drives it to 0; ACCURACY.md)"),
+    ("--family-fixed", "fit a multiplier of the fixed per-kernel time per op family and GPU (tried, "
+                       "rejected: worse on the shifted-shape protocol; ACCURACY.md)"),
+    ("--no-tile-reuse", "fit and score without the operand-traffic cost of small SIMT GEMM tiles "
+                        "(the comparison in ACCURACY.md)"),
+    ("--no-tensor-tile-reuse", "fit and score without the operand-traffic cost of small tensor-core "
+                               "GEMM tiles (the comparison in ACCURACY.md, session 10)"),
+    ("--no-tile-latency", "fit and score without the exposed start of each wave of tensor-core GEMM "
+                          "tiles (the comparison in ACCURACY.md, session 10)"),
+    ("--no-gemm-stream", "fit and score with GEMMs' DRAM traffic at the fitted bandwidth fraction of "
+                         "the per-kernel context instead of the spec's achievable fraction (the "
+                         "comparison in ACCURACY.md)"),
+)
+
+
 def add_model_options(p: argparse.ArgumentParser) -> None:
     """The fitted model's optional physical terms (:class:`cascade.fitting.fit.FitConfig`)."""
-    p.add_argument("--no-split-k", action="store_true",
-                   help="fit and score without split-K GEMMs (the comparison in ACCURACY.md)")
-    p.add_argument("--l2-reuse", action="store_true",
-                   help="fit a share of L2 that a rerun operator's bytes find resident (tried, rejected: "
-                        "the fit drives it to 0; ACCURACY.md)")
-    p.add_argument("--family-fixed", action="store_true",
-                   help="fit a multiplier of the fixed per-kernel time per op family and GPU (tried, "
-                        "rejected: worse on the shifted-shape protocol; ACCURACY.md)")
-    p.add_argument("--no-tile-reuse", action="store_true",
-                   help="fit and score without the operand-traffic cost of small SIMT GEMM tiles "
-                        "(the comparison in ACCURACY.md)")
-    p.add_argument("--no-tensor-tile-reuse", action="store_true",
-                   help="fit and score without the operand-traffic cost of small tensor-core GEMM tiles "
-                        "(the comparison in ACCURACY.md, session 10)")
-    p.add_argument("--no-tile-latency", action="store_true",
-                   help="fit and score without the exposed start of each wave of tensor-core GEMM tiles "
-                        "(the comparison in ACCURACY.md, session 10)")
-    p.add_argument("--no-gemm-stream", action="store_true",
-                   help="fit and score with GEMMs' DRAM traffic at the fitted bandwidth fraction of the "
-                        "per-kernel context instead of the spec's achievable fraction (the comparison "
-                        "in ACCURACY.md)")
+    for flag, text in _SWITCHES:
+        p.add_argument(flag, action="store_true", help=text)
     p.add_argument("--floor-prior", type=float, default=None, metavar="WEIGHT",
                    help="weight of the pull of each GPU's benchmark-harness floor towards the other "
                         "GPUs' (the harness's fixed time is host-side); 0 turns it off "

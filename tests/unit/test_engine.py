@@ -96,6 +96,27 @@ def test_fp32_operands_on_a_tensor_kernel_run_as_tf32_and_ffma_kernels_stay_simt
     assert peaks[1] == h100.simt_flops("fp32")
 
 
+def test_half_gemms_without_tensor_cores_run_at_the_fp32_fma_rate() -> None:
+    """PyTorch's FP16 GEMM accumulates in FP32 (cublasGemmEx, CUDA_R_32F): on a P100, whose
+    packed-FP16 peak is twice its FP32 one, the A100's tensor-core GEMM runs as FP32 FMAs."""
+    reg = default_registry()
+    p100, a100 = reg.get("SM60_P100_PCIE_16GB"), reg.get("SM80_A100")
+    rows = [*gemm_rows(m=4096, n=4096, k=4096),  # an A100 tensor-core fp16 GEMM
+            {"name": "vectorized_elementwise_kernel", "op": "add", "dtype": "fp16", "flops": 1e9, "bytes": 1e6}]
+    w = workload_of(KernelTable.from_rows(rows))
+    assert list(w.tensor) == [True, False]
+    assert p100.simt_flops("fp16") > 1.9 * p100.simt_flops("fp32") > 0 and p100.tensor_flops("fp16") == 0
+    moved = perf.on_spec(w, p100)
+    assert list(moved.tensor) == [False, False] and perf.on_spec(w, a100) is w
+    peaks = perf.peak_flops(w, p100)
+    assert peaks[0] == p100.simt_flops("fp32")  # the GEMM: FP32 FMAs
+    assert peaks[1] == p100.simt_flops("fp16")  # not a matmul: packed FP16 arithmetic
+    assert perf.peak_flops(w, a100)[0] == a100.tensor_flops("fp16")
+    # the predicted GEMM time follows: at least the FP32-rate roofline, not the FP16 one
+    t = KernelTable.from_rows(gemm_rows(m=4096, n=4096, k=4096, duration_ns=0.7e6))
+    p = predict(t, "SM60_P100_PCIE_16GB", source="A100", model="scaled")
+    assert p.predicted_ns[0] >= 2 * 4096**3 / p100.simt_flops("fp32") * 1e9
+
 def test_h100_faster_than_a100_on_large_fp16_gemm_by_about_peak_ratio() -> None:
     t = KernelTable.from_rows(gemm_rows(m=8192, n=8192, k=8192, duration_ns=4.2e6))
     p = predict(t, "H100", source="A100", model="scaled")

@@ -2,7 +2,7 @@
 
 time(spec) = fixed per-kernel time + smoothmax(compute time, memory time), where
 compute time = tile-padded, under-filled GEMM FLOPs / (peak for dtype x achievable
-fraction), x each tile's operand-traffic factor (SIMT and tensor-core tiles each their own,
+fraction; a GEMM on CUDA cores at the FP32 FMA rate even for half types, :func:`matmul_simt_flops`), x each tile's operand-traffic factor (SIMT and tensor-core tiles each their own,
 :func:`tile_reuse_factor`, :func:`mma_feed_ratio`), plus each wave of tensor-core tiles' start
 (``Globals.tile_latency``), slowed on power-limited boards towards the sustained clock as kernels get
 longer (:func:`clock_slowdown`) and memory time = bytes / (DRAM bandwidth x achievable fraction for the
@@ -28,11 +28,44 @@ REGIMES: tuple[str, ...] = ("compute", "memory", "latency", "launch")
 COMPUTE, MEMORY, LATENCY, LAUNCH = range(4)
 
 
+#: Dtypes whose GEMMs accumulate in FP32: PyTorch's half-precision GEMM calls ``cublasGemmEx``
+#: with compute type ``CUDA_R_32F`` (ATen ``CUDABlas.cpp``, ``gemm<at::Half>``), so where no
+#: tensor core serves the dtype (P100, Pascal consumer parts) its multiply-adds are FP32 ones.
+FP32_ACCUMULATE: frozenset[str] = frozenset({"fp16", "bf16"})
+
+
+def matmul_simt_flops(spec: GPUSpec, dtype: str) -> float:
+    """Peak FLOP/s of a matrix multiply of ``dtype`` on the CUDA cores: the FP32 FMA rate for
+    the FP32-accumulating half types (not the packed-FP16 rate: P100 9.3, not 18.7 TFLOP/s),
+    else the dtype's SIMT peak."""
+    if dtype in FP32_ACCUMULATE:
+        return spec.simt_flops("fp32")
+    return spec.simt_flops(dtype)
+
+
+def on_spec(w: Workload, spec: GPUSpec) -> Workload:
+    """The workload as ``spec``'s units run it: a tensor-path kernel of a dtype the spec has no
+    tensor cores for (FP16 on a P100, TF32 before Ampere) runs on the CUDA cores, with their
+    tiles, efficiency and :func:`matmul_simt_flops` peak. ``w`` itself where nothing changes."""
+    has = np.array([spec.tensor_flops(d) > 0 for d in DTYPES])
+    moved = w.tensor & ~has[w.dtype_code]
+    if not moved.any():
+        return w
+    fields = {f: getattr(w, f) for f in w.__dataclass_fields__}
+    fields["tensor"] = w.tensor & ~moved
+    return Workload(**fields)
+
+
 def peak_flops(w: Workload, spec: GPUSpec) -> np.ndarray:
-    """Peak FLOP/s each kernel can reach on a spec (tensor path where it has one)."""
-    tensor = np.array([spec.peak_flops(d, True) for d in DTYPES])
-    simt = np.array([spec.peak_flops(d, False) for d in DTYPES])
-    return np.where(w.tensor, tensor[w.dtype_code], simt[w.dtype_code])
+    """Peak FLOP/s each kernel can reach on a spec: the dense tensor-core peak on the tensor
+    path (where the spec serves the dtype, :func:`on_spec`), a GEMM on the CUDA cores
+    :func:`matmul_simt_flops`, anything else the dtype's SIMT peak."""
+    w = on_spec(w, spec)
+    simt = np.array([spec.simt_flops(d) for d in DTYPES])
+    matmul = np.array([matmul_simt_flops(spec, d) for d in DTYPES])
+    tensor = np.array([spec.tensor_flops(d) for d in DTYPES])
+    code = w.dtype_code
+    return np.where(w.tensor, tensor[code], np.where(w.family == ops.GEMM, matmul[code], simt[code]))
 
 
 def roofline_ns(w: Workload, spec: GPUSpec) -> np.ndarray:
@@ -151,6 +184,7 @@ def target_tiles(w: Workload, spec: GPUSpec, cal: Calibration, source: GPUSpec |
     paths where that architecture has no policy fitted on its own data, apply its (borrowed
     or least-time) rule on ``spec`` instead of the named tiles or ``spec``'s policy (the
     source side of ``ScaledModel``)."""
+    w = on_spec(w, spec)
     ta = w.tile_a.copy()
     tb = w.tile_b.copy()
     keep_named = source is not None and source.arch == spec.arch
@@ -411,6 +445,7 @@ def kernel_times(
     tiles: tuple[np.ndarray, np.ndarray],
 ) -> KernelTimes:
     """Calibrated time of every kernel on a spec (see module doc)."""
+    w = on_spec(w, spec)
     n = len(w)
     peak = peak_flops(w, spec)
     eff_c = np.where(w.tensor, params.tensor_eff, params.simt_eff)

@@ -161,6 +161,47 @@ def test_layer_sums_score_whole_layers_only() -> None:
     assert got[0]["mape"] == pytest.approx(20.0, abs=0.01)  # |1 / 1.25 - 1|
 
 
+def test_repeatability_floor_predicts_repeated_work_from_the_other_runs_only() -> None:
+    from cascade.fitting.repeat import (
+        OTHER_RUNS,
+        SAME_WORK,
+        other_runs_predictions,
+        repeat_rows,
+        repeated_work,
+    )
+
+    keys, rows, ratio = [], [], []
+    for tp, r in ((1, 2.0), (2, 4.0), (8, 3.0)):  # the target / source ratio of each degree's run
+        for op in ("add", "attn_pre_proj"):
+            keys.append(f"32,32,4096,11008,1,64,{tp},{op}")
+            gemm = op.endswith("proj")
+            n = 3 * 4096 // tp if gemm else 4096  # the projection is split by TP, the add is not
+            rows.append({"name": op, "op": op, "dtype": "fp16", "duration_ns": 1e4, "m": 64, "n": n, "k": 4096,
+                         "batch": 1, "flops": 2.0 * 64 * n * 4096 if gemm else 0.0,
+                         "bytes": 2.0 * 64 * n if gemm else 6.0 * 64 * 4096})
+            ratio.append(r)
+    keys_a = np.asarray(keys, dtype=object)
+    fam = np.asarray(["elementwise", "linear"] * 3, dtype=object)
+    src = MeasuredSet("vidur", "m", "A100", SPECS["SM80_A100"], KernelTable.from_rows(rows), keys_a, fam, Path("a"))
+    tgt = MeasuredSet("vidur", "m", "H100", SPECS["SM90_H100"], KernelTable.from_rows(rows), keys_a, fam, Path("b"))
+    (pair, _) = pairs([src, tgt])
+    order = [keys.index(str(k)) for k in pair.keys]
+    pair = Pair(pair.source, pair.target, pair.source_table, 1e4 * np.asarray(ratio)[order], pair.groups, pair.keys)
+    group = repeated_work(pair)
+    is_add = np.char.endswith(np.asarray(pair.keys, dtype=str), ",add")
+    assert np.all(group[~is_add] == -1) and len(set(group[is_add].tolist())) == 1  # the add repeats
+    held = np.char.find(np.asarray(pair.keys, dtype=str), ",8,") >= 0  # TP 8 left out
+    pred = other_runs_predictions(pair, held)
+    sel = held & is_add
+    assert pred[sel] == pytest.approx([1e4 * np.sqrt(2.0 * 4.0)])  # geometric mean of TP 1 and 2's ratios
+    assert np.isnan(pred[~sel]).all()  # never from its own run, never for unrepeated work
+    got = repeat_rows([pair], [held], [{"scaled": np.full(len(pair.keys), 3e4)}], left_out="TP 8")
+    by = {r["model"]: r for r in got}
+    assert set(by) == {"scaled", OTHER_RUNS} and all(r["family"] == SAME_WORK and r["count"] == 1 for r in got)
+    assert by["scaled"]["mape"] == pytest.approx(0.0) and by[OTHER_RUNS]["mape"] == pytest.approx(
+        abs(np.sqrt(8.0) / 3.0 - 1) * 100)
+
+
 def test_shift_option_names_are_checked() -> None:
     from programs.cli.calibrate import _shifts
 

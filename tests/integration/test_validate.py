@@ -345,23 +345,31 @@ def test_cli_calibrate_fits_and_records_provenance_contexts_and_menus(small_data
 
 def test_leave_one_tp_degree_out_scores_only_the_degree_the_fit_never_saw(tmp_path: Path) -> None:
     from cascade.fitting import extrapolate
-    from cascade.fitting.measured import discover, vidur_tp_degree
+    from cascade.fitting.measured import discover, pairs, vidur_tp_degree
 
     vd = tmp_path / "vidur"
     vd.mkdir()
-    for f in (MEASURED / "vidur").glob("*.csv"):  # every 12th row: TP 1, 2, 4 and 8 all present
-        lines = f.read_text().splitlines()
-        (vd / f.name).write_text("\n".join([lines[0], *lines[1::12]]) + "\n")
+    for f in (MEASURED / "vidur").glob("*.csv"):  # every 12th row: TP 1, 2, 4 and 8 all present,
+        lines = f.read_text().splitlines()  # and 4 token counts at every degree (repeated work)
+        col = lines[0].split(",").index("num_tokens")
+        again = [line for line in lines[1:] if line.split(",")[col] in ("64", "512", "1024", "2048")]
+        (vd / f.name).write_text("\n".join([lines[0], *dict.fromkeys([*lines[1::12], *again])]) + "\n")
     sets = discover(tmp_path, default_registry())
     tps = {int(t) for s in sets for t in vidur_tp_degree(s.keys)}
     assert tps == {1, 2, 4, 8}
     rows = extrapolate.leave_one_tp_out(sets, evals=40)
     scaled = [r for r in rows if r["model"] == "scaled" and r["family"] == "all"]
     assert {r["left_out"] for r in scaled} == {f"TP {t}" for t in tps}
-    per_tp = {t: sum(int(x) == t for x in vidur_tp_degree(sets[0].keys)) for t in tps}
+    common = pairs(sets)[0].keys  # the rows both GPUs measured
+    per_tp = {t: sum(int(x) == t for x in vidur_tp_degree(common)) for t in tps}
     for r in scaled:  # both directions, only the left-out degree's rows
         assert r["count"] == per_tp[int(str(r["left_out"]).split()[1])]
         assert 0 < r["mape"] < 100
+    # the repeatability floor: the norms, residual add and embedding, on the same rows as the model
+    same = [r for r in rows if r["family"] == "same work"]
+    assert {r["model"] for r in same} == {"roofline", "scaled", "other runs"}
+    assert {r["left_out"] for r in same} == {f"TP {t}" for t in tps}
+    assert all(0 < r["count"] <= per_tp[int(str(r["left_out"]).split()[1])] and r["mape"] >= 0 for r in same)
     assert extrapolate.main(["--data", str(tmp_path / "vidur"), "--evals", "40"]) == 0
     (tmp_path / "none").mkdir()
     assert extrapolate.main(["--data", str(tmp_path / "none")]) == 1

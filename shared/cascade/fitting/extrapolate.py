@@ -13,7 +13,9 @@ never saw; the closest tests the data allow:
 ``python -m cascade.fitting.extrapolate [--data DIR] [--evals N] [--largest Q]`` prints,
 per left-out block, data set, family and GPU pair, the count and MAPE / median / p90 of
 ``roofline`` and ``scaled`` (markdown, as in ``ACCURACY.md``); the TP run adds the per-layer
-sums (:mod:`cascade.fitting.layers`, family ``layer``) beside the per-operator rows.
+sums (:mod:`cascade.fitting.layers`, family ``layer``) beside the per-operator rows, and the
+repeatability floor of the operators whose work is the same at every degree
+(:mod:`cascade.fitting.repeat`, family ``same work``).
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ from cascade.engine.workload import workload_of
 from cascade.fitting.fit import FitConfig, fit_sets
 from cascade.fitting.layers import layer_rows
 from cascade.fitting.measured import MeasuredSet, Pair, discover, pairs, vidur_tp_degree
+from cascade.fitting.repeat import SAME_WORK, repeat_rows
 from cascade.fitting.report import markdown_table
-from cascade.fitting.validation import evaluate
+from cascade.fitting.validation import evaluate, pair_predictions
 from cascade.gpus.registry import GPURegistry, default_registry
 
 
@@ -57,6 +60,8 @@ def leave_one_tp_out(sets: Sequence[MeasuredSet], *, evals: int = 800,
             d["left_out"] = f"TP {tp}"
             rows.append(d)
         rows.extend(layer_rows(vidur_pairs, cal, reg=reg, select=select, left_out=f"TP {tp}"))
+        preds = [{m: pair_predictions(p, m, cal, reg) for m in ("roofline", "scaled")} for p in vidur_pairs]
+        rows.extend(repeat_rows(vidur_pairs, [held(p) for p in vidur_pairs], preds, left_out=f"TP {tp}"))
     return rows
 
 
@@ -121,10 +126,16 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         sys.stderr.write(f"no Vidur data with two or more tensor-parallel degrees under {args.data}\n")
         return 1
-    sys.stdout.write(markdown_table([r for r in rows if r["family"] != "layer"], families=("all",)) + "\n")
+    sys.stdout.write(markdown_table([r for r in rows if r["family"] not in ("layer", SAME_WORK)],
+                                    families=("all",)) + "\n")
     sys.stdout.write("\nper-layer sums (family `layer`: every per-layer operator of one Vidur layer at one "
                      "token count, TP degree left out):\n\n"
                      + markdown_table([r for r in rows if r["family"] in ("all", "layer")]) + "\n")
+    sys.stdout.write("\nrepeatability (family `same work`: the left-out degree's operators whose work is the "
+                     "same at every TP degree, the norms and the residual add; `other runs` predicts each "
+                     "from the measured ratio of the same work in the other degrees' runs, the floor "
+                     "run-to-run variation sets; cascade.fitting.repeat):\n\n"
+                     + markdown_table([r for r in rows if r["family"] == SAME_WORK]) + "\n")
     return 0
 
 

@@ -116,6 +116,8 @@ def test_half_gemms_without_tensor_cores_run_at_the_fp32_fma_rate() -> None:
     t = KernelTable.from_rows(gemm_rows(m=4096, n=4096, k=4096, duration_ns=0.7e6))
     p = predict(t, "SM60_P100_PCIE_16GB", source="A100", model="scaled")
     assert p.predicted_ns[0] >= 2 * 4096**3 / p100.simt_flops("fp32") * 1e9
+    assert p.flags[0] & perf.OFF_TENSOR  # and says so
+    assert not predict(t, "H100", source="A100", model="scaled").flags[0] & perf.OFF_TENSOR
 
 def test_h100_faster_than_a100_on_large_fp16_gemm_by_about_peak_ratio() -> None:
     t = KernelTable.from_rows(gemm_rows(m=8192, n=8192, k=8192, duration_ns=4.2e6))

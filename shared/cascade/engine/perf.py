@@ -257,9 +257,11 @@ EXTRAPOLATION_REASONS: tuple[tuple[int, str], ...] = (
     (64, ("no shapes and no known family: work inferred from the measured time as a "
           "compute/memory blend")),
     (128, "fp32 convolution moved to TF32 tensor cores on the target (PyTorch's cuDNN default)"),
+    (256, ("tensor-core kernel on the source, no tensor cores for its dtype on the target: "
+           "CUDA cores, FP32 multiply-adds")),
 )
 (TARGET_UNCALIBRATED, SOURCE_UNCALIBRATED, SHAPE_OUTSIDE, BOUND_ONLY, NOT_SIMULATED,
- INFERRED_FROM_NAME, INFERRED_BLEND, TF32_CONV) = (b for b, _ in EXTRAPOLATION_REASONS)
+ INFERRED_FROM_NAME, INFERRED_BLEND, TF32_CONV, OFF_TENSOR) = (b for b, _ in EXTRAPOLATION_REASONS)
 #: dtype of per-kernel extrapolation bits (every bit above fits).
 FLAGS_DTYPE = np.int16
 
@@ -382,9 +384,14 @@ def target_math(w: Workload, names: np.ndarray, src: GPUSpec, target: GPUSpec
     (before Ampere) run on TF32 tensor cores on one with it, as PyTorch's default
     (``torch.backends.cudnn.allow_tf32 = True``) has them; fp32 matmuls stay fp32
     (``torch.backends.cuda.matmul.allow_tf32`` defaults to False), at
-    :data:`TF32_CONV_OVERHEAD` FLOPs per FP32 FLOP. Returns the workload and
-    :data:`TF32_CONV` per kernel where it applies."""
+    :data:`TF32_CONV_OVERHEAD` FLOPs per FP32 FLOP; tensor-core kernels of a dtype the target
+    has no tensor cores for run on its CUDA cores (:func:`on_spec`). Returns the workload and,
+    per kernel, :data:`TF32_CONV` or :data:`OFF_TENSOR` where they apply."""
     flags = np.zeros(len(w), dtype=FLAGS_DTYPE)
+    has = np.array([target.tensor_flops(d) > 0 for d in DTYPES])
+    if len(w):
+        flags |= np.where(w.tensor & ~has[w.dtype_code], OFF_TENSOR, 0).astype(FLAGS_DTYPE)
+        w = on_spec(w, target)
     if src.tensor_flops("tf32") > 0 or target.tensor_flops("tf32") <= 0 or len(w) == 0:
         return w, flags
     fp32 = DTYPES.index("fp32")

@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                      "token count, TP degree left out):\n\n"
                      + markdown_table([r for r in rows if r["family"] in ("all", "layer")]) + "\n")
     sys.stdout.write("\nrepeatability (family `same work`: the left-out degree's operators whose work is the "
-                     "same at every TP degree, the norms and the residual add; `other runs` predicts each "
+                     "same at every TP degree, here both norms, the residual add and the token embedding; `other runs` predicts each "
                      "from the measured ratio of the same work in the other degrees' runs, the floor "
                      "run-to-run variation sets; cascade.fitting.repeat):\n\n"
                      + markdown_table([r for r in rows if r["family"] == SAME_WORK]) + "\n")

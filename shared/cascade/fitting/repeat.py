@@ -1,8 +1,8 @@
 """How repeatable the measurements are: the same work measured again in another profiling run.
 
 A Vidur profile measures every operator once per tensor-parallel degree, each degree in its
-own run. Some operators do the same work at every degree (both norms and the residual add
-act on the full hidden width): their rows are the same kernel on the same GPU, measured in
+own run. Some operators do the same work at every degree (both norms, the residual add and
+the token embedding act on the full hidden width): their rows are the same kernel on the same GPU, measured in
 four runs. Predicting such a row of one degree's run from the *measured* target / source
 ratio of the same work in the other runs (:func:`other_runs_predictions`; geometric mean
 over them) needs no model at all, so its error is the part of a per-operator figure that

@@ -13,12 +13,14 @@ from cascade.engine import ops
 from cascade.engine.perf import family_fixed_mult, memory_ns
 from cascade.engine.workload import workload_of
 from cascade.fitting.fit import FitConfig, fit_sets
-from cascade.fitting.measured import MeasuredSet
+from cascade.fitting.measured import MeasuredSet, pairs
+from cascade.fitting.validation import ape, pair_predictions
 from cascade.fitting.report import quote_checks, quote_table
 from cascade.gpus import default_registry
 from cascade.kerneltable import KernelTable
 
-SPECS = {s.id: s for s in default_registry()}
+REG = default_registry()
+SPECS = {s.id: s for s in REG}
 
 
 def _sets(n: int = 120, dtype: str = "fp32") -> list[MeasuredSet]:
@@ -61,6 +63,7 @@ def test_cli_options_select_the_fit_config() -> None:
     assert not fit_config(p.parse_args(["--no-gemm-stream"])).gemm_stream
     assert not fit_config(p.parse_args(["--no-tensor-tile-reuse"])).tensor_tile_reuse
     assert not fit_config(p.parse_args(["--no-tile-latency"])).tile_latency
+    assert not fit_config(p.parse_args(["--no-launch-waves"])).launch_waves
     assert fit_config(p.parse_args([])).gemm_stream
 
 
@@ -312,3 +315,64 @@ def test_gemm_stream_moves_gemm_bytes_at_the_specs_fraction_in_the_kernel_contex
     assert on.globals.gemm_stream == 1.0
     assert fit_sets(_sets(40), evals=20, rounds=1, residuals=False,
                     config=FitConfig(gemm_stream=False)).globals.gemm_stream == 0.0
+
+
+def _norm_rows(tokens: list[int], launch: bool = True) -> list[dict[str, object]]:
+    return [{"name": "rms_norm_kernel", "op": "norm", "dtype": "fp16", "bytes": 2.0 * 2 * t * 4096,
+             "duration_ns": 4e3, **({"grid_x": t, "block_x": 1024} if launch else {})} for t in tokens]
+
+
+def test_launch_waves_count_resident_blocks_and_quantise_whole_waves() -> None:
+    from cascade.calibration import Globals
+    from cascade.engine.perf import kernel_times, launch_wave_factor, launch_waves
+
+    a100 = SPECS["SM80_A100"]  # 108 SMs, 2048 threads: two 1024-thread blocks each, 216 per wave
+    rows = [*_norm_rows([8, 216, 224, 432]), {"name": "mm", "op": "mm", "dtype": "fp16", "m": 64, "n": 64,
+                                                "k": 64, "grid_x": 1, "block_x": 128},
+            *_norm_rows([224], launch=False)]
+    w = workload_of(KernelTable.from_rows(rows))
+    waves = launch_waves(w, a100)
+    assert waves[:4] == pytest.approx([8 / 216, 1.0, 224 / 216, 2.0])
+    assert np.isnan(waves[4:]).all()  # a GEMM (its tiles have their own waves), no launch shape
+    assert launch_waves(workload_of(KernelTable.from_rows(_norm_rows([216]))), SPECS["SM75_T4"])[0] == (
+        pytest.approx(216 / 40))  # the T4 holds one 1024-thread block per SM (1024 threads)
+    whole = launch_wave_factor(w, a100, 1.0)
+    assert whole[:4] == pytest.approx([27.0, 1.0, 2 / (224 / 216), 1.0]) and (whole[4:] == 1).all()
+    half = launch_wave_factor(w, a100, 0.5)
+    assert half[2] == pytest.approx(1 + 0.5 * (2 / (224 / 216) - 1))
+    assert (launch_wave_factor(w, a100, 0.0) == 1).all() and Globals().launch_waves == 0.0
+    # in the model: 217 - 432 tokens take the same time (two waves), 216 one wave less
+    cal = Calibration(globals=Globals(launch_waves=1.0))
+    params = ResolvedParams(simt_eff=0.8, tensor_eff=0.7, bw_eff=0.6, family_bw={}, calibrated=True)
+    nw = workload_of(KernelTable.from_rows(_norm_rows([216, 224, 432])))
+    t = kernel_times(nw, a100, params, cal, 0.0, (np.zeros(3), np.zeros(3))).work_ns
+    assert t[1] == pytest.approx(t[2]) and t[0] == pytest.approx(t[2] / 2)
+    off = kernel_times(nw, a100, params, Calibration(), 0.0, (np.zeros(3), np.zeros(3))).work_ns
+    assert off[1] < t[1] and off[2] == pytest.approx(t[2])  # full waves cost the same
+
+
+def test_launch_waves_are_fitted_only_on_data_with_launch_shapes() -> None:
+    from cascade.fitting.measured import VIDUR_ROW_NORMS
+
+    sets = _sets()  # GEMMs only
+    assert fit_sets(sets, evals=40, rounds=1, residuals=False).globals.launch_waves == 0.0
+    tokens = [int(t) for t in np.unique(np.geomspace(1, 4096, 60).astype(int))]
+    out = []
+    for gid, per_wave in (("SM80_A100", 3.2e3), ("SM90_H100", 2.6e3)):
+        spec = SPECS[gid]
+        rows = [{**r, "duration_ns": 2e3 + per_wave * max(np.ceil(int(r["grid_x"]) / (2 * spec.sms)), 1)}
+                for r in _norm_rows(tokens)]
+        keys = np.asarray([f"n{t}" for t in tokens], dtype=object)
+        out.append(MeasuredSet("vidur", "m", gid, spec, KernelTable.from_rows(rows), keys,
+                               np.full(len(rows), "norm", dtype=object), Path(f"{gid}.csv")))
+    got = fit_sets(out, evals=120, rounds=1, residuals=False)
+    off = fit_sets(out, evals=120, rounds=1, residuals=False, config=FitConfig(launch_waves=False))
+    assert got.globals.launch_waves > 0.0 and off.globals.launch_waves == 0.0
+    # times that step by whole waves (the H100's at other token counts than the A100's): the
+    # fitted term follows the steps the smooth model cannot
+    (pair, _) = pairs(out)
+    err = {k: float(np.mean(ape(pair_predictions(pair, "scaled", cal, REG), pair.target_ns)))
+           for k, cal in (("on", got), ("off", off))}
+    assert err["on"] < 0.7 * err["off"]
+    assert FitConfig(launch_waves=False).options() == " --no-launch-waves"
+    assert VIDUR_ROW_NORMS == ("input_layernorm", "post_attention_layernorm")

@@ -73,6 +73,12 @@ def test_vidur_times_are_the_sample_mean_else_the_median(tmp_path: Path) -> None
     got_median = float(np.sum(by_median.table["duration_ns"]))
     assert got_mean == pytest.approx(sum(mean_ms) * 1e6, rel=1e-9)
     assert got_median == pytest.approx(sum(median_ms) * 1e6, rel=1e-9)
+    # the RMSNorm rows carry vLLM's launch shape (one block of min(hidden, 1024) threads per token)
+    t = by_mean.table
+    norm = np.isin(t["name"].astype(str), ["input_layernorm", "post_attention_layernorm"])
+    tokens = np.asarray([int(str(k).split(",")[5]) for k in by_mean.keys])
+    assert norm.any() and (t["grid_x"][norm] == tokens[norm]).all() and (t["block_x"][norm] == 1024).all()
+    assert (t["grid_x"][~norm] <= 0).all()  # other operators' launches are not known
 
 
 def _ops_of(row: dict[str, str]) -> list[str]:

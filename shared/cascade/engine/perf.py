@@ -4,7 +4,8 @@ time(spec) = fixed per-kernel time + smoothmax(compute time, memory time), where
 compute time = tile-padded, under-filled GEMM FLOPs / (peak for dtype x achievable
 fraction; a GEMM on CUDA cores at the FP32 FMA rate even for half types, :func:`matmul_simt_flops`), x each tile's operand-traffic factor (SIMT and tensor-core tiles each their own,
 :func:`tile_reuse_factor`, :func:`mma_feed_ratio`), plus each wave of tensor-core tiles' start
-(``Globals.tile_latency``), slowed on power-limited boards towards the sustained clock as kernels get
+(``Globals.tile_latency``); other kernels with a known grid and block size run in whole waves of
+resident blocks (:func:`launch_wave_factor`); slowed on power-limited boards towards the sustained clock as kernels get
 longer (:func:`clock_slowdown`) and memory time = bytes / (DRAM bandwidth x achievable fraction for the
 op family). Every term is >= its roofline counterpart, so the model never beats
 max(flops / peak, bytes / bandwidth).
@@ -305,6 +306,31 @@ def describe_flags(flags: np.ndarray) -> dict[str, int]:
             if np.any(flags & bit)}
 
 
+def launch_waves(w: Workload, spec: GPUSpec) -> np.ndarray:
+    """Waves of each non-GEMM kernel with a known launch shape: blocks / (SMs x the blocks
+    an SM holds at once by thread count, capped by the spec's block limit); NaN for GEMMs
+    (their tiles have :func:`gemm_compute_ns`) and where grid or block size is unknown.
+    Register and shared-memory limits are not in a workload and are not applied."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        resident = np.clip(np.floor(spec.max_threads_per_sm / w.threads), 1, spec.max_blocks_per_sm)
+        waves = w.blocks / (spec.sms * resident)
+    known = ~w.is_gemm & np.isfinite(waves) & (waves > 0)
+    return np.where(known, waves, np.nan)
+
+
+def launch_wave_factor(w: Workload, spec: GPUSpec, quant: float) -> np.ndarray:
+    """Factor (>= 1) on the work time of kernels with a known launch shape
+    (``Globals.launch_waves``): (W + quant x (max(ceil(W), 1) - W)) / W for W
+    :func:`launch_waves`; 1 elsewhere and at ``quant`` 0."""
+    if quant <= 0 or len(w) == 0:
+        return np.ones(len(w))
+    waves = launch_waves(w, spec)
+    with np.errstate(invalid="ignore"):
+        whole = np.maximum(np.ceil(waves), 1.0)
+        factor = (waves + quant * (whole - waves)) / waves
+    return np.where(np.isfinite(factor), factor, 1.0)
+
+
 def family_bw_eff(w: Workload, params: ResolvedParams) -> np.ndarray:
     """Achievable DRAM bandwidth fraction of every kernel (its family's calibrated factor)."""
     bw_mult = np.ones(len(w))
@@ -475,6 +501,9 @@ def kernel_times(
         bw_eff = np.where(gemm, params.gemm_bw_eff, bw_eff)
     memory = memory_ns(w, spec, bw_eff, cal.globals.l2_resident)
     work = smooth_max(compute, memory, cal.globals.softness)
+    if cal.globals.launch_waves > 0:  # non-GEMMs with a launch shape run in whole waves
+        quant = launch_wave_factor(w, spec, cal.globals.launch_waves)
+        compute, memory, work = compute * quant, memory * quant, work * quant
     fixed = np.broadcast_to(np.asarray(fixed_ns, dtype=np.float64), (n,))
     if params.family_fixed:
         fixed = fixed * family_fixed_mult(w, params)

@@ -39,6 +39,8 @@ class Workload:
     """Tile named in the kernel name (0 where none): a covers n, b covers m."""
     blocks: np.ndarray
     """Grid size in blocks (NaN where unknown)."""
+    threads: np.ndarray
+    """Threads per block (NaN where unknown)."""
     k_split: np.ndarray
     """Warps sharing a tile's K loop (``sliced1x4`` kernels: 4), else 1."""
 
@@ -96,7 +98,10 @@ def workload_of(table: KernelTable) -> Workload:
     blocks = (table["grid_x"].astype(np.float64) * np.maximum(table["grid_y"], 1)
               * np.maximum(table["grid_z"], 1))
     blocks = np.where(table["grid_x"] > 0, blocks, np.nan)
+    threads = (table["block_x"].astype(np.float64) * np.maximum(table["block_y"], 1)
+               * np.maximum(table["block_z"], 1))
+    threads = np.where(table["block_x"] > 0, threads, np.nan)
     return Workload(family=fam, dtype=dtype, dtype_code=dtype_code, tensor=tensor.astype(bool), flops=flops, bytes=nbytes,
                     batch=batch, m=m, n=nn, k=k, tile_a=tile_a.astype(np.float64),
-                    tile_b=tile_b.astype(np.float64), blocks=blocks,
+                    tile_b=tile_b.astype(np.float64), blocks=blocks, threads=threads,
                     k_split=np.maximum(k_split, 1).astype(np.float64))

@@ -28,7 +28,7 @@ from cascade.calibration import (
 from cascade.engine import ops
 from cascade.engine.base import ModelContext
 from cascade.engine.models import ScaledConfig, ScaledModel
-from cascade.engine.perf import kernel_times, residual_cells, target_tiles, tile_key
+from cascade.engine.perf import kernel_times, launch_waves, residual_cells, target_tiles, tile_key
 from cascade.engine.workload import Workload, workload_of
 from cascade.fitting.measured import MeasuredSet, Pair, pairs
 from cascade.gpus.registry import GPURegistry, default_registry
@@ -79,6 +79,11 @@ class FitConfig(msgspec.Struct, frozen=True, kw_only=True):
     """A fitted exposed start of each wave of tensor-core GEMM tiles (``Globals.tile_latency``,
     in DRAM latencies): short-K GEMMs (ACCURACY.md, session 10)."""
 
+    launch_waves: bool = True
+    """A fitted wave quantisation of non-GEMM kernels whose grid and block size are known
+    (``Globals.launch_waves``; Vidur's RMSNorm rows carry vLLM's launch shape): ACCURACY.md,
+    session 11."""
+
     gemm_stream: bool = True
     """GEMMs in per-kernel (``kernel``) times stream their operands at the spec's achievable
     DRAM fraction (``Globals.gemm_stream`` = 1, not fitted) instead of the ``bw_eff`` they
@@ -97,6 +102,7 @@ class FitConfig(msgspec.Struct, frozen=True, kw_only=True):
                 + ("" if self.tile_reuse else " --no-tile-reuse")
                 + ("" if self.tensor_tile_reuse else " --no-tensor-tile-reuse")
                 + ("" if self.tile_latency else " --no-tile-latency")
+                + ("" if self.launch_waves else " --no-launch-waves")
                 + ("" if self.gemm_stream else " --no-gemm-stream")
                 + ("" if self.floor_prior == type(self)().floor_prior else f" --floor-prior {self.floor_prior:g}"))
 
@@ -195,7 +201,7 @@ def _build_calibration(x: np.ndarray, layout: _Layout, tiles: dict[str, dict[str
             "split_k": base.globals.split_k, "l2_resident": base.globals.l2_resident,
             "tile_reuse": base.globals.tile_reuse, "gemm_stream": base.globals.gemm_stream,
             "tensor_tile_reuse": base.globals.tensor_tile_reuse, "tile_latency": base.globals.tile_latency,
-            "sustained_clock_scale": base.globals.sustained_clock_scale}
+            "launch_waves": base.globals.launch_waves, "sustained_clock_scale": base.globals.sustained_clock_scale}
     for value, name in zip(x, layout.names, strict=True):
         match name:
             case ("spec", sid, "family_bw", fam):
@@ -278,10 +284,12 @@ def _initial(sets: Sequence[MeasuredSet], config: FitConfig | None = None) -> tu
 
     kinds: dict[str, tuple[bool, bool]] = {}  # context -> (has GEMMs, has other kernels)
     has_tensor = has_simt = False  # GEMM paths in the data (each tile-reuse term needs its own)
+    has_launch_shape = False  # non-GEMM kernels with a grid and block size
     for s in sets:
         w = workload_of(s.table)
         has_tensor = has_tensor or bool(np.any(w.is_gemm & w.tensor))
         has_simt = has_simt or bool(np.any(w.is_gemm & ~w.tensor))
+        has_launch_shape = has_launch_shape or bool(np.any(np.isfinite(launch_waves(w, s.spec))))
         sid = s.spec.id
         gemm, other = kinds.get(measurement_context(s.measurement) or "kernel", (False, False))
         kinds[measurement_context(s.measurement) or "kernel"] = (
@@ -314,6 +322,8 @@ def _initial(sets: Sequence[MeasuredSet], config: FitConfig | None = None) -> tu
         add(("global", "tensor_tile_reuse"), 0.0)
     if config.tile_latency and has_tensor:
         add(("global", "tile_latency"), float(np.log(2.0)))
+    if config.launch_waves and has_launch_shape:
+        add(("global", "launch_waves"), _logit(0.5))
     if any(s.spec.sustained_clock_ratio > 1.0 for s in sets):
         add(("global", "clock_tau_ns"), float(np.log(1.0e6)))
         add(("global", "sustained_clock_scale"), 0.0)

@@ -41,6 +41,12 @@ VIDUR_OPS: dict[str, str] = {
     "mlp_up_proj": "linear", "mlp_act": "elementwise", "mlp_down_proj": "linear", "add": "elementwise",
 }
 
+#: Vidur operators run as one thread block per token: vLLM's ``rms_norm`` launches
+#: ``grid(num_tokens), block(min(hidden_size, 1024))`` (``csrc/layernorm_kernels.cu``). Their
+#: rows carry that launch shape, so the model sees their waves (the measured times step at
+#: every 2 x SMs tokens on the A100 and the H100: 216 and 264, two 1024-thread blocks per SM).
+VIDUR_ROW_NORMS: tuple[str, ...] = ("input_layernorm", "post_attention_layernorm")
+
 
 @dataclass(frozen=True, slots=True)
 class MeasuredSet:
@@ -177,6 +183,8 @@ def load_vidur(path: Path, reg: GPURegistry) -> MeasuredSet:
                                bytes=2.0 * (mm * kk + kk * nn + mm * nn))
                 else:
                     row.update(bytes=nbytes, flops=0.0)
+                if op in VIDUR_ROW_NORMS:  # vLLM's rms_norm: grid(num_tokens), block(min(hidden, 1024))
+                    row.update(grid_x=T, block_x=min(E, 1024))
                 rows.append(row)
                 keys.append(f"{H},{KV},{E},{F},{int(gated)},{T},{tp},{op}")
                 groups.append(fam)

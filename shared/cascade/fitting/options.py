@@ -23,6 +23,8 @@ _SWITCHES: tuple[tuple[str, str], ...] = (
                                "GEMM tiles (the comparison in ACCURACY.md, session 10)"),
     ("--no-tile-latency", "fit and score without the exposed start of each wave of tensor-core GEMM "
                           "tiles (the comparison in ACCURACY.md, session 10)"),
+    ("--no-launch-waves", "fit and score without the wave quantisation of non-GEMM kernels whose grid "
+                          "and block size are known (the comparison in ACCURACY.md, session 11)"),
     ("--no-gemm-stream", "fit and score with GEMMs' DRAM traffic at the fitted bandwidth fraction of "
                          "the per-kernel context instead of the spec's achievable fraction (the "
                          "comparison in ACCURACY.md)"),
@@ -48,5 +50,6 @@ def fit_config(args: argparse.Namespace) -> FitConfig:
                      tile_reuse=not getattr(args, "no_tile_reuse", False),
                      tensor_tile_reuse=not getattr(args, "no_tensor_tile_reuse", False),
                      tile_latency=not getattr(args, "no_tile_latency", False),
+                     launch_waves=not getattr(args, "no_launch_waves", False),
                      gemm_stream=not getattr(args, "no_gemm_stream", False),
                      **({} if prior is None else {"floor_prior": max(float(prior), 0.0)}))

@@ -14,8 +14,8 @@ from cascade.engine.perf import family_fixed_mult, memory_ns
 from cascade.engine.workload import workload_of
 from cascade.fitting.fit import FitConfig, fit_sets
 from cascade.fitting.measured import MeasuredSet, pairs
-from cascade.fitting.validation import ape, pair_predictions
 from cascade.fitting.report import quote_checks, quote_table
+from cascade.fitting.validation import ape, pair_predictions
 from cascade.gpus import default_registry
 from cascade.kerneltable import KernelTable
 

@@ -336,12 +336,12 @@ def test_launch_waves_count_resident_blocks_and_quantise_whole_waves() -> None:
     assert np.isnan(waves[4:]).all()  # a GEMM (its tiles have their own waves), no launch shape
     assert launch_waves(workload_of(KernelTable.from_rows(_norm_rows([216]))), SPECS["SM75_T4"])[0] == (
         pytest.approx(216 / 40))  # the T4 holds one 1024-thread block per SM (1024 threads)
-    whole = launch_wave_factor(w, a100, 1.0)
-    assert whole[:4] == pytest.approx([27.0, 1.0, 2 / (224 / 216), 1.0]) and (whole[4:] == 1).all()
+    whole = launch_wave_factor(w, a100, 1.0)  # under one wave (8 blocks) left as it is
+    assert whole[:4] == pytest.approx([1.0, 1.0, 2 / (224 / 216), 1.0]) and (whole[4:] == 1).all()
     half = launch_wave_factor(w, a100, 0.5)
     assert half[2] == pytest.approx(1 + 0.5 * (2 / (224 / 216) - 1))
     assert (launch_wave_factor(w, a100, 0.0) == 1).all() and Globals().launch_waves == 0.0
-    # in the model: 217 - 432 tokens take the same time (two waves), 216 one wave less
+    # in the model: 224 - 432 tokens take the same time (two waves), 216 half of it
     cal = Calibration(globals=Globals(launch_waves=1.0))
     params = ResolvedParams(simt_eff=0.8, tensor_eff=0.7, bw_eff=0.6, family_bw={}, calibrated=True)
     nw = workload_of(KernelTable.from_rows(_norm_rows([216, 224, 432])))

@@ -103,11 +103,11 @@ class Globals(msgspec.Struct, frozen=True, kw_only=True):
     short-K GEMMs, where a tile's K loop is short (0: none, calibrations before it)."""
     launch_waves: float = 0.0
     """Wave quantisation of kernels other than GEMMs whose launch shape is known (grid and
-    block size): ``W`` = blocks / (SMs x blocks resident per SM by threads), and the kernel's
-    work time is x (W + launch_waves x (max(ceil(W), 1) - W)) / W
-    (:func:`cascade.engine.perf.launch_wave_factor`): at 1 a partial wave costs a whole one
-    and a grid smaller than one wave as long as a full wave, as for vLLM's one-block-per-token
-    RMSNorm, whose time steps at every 2 x SMs tokens; 0: off (calibrations before it)."""
+    block size): ``W`` = blocks / (SMs x blocks resident per SM by threads), and from one wave
+    on the kernel's work time is x (W + launch_waves x (ceil(W) - W)) / W
+    (:func:`cascade.engine.perf.launch_wave_factor`): at 1 a partial tail wave costs a whole
+    one, as for vLLM's one-block-per-token RMSNorm, whose time steps at every 2 x SMs tokens;
+    a grid under one wave is left as it was; 0: off (calibrations before it)."""
     sustained_clock_scale: float = 1.0
     """Power-limited boards' sustained clock under heavy load as a multiple of the spec's
     ``sustained_clock_mhz`` (a datasheet base clock, the floor NVIDIA guarantees at TDP;

@@ -320,14 +320,16 @@ def launch_waves(w: Workload, spec: GPUSpec) -> np.ndarray:
 
 def launch_wave_factor(w: Workload, spec: GPUSpec, quant: float) -> np.ndarray:
     """Factor (>= 1) on the work time of kernels with a known launch shape
-    (``Globals.launch_waves``): (W + quant x (max(ceil(W), 1) - W)) / W for W
-    :func:`launch_waves`; 1 elsewhere and at ``quant`` 0."""
+    (``Globals.launch_waves``): (W + quant x (ceil(W) - W)) / W for W :func:`launch_waves`
+    of at least one wave, so a partial tail wave costs up to a whole one; 1 for a grid under
+    one wave (how fast a few blocks draw memory is not modelled: their time stays bytes /
+    bandwidth), elsewhere and at ``quant`` 0."""
     if quant <= 0 or len(w) == 0:
         return np.ones(len(w))
     waves = launch_waves(w, spec)
     with np.errstate(invalid="ignore"):
-        whole = np.maximum(np.ceil(waves), 1.0)
-        factor = (waves + quant * (whole - waves)) / waves
+        factor = (waves + quant * (np.ceil(waves) - waves)) / waves
+        factor = np.where(waves >= 1.0, factor, 1.0)
     return np.where(np.isfinite(factor), factor, 1.0)
 
 

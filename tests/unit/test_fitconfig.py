@@ -336,6 +336,11 @@ def test_launch_waves_count_resident_blocks_and_quantise_whole_waves() -> None:
     assert np.isnan(waves[4:]).all()  # a GEMM (its tiles have their own waves), no launch shape
     assert launch_waves(workload_of(KernelTable.from_rows(_norm_rows([216]))), SPECS["SM75_T4"])[0] == (
         pytest.approx(216 / 40))  # the T4 holds one 1024-thread block per SM (1024 threads)
+    heavy = [{"name": "flash_fwd_kernel", "op": "attention", "dtype": "bf16", "bytes": 1e6, "grid_x": 432,
+              "block_x": 128, "regs": regs, "smem_bytes": smem} for regs, smem in ((255, 0), (32, 80 * 1024), (32, 0))]
+    got = launch_waves(workload_of(KernelTable.from_rows(heavy)), a100)
+    # 255 registers: 2 blocks of 4 warps per SM; 80 KB of shared memory: 2 of the 164 KB; else 16 by threads
+    assert got == pytest.approx([432 / 216, 432 / 216, 432 / (16 * 108)])
     whole = launch_wave_factor(w, a100, 1.0)  # under one wave (8 blocks) left as it is
     assert whole[:4] == pytest.approx([1.0, 1.0, 2 / (224 / 216), 1.0]) and (whole[4:] == 1).all()
     half = launch_wave_factor(w, a100, 0.5)

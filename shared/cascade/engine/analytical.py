@@ -58,17 +58,8 @@ def occupancy(table: KernelTable, spec: GPUSpec) -> tuple[np.ndarray, np.ndarray
     threads = (np.maximum(table["block_x"], 1) * np.maximum(table["block_y"], 1)
                * np.maximum(table["block_z"], 1)).astype(np.float64)
     threads = np.where(table["block_x"] > 0, threads, 256.0)
-    wpb = np.ceil(threads / 32.0)
-    by_threads = np.floor(spec.max_threads_per_sm / (wpb * 32.0))
-    by_warps = np.floor(spec.max_warps_per_sm / wpb)
-    regs = table["regs"].astype(np.float64)
-    regs_per_warp = np.ceil(np.maximum(regs, 1) * 32.0 / spec.reg_alloc_unit) * spec.reg_alloc_unit
-    by_regs = np.where(regs > 0, np.floor(spec.regs_per_sm / (regs_per_warp * wpb)), np.inf)
-    smem = table["smem_bytes"].astype(np.float64)
-    by_smem = np.where(smem > 0, np.floor(spec.smem_per_sm_kb * 1024.0 / np.maximum(smem, 1)), np.inf)
-    bps = np.minimum.reduce([np.full(len(table), float(spec.max_blocks_per_sm)), by_threads, by_warps,
-                             by_regs, by_smem])
-    return np.maximum(bps, 1.0), threads
+    return (perf.resident_blocks(threads, table["regs"].astype(np.float64),
+                                 table["smem_bytes"].astype(np.float64), spec), threads)
 
 
 def analytical_ns(table: KernelTable, w: Workload, spec: GPUSpec, ctx: ModelContext) -> tuple[np.ndarray, np.ndarray]:

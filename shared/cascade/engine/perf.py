@@ -2,13 +2,15 @@
 
 time(spec) = fixed per-kernel time + smoothmax(compute time, memory time), where
 compute time = tile-padded, under-filled GEMM FLOPs / (peak for dtype x achievable
-fraction; a GEMM on CUDA cores at the FP32 FMA rate even for half types, :func:`matmul_simt_flops`), x each tile's operand-traffic factor (SIMT and tensor-core tiles each their own,
-:func:`tile_reuse_factor`, :func:`mma_feed_ratio`), plus each wave of tensor-core tiles' start
-(``Globals.tile_latency``); other kernels with a known grid and block size run in whole waves of
-resident blocks (:func:`launch_wave_factor`); slowed on power-limited boards towards the sustained clock as kernels get
-longer (:func:`clock_slowdown`) and memory time = bytes / (DRAM bandwidth x achievable fraction for the
-op family). Every term is >= its roofline counterpart, so the model never beats
-max(flops / peak, bytes / bandwidth).
+fraction; a GEMM on CUDA cores at the FP32 FMA rate even for half types,
+:func:`matmul_simt_flops`), x each tile's operand-traffic factor (SIMT and tensor-core
+tiles each their own, :func:`tile_reuse_factor`, :func:`mma_feed_ratio`), plus each wave of
+tensor-core tiles' start (``Globals.tile_latency``), slowed on power-limited boards towards
+the sustained clock as kernels get longer (:func:`clock_slowdown`), and memory time = bytes /
+(DRAM bandwidth x achievable fraction for the op family); other kernels with a known grid and
+block size pay for a partial tail wave of resident blocks (:func:`launch_wave_factor`). Every
+term is >= its roofline counterpart, so the model never beats max(flops / peak, bytes /
+bandwidth).
 """
 
 from __future__ import annotations
@@ -306,15 +308,30 @@ def describe_flags(flags: np.ndarray) -> dict[str, int]:
             if np.any(flags & bit)}
 
 
-def launch_waves(w: Workload, spec: GPUSpec) -> np.ndarray:
-    """Waves of each non-GEMM kernel with a known launch shape: blocks / (SMs x the blocks
-    an SM holds at once by thread count, capped by the spec's block limit); NaN for GEMMs
-    (their tiles have :func:`gemm_compute_ns`) and where grid or block size is unknown.
-    Register and shared-memory limits are not in a workload and are not applied."""
+def resident_blocks(threads: np.ndarray, regs: np.ndarray, smem: np.ndarray, spec: GPUSpec) -> np.ndarray:
+    """Blocks of ``threads`` threads an SM of ``spec`` holds at once (>= 1): the least of the
+    spec's block limit and what its threads, warps, registers (``regs`` per thread, allocated
+    per warp in the spec's unit; <= 0 or NaN: not limiting) and shared memory (``smem`` bytes
+    per block; <= 0 or NaN: none) allow."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        resident = np.clip(np.floor(spec.max_threads_per_sm / w.threads), 1, spec.max_blocks_per_sm)
-        waves = w.blocks / (spec.sms * resident)
-    known = ~w.is_gemm & np.isfinite(waves) & (waves > 0)
+        wpb = np.ceil(threads / 32.0)
+        by_threads = np.floor(spec.max_threads_per_sm / (wpb * 32.0))
+        by_warps = np.floor(spec.max_warps_per_sm / wpb)
+        regs_per_warp = np.ceil(np.maximum(regs, 1) * 32.0 / spec.reg_alloc_unit) * spec.reg_alloc_unit
+        by_regs = np.where(regs > 0, np.floor(spec.regs_per_sm / (regs_per_warp * wpb)), np.inf)
+        by_smem = np.where(smem > 0, np.floor(spec.smem_per_sm_kb * 1024.0 / np.maximum(smem, 1)), np.inf)
+        bps = np.minimum.reduce([np.full(len(threads), float(spec.max_blocks_per_sm)), by_threads, by_warps,
+                                 by_regs, by_smem])
+    return np.maximum(np.nan_to_num(bps, nan=1.0), 1.0)
+
+
+def launch_waves(w: Workload, spec: GPUSpec) -> np.ndarray:
+    """Waves of each non-GEMM kernel with a known launch shape: blocks / (SMs x
+    :func:`resident_blocks`); NaN for GEMMs (their tiles have :func:`gemm_compute_ns`) and
+    where grid or block size is unknown."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        waves = w.blocks / (spec.sms * resident_blocks(w.threads, w.regs, w.smem, spec))
+    known = ~w.is_gemm & np.isfinite(w.threads) & np.isfinite(waves) & (waves > 0)
     return np.where(known, waves, np.nan)
 
 

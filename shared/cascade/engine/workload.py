@@ -41,6 +41,10 @@ class Workload:
     """Grid size in blocks (NaN where unknown)."""
     threads: np.ndarray
     """Threads per block (NaN where unknown)."""
+    regs: np.ndarray
+    """Registers per thread (NaN where unknown)."""
+    smem: np.ndarray
+    """Shared memory per block, bytes (NaN where unknown)."""
     k_split: np.ndarray
     """Warps sharing a tile's K loop (``sliced1x4`` kernels: 4), else 1."""
 
@@ -101,7 +105,9 @@ def workload_of(table: KernelTable) -> Workload:
     threads = (table["block_x"].astype(np.float64) * np.maximum(table["block_y"], 1)
                * np.maximum(table["block_z"], 1))
     threads = np.where(table["block_x"] > 0, threads, np.nan)
+    regs = np.where(table["regs"] > 0, table["regs"].astype(np.float64), np.nan)
+    smem = np.where(table["smem_bytes"] > 0, table["smem_bytes"].astype(np.float64), np.nan)
     return Workload(family=fam, dtype=dtype, dtype_code=dtype_code, tensor=tensor.astype(bool), flops=flops, bytes=nbytes,
                     batch=batch, m=m, n=nn, k=k, tile_a=tile_a.astype(np.float64),
-                    tile_b=tile_b.astype(np.float64), blocks=blocks, threads=threads,
+                    tile_b=tile_b.astype(np.float64), blocks=blocks, threads=threads, regs=regs, smem=smem,
                     k_split=np.maximum(k_split, 1).astype(np.float64))

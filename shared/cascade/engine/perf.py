@@ -315,13 +315,15 @@ def resident_blocks(threads: np.ndarray, regs: np.ndarray, smem: np.ndarray, spe
     per block; <= 0 or NaN: none) allow."""
     with np.errstate(invalid="ignore", divide="ignore"):
         wpb = np.ceil(threads / 32.0)
-        by_threads = np.floor(spec.max_threads_per_sm / (wpb * 32.0))
-        by_warps = np.floor(spec.max_warps_per_sm / wpb)
-        regs_per_warp = np.ceil(np.maximum(regs, 1) * 32.0 / spec.reg_alloc_unit) * spec.reg_alloc_unit
-        by_regs = np.where(regs > 0, np.floor(spec.regs_per_sm / (regs_per_warp * wpb)), np.inf)
-        by_smem = np.where(smem > 0, np.floor(spec.smem_per_sm_kb * 1024.0 / np.maximum(smem, 1)), np.inf)
-        bps = np.minimum.reduce([np.full(len(threads), float(spec.max_blocks_per_sm)), by_threads, by_warps,
-                                 by_regs, by_smem])
+        bps = np.minimum(np.floor(spec.max_threads_per_sm / (wpb * 32.0)), np.floor(spec.max_warps_per_sm / wpb))
+        np.minimum(bps, float(spec.max_blocks_per_sm), out=bps)
+        limited = np.flatnonzero(regs > 0)  # only rows whose registers are known (NaN compares False)
+        if len(limited):
+            per_warp = np.ceil(regs[limited] * 32.0 / spec.reg_alloc_unit) * spec.reg_alloc_unit
+            bps[limited] = np.minimum(bps[limited], np.floor(spec.regs_per_sm / (per_warp * wpb[limited])))
+        limited = np.flatnonzero(smem > 0)
+        if len(limited):
+            bps[limited] = np.minimum(bps[limited], np.floor(spec.smem_per_sm_kb * 1024.0 / smem[limited]))
     return np.maximum(np.nan_to_num(bps, nan=1.0), 1.0)
 
 

@@ -346,6 +346,14 @@ def test_launch_waves_count_resident_blocks_and_quantise_whole_waves() -> None:
     half = launch_wave_factor(w, a100, 0.5)
     assert half[2] == pytest.approx(1 + 0.5 * (2 / (224 / 216) - 1))
     assert (launch_wave_factor(w, a100, 0.0) == 1).all() and Globals().launch_waves == 0.0
+    # hostile or missing launch shapes: no block size, a block larger than an SM holds, limits no
+    # SM meets -- one block per SM at most, never a zero or NaN factor; an empty trace
+    odd = [{**_norm_rows([500])[0], "block_x": 0}, {**_norm_rows([500])[0], "block_x": 4096},
+           {**_norm_rows([500])[0], "regs": 100_000, "smem_bytes": 10**9}]
+    ow = workload_of(KernelTable.from_rows(odd))
+    assert np.isnan(launch_waves(ow, a100)[0]) and launch_waves(ow, a100)[1:] == pytest.approx([500 / 108] * 2)
+    assert np.isfinite(launch_wave_factor(ow, a100, 1.0)).all()
+    assert len(launch_wave_factor(workload_of(KernelTable.from_rows([])), a100, 1.0)) == 0
     # in the model: 224 - 432 tokens take the same time (two waves), 216 half of it
     cal = Calibration(globals=Globals(launch_waves=1.0))
     params = ResolvedParams(simt_eff=0.8, tensor_eff=0.7, bw_eff=0.6, family_bw={}, calibrated=True)

@@ -96,7 +96,8 @@ def analytical_ns(table: KernelTable, w: Workload, spec: GPUSpec, ctx: ModelCont
     t_lsu = gmem_insts * 32.0 / (spec.ldst_per_sm * sms * clock)
     t_smem = (f["smem_accesses"] + f["smem_bank_conflicts"]) / (sms * clock)
     tensor_peak = perf.peak_flops(w, spec)
-    tensor_peak = np.where(w.tensor, tensor_peak, spec.peak_flops("fp16", True))
+    # MMA instructions in a kernel not on the tensor path: FP16 tensor cores, else FP32 multiply-adds
+    tensor_peak = np.where(w.tensor, tensor_peak, spec.tensor_flops("fp16") or perf.matmul_simt_flops(spec, "fp16"))
     t_tensor = f["tensor_flops"] / (tensor_peak * params.tensor_eff)
     pipes = np.maximum.reduce([t_issue, t_fp32, t_fp16, t_fp64, t_int, t_sfu, t_lsu, t_smem, t_tensor])
     t_compute = pipes * imbalance

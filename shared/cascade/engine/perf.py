@@ -435,10 +435,10 @@ def target_math(w: Workload, names: np.ndarray, src: GPUSpec, target: GPUSpec
     has no tensor cores for run on its CUDA cores (:func:`on_spec`). Returns the workload and,
     per kernel, :data:`TF32_CONV` or :data:`OFF_TENSOR` where they apply."""
     flags = np.zeros(len(w), dtype=FLAGS_DTYPE)
-    has = np.array([target.tensor_flops(d) > 0 for d in DTYPES])
-    if len(w):
-        flags |= np.where(w.tensor & ~has[w.dtype_code], OFF_TENSOR, 0).astype(FLAGS_DTYPE)
-        w = on_spec(w, target)
+    moved = on_spec(w, target)
+    if moved is not w:
+        flags |= np.where(w.tensor & ~moved.tensor, OFF_TENSOR, 0).astype(FLAGS_DTYPE)
+        w = moved
     if src.tensor_flops("tf32") > 0 or target.tensor_flops("tf32") <= 0 or len(w) == 0:
         return w, flags
     fp32 = DTYPES.index("fp32")

@@ -389,3 +389,67 @@ def test_launch_waves_are_fitted_only_on_data_with_launch_shapes() -> None:
     assert err["on"] < 0.7 * err["off"]
     assert FitConfig(launch_waves=False).options() == " --no-launch-waves"
     assert VIDUR_ROW_NORMS == ("input_layernorm", "post_attention_layernorm")
+
+
+def test_warp_fill_slows_a_lone_two_warp_tile_only_and_is_off_by_default() -> None:
+    from cascade.calibration import Globals
+    from cascade.engine.perf import gemm_compute_ns, tile_warp_fill
+
+    rows = [{"name": "bmm", "op": "bmm", "dtype": d, "batch": b, "m": 64, "n": 64, "k": 256}
+            for d, b in (("fp32", 10), ("fp32", 400), ("fp16", 10))]
+    w = workload_of(KernelTable.from_rows(rows))
+    spec = SPECS["SM75_T4"]  # 40 SMs, 4 warp schedulers each
+    t64, t128 = np.full(3, 64.0), np.full(3, 128.0)
+    # cuBLAS's 64x64 SGEMM tile runs 64 threads: 2 warps leave 2 of 4 schedulers idle
+    assert list(tile_warp_fill(w, spec, t64, t64)) == [2.0, 2.0, 1.0]  # tensor tiles: 1
+    assert list(tile_warp_fill(w, spec, t128, t128)) == [1.0, 1.0, 1.0]  # 256 threads
+    rate = np.full(3, 8e12)
+    plain = gemm_compute_ns(w, spec, rate, t64, t64, 0.0)
+    fill = gemm_compute_ns(w, spec, rate, t64, t64, 0.0, warp_fill=1.0)
+    assert fill[0] == pytest.approx(2 * plain[0])  # 10 tiles on 40 SMs: each alone, at half rate
+    assert fill[1] == pytest.approx(plain[1])  # 10 tiles per SM: the schedulers are busy
+    assert fill[2] == pytest.approx(plain[2])
+    # a kernel's own block size wins over the library table where the tile is the one it named
+    named = workload_of(KernelTable.from_rows([{**rows[0], "name": "volta_sgemm_64x64_nn", "block_x": 32}]))
+    assert tile_warp_fill(named, spec, t64[:1], t64[:1])[0] == 4.0
+    assert Globals().warp_fill == 0.0 and FitConfig().warp_fill is False
+    assert FitConfig(warp_fill=True).options() == " --warp-fill"
+
+
+def test_simt_step_floors_each_k_step_of_an_under_filled_simt_gemm() -> None:
+    from cascade.engine.perf import SIMT_K_STEP, gemm_compute_ns
+
+    rows = [{"name": n, "op": "mm", "dtype": d, "m": 64, "n": 64, "k": 4096}
+            for n, d in (("mm", "fp32"), ("mm", "fp16"), ("volta_sgemm_32x32_sliced1x4_nn", "fp32"))]
+    rows.append({"name": "mm", "op": "mm", "dtype": "fp32", "m": 8192, "n": 8192, "k": 4096})
+    w = workload_of(KernelTable.from_rows(rows))
+    assert list(w.k_split) == [1.0, 1.0, 4.0, 1.0]
+    spec, t = SPECS["SM70_V100_PCIE_32GB"], np.full(4, 64.0)
+    rate = np.full(4, 1.4e13)
+    plain = gemm_compute_ns(w, spec, rate, t, t, 0.0)
+    step = gemm_compute_ns(w, spec, rate, t, t, 0.0, simt_step_ns=800.0)
+    assert step[0] == pytest.approx(4096 / SIMT_K_STEP * 800.0) and step[0] > plain[0]
+    assert step[1] == pytest.approx(plain[1])  # tensor-core tiles: no floor
+    assert step[2] == pytest.approx(max(plain[2], 4096 / SIMT_K_STEP / 4 * 800.0))  # K sliced over 4 warps
+    assert step[3] == pytest.approx(plain[3])  # 16384 tiles on 80 SMs: throughput bound
+
+
+def test_simt_step_is_fitted_per_gpu_only_when_switched_on() -> None:
+    from cascade.fitting.options import add_model_options, fit_config
+
+    sets = _sets()
+    off = fit_sets(sets, evals=40, rounds=1, residuals=False)
+    on = fit_sets(sets, evals=40, rounds=1, residuals=False, config=FitConfig(simt_step=True))
+    assert all(p.simt_step is None for p in off.specs.values())
+    assert all(p.simt_step is not None and p.simt_step > 0 for p in on.specs.values())
+    # resolved: a GPU's own step; an unseen one takes the median of the fitted GPUs'
+    own = on.params_for(SPECS["SM75_T4"], context="neusight-bmm").simt_step
+    assert own == pytest.approx(on.specs["SM75_T4"].simt_step)
+    unseen = on.params_for(SPECS["SM70_V100_PCIE_32GB"], context="neusight-bmm").simt_step
+    fitted = sorted(p.simt_step for p in on.specs.values() if p.simt_step is not None)
+    assert unseen == pytest.approx(float(np.median(fitted)))
+    assert off.params_for(SPECS["SM75_T4"]).simt_step == 0.0
+    p = argparse.ArgumentParser()
+    add_model_options(p)
+    got = fit_config(p.parse_args(["--simt-step", "--warp-fill"]))
+    assert got.simt_step and got.warp_fill and got.options() == " --warp-fill --simt-step"

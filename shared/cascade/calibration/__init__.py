@@ -45,6 +45,9 @@ class SpecParams(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Achievable fraction of DRAM bandwidth for streaming kernels."""
     family_bw: dict[str, float] = {}
     """Multiplier on ``bw_eff`` per op family (norm, embedding, ...)."""
+    simt_step: float | None = None
+    """Least time of each K step (8 deep) of a SIMT GEMM tile on its SM, in the spec's DRAM
+    latencies, however few tiles share the SM: under-filled SGEMM grids are latency bound."""
     family_fixed: dict[str, float] = {}
     """Multiplier on the fixed per-kernel time per op family (norm, embedding, elementwise):
     a small kernel's time is its launch plus a dependent chain that differs by kernel kind (a
@@ -101,6 +104,12 @@ class Globals(msgspec.Struct, frozen=True, kw_only=True):
     the first MMA, writing the tile out after the last), in units of the spec's DRAM latency: a
     wave takes ``tile_latency x dram_latency_ns`` longer than its multiply-adds, which shows on
     short-K GEMMs, where a tile's K loop is short (0: none, calibrations before it)."""
+    warp_fill: float = 0.0
+    """1: a SIMT GEMM tile computed by fewer warps than the SM has warp schedulers (cuBLAS's
+    64-thread 64x64 SGEMM tile: 2 warps, 4 schedulers) runs at warps / schedulers of its SM's
+    rate while it is alone there, so an under-filled grid of such tiles takes as long as
+    ``schedulers / warps`` of them per SM (:func:`cascade.engine.perf.tile_warp_fill`; not
+    fitted); 0: a lone tile uses its whole SM (calibrations before it)."""
     launch_waves: float = 0.0
     """Wave quantisation of kernels other than GEMMs whose launch shape is known (grid and
     block size): ``W`` = blocks / (SMs x blocks resident per SM by threads), and from one wave
@@ -303,7 +312,12 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
         stream = self.globals.gemm_stream
         gemm_bw = (min(spec.efficiency.bandwidth * stream, 1.0)
                    if stream > 0 and context in (None, "kernel") else None)
+        steps = [p.simt_step for sid, p in self.specs.items() if p.simt_step is not None
+                 and (not among or sid in among)]
+        step = (own.simt_step if own is not None and own.simt_step is not None and (not among or spec.id in among)
+                else (statistics.median(steps) if steps else 0.0))
         return ResolvedParams(
+            simt_step=float(step),
             gemm_bw_eff=gemm_bw,
             simt_eff=self._fallback(spec, "simt_eff", spec.efficiency.simt, archs, context),
             tensor_eff=self._fallback(spec, "tensor_eff", spec.efficiency.tensor, archs, context),
@@ -391,6 +405,8 @@ class ResolvedParams(msgspec.Struct, frozen=True, kw_only=True):
     calibrated: bool
     family_fixed: dict[str, float] = {}
     """Multiplier on the fixed per-kernel time per op family (absent: 1)."""
+    simt_step: float = 0.0
+    """Least time per K step of a SIMT GEMM tile, in DRAM latencies (0: none)."""
     gemm_bw_eff: float | None = None
     """Achievable DRAM fraction of GEMMs' operand streaming (None: ``bw_eff``; see
     :attr:`Globals.gemm_stream`)."""

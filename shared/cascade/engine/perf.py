@@ -134,10 +134,41 @@ def mma_feed_ratio(spec: GPUSpec) -> float:
     return float(fma / SMEM_ELEMENTS_PER_CLOCK) if fma > 0 else 0.0
 
 
+#: K depth of one step of a SIMT GEMM tile's main loop (cuBLAS's ``*_sgemm_*`` kernels load 8
+#: K-slices of A and B per shared-memory stage).
+SIMT_K_STEP = 8.0
+
+#: Threads per block of the cuBLAS SIMT SGEMM kernel of a tile, where it is not 256: the launch
+#: shapes of every ``volta_sgemm_*`` and ``ampere_sgemm_*`` kernel in the measured data (NeuSight's
+#: ``Block x``): 64x64 runs 64 threads, 128x64 runs 128, 32x32 (``sliced1x4``) runs 128; 128x32,
+#: 32x128, 64x32 (``sliced1x4``) and 128x128 run 256. 64x128 is taken as 128x64's mirror.
+SIMT_TILE_THREADS: dict[tuple[int, int], int] = {(64, 64): 64, (128, 64): 128, (64, 128): 128, (32, 32): 128}
+SIMT_TILE_THREADS_DEFAULT = 256
+
+
+def tile_warp_fill(w: Workload, spec: GPUSpec, ta: np.ndarray, tb: np.ndarray) -> np.ndarray:
+    """Tiles an SM must hold at once for its warp schedulers all to issue: a SIMT GEMM tile
+    computed by fewer warps than the SM has schedulers (``schedulers_per_sm``) leaves the others
+    idle while it is alone on its SM, so until ``schedulers / warps`` tiles share an SM each
+    runs no faster than alone; ``max(1, schedulers / warps)`` per kernel (1 for tensor-core
+    tiles, whose kernels run 4+ warps, and for tiles of 4+ warps). Threads per tile: the
+    kernel's own block size where the tile is the one it named, else the library's
+    (:data:`SIMT_TILE_THREADS`)."""
+    threads = np.full(len(w), float(SIMT_TILE_THREADS_DEFAULT))
+    for (a, b), t in SIMT_TILE_THREADS.items():
+        threads[(ta == a) & (tb == b)] = t
+    named = (ta == w.tile_a) & (tb == w.tile_b) & (w.tile_a > 0) & np.isfinite(w.threads) & (w.threads > 0)
+    threads = np.where(named, w.threads, threads)
+    warps = np.ceil(threads / 32.0)
+    fill = np.maximum(1.0, spec.schedulers_per_sm / np.maximum(warps, 1.0))
+    return np.where(w.tensor, 1.0, fill)
+
+
 def gemm_compute_ns(w: Workload, spec: GPUSpec, rate: np.ndarray, ta: np.ndarray, tb: np.ndarray,
                     min_tile_area: float, wave_quant: float = 0.0, splits: np.ndarray | None = None,
                     tile_reuse: float = 0.0, tensor_tile_reuse: float = 0.0,
-                    tile_latency: float = 0.0) -> np.ndarray:
+                    tile_latency: float = 0.0, warp_fill: float = 0.0,
+                    simt_step_ns: float = 0.0) -> np.ndarray:
     """Compute time of tiled GEMMs: each SM works through its share of tiles (at least one);
     a tile smaller than ``min_tile_area`` takes as long as one of that area (its K loop, not
     its size, bounds it; split over ``k_split`` warps for sliced-K kernels). ``wave_quant``
@@ -145,19 +176,27 @@ def gemm_compute_ns(w: Workload, spec: GPUSpec, rate: np.ndarray, ta: np.ndarray
     ``tile_reuse`` / ``tensor_tile_reuse``: a small SIMT / tensor-core tile's operand traffic
     per FLOP (:func:`tile_reuse_factor`), each path its own. ``tile_latency``: each wave of
     tensor-core tiles starts and ends ``tile_latency`` x the spec's DRAM latency late.
-    ``rate`` is the sustained FLOP/s of the whole GPU."""
+    ``warp_fill`` 1: an SM runs no fewer than :func:`tile_warp_fill` tiles' time (a SIMT tile of
+    fewer warps than schedulers, alone on its SM, leaves schedulers idle); 0: at least one.
+    ``simt_step_ns``: the least time each K step (:data:`SIMT_K_STEP` deep, per warp slice of a
+    sliced-K kernel) of a SIMT GEMM takes on its SM, however few tiles share the SM (operand
+    loads that a few warps cannot hide); 0: none. ``rate`` is the sustained FLOP/s of the whole GPU."""
     with np.errstate(invalid="ignore"):
         tiles = w.batch * np.ceil(w.n / np.maximum(ta, 1)) * np.ceil(w.m / np.maximum(tb, 1))
         s = np.ones(len(w)) if splits is None else splits
         waves = tiles * s / spec.sms
         if wave_quant > 0:
             waves = waves + wave_quant * (np.ceil(waves) - waves)
-        per_sm = np.maximum(waves, 1.0)
+        per_sm = np.maximum(waves, tile_warp_fill(w, spec, ta, tb) if warp_fill > 0 else 1.0)
         tile_flops = 2.0 * (w.k / s) * np.maximum(ta * tb, min_tile_area / w.k_split)
         traffic = np.where(w.tensor, tile_reuse_factor(ta, tb, tensor_tile_reuse * mma_feed_ratio(spec)),
                            tile_reuse_factor(ta, tb, tile_reuse))
         start = np.where(w.tensor, tile_latency * spec.dram_latency_ns, 0.0)
-        return per_sm * (tile_flops * traffic / (rate / spec.sms) * 1e9 + start)
+        out = per_sm * (tile_flops * traffic / (rate / spec.sms) * 1e9 + start)
+        if simt_step_ns > 0:
+            steps = np.ceil(w.k / s / (SIMT_K_STEP * w.k_split))
+            out = np.where(w.tensor, out, np.maximum(out, steps * simt_step_ns))
+        return out
 
 
 #: Smallest K chunk of a split-K GEMM.
@@ -221,7 +260,8 @@ def target_tiles(w: Workload, spec: GPUSpec, cal: Calibration, source: GPUSpec |
                                               np.full(len(idx), float(cb)), area,
                                               cal.globals.wave_quant, tile_reuse=cal.globals.tile_reuse,
                                               tensor_tile_reuse=cal.globals.tensor_tile_reuse,
-                                              tile_latency=cal.globals.tile_latency)
+                                              tile_latency=cal.globals.tile_latency,
+                                              warp_fill=cal.globals.warp_fill)
                               for ca, cb in allowed])
             best = np.argmin(times, axis=0)
             cand = np.asarray(allowed, dtype=np.float64)
@@ -508,7 +548,8 @@ def kernel_times(
     rate = peak * eff_c
     splits = split_k_factors(w, spec, ta, tb) if cal.globals.split_k else None
     tiled = gemm_compute_ns(w, spec, rate, ta, tb, cal.globals.min_tile_area, cal.globals.wave_quant, splits,
-                            cal.globals.tile_reuse, cal.globals.tensor_tile_reuse, cal.globals.tile_latency)
+                            cal.globals.tile_reuse, cal.globals.tensor_tile_reuse, cal.globals.tile_latency,
+                            cal.globals.warp_fill, params.simt_step * spec.dram_latency_ns)
     use_tiles = gemm & (ta > 0) & (tb > 0) & np.isfinite(tiled)
     plain = w.flops / rate * 1e9
     compute = np.where(use_tiles, np.maximum(tiled, plain), plain)

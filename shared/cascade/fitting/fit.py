@@ -84,6 +84,16 @@ class FitConfig(msgspec.Struct, frozen=True, kw_only=True):
     (``Globals.launch_waves``; Vidur's RMSNorm rows carry vLLM's launch shape): ACCURACY.md,
     session 11."""
 
+    warp_fill: bool = False
+    """A SIMT GEMM tile of fewer warps than its SM has schedulers, alone on its SM, runs at warps /
+    schedulers of the SM's rate (``Globals.warp_fill`` = 1, not fitted). Off: tried, no gain on
+    the shifted-shape protocol and worse leave-one-GPU-out (ACCURACY.md, session 12)."""
+
+    simt_step: bool = False
+    """A fitted least time per K step of a SIMT GEMM tile on its SM, per GPU (``SpecParams.simt_step``,
+    in DRAM latencies): under-filled SGEMM grids are latency bound. Off: tried, the fit drives it
+    towards 0 (ACCURACY.md, session 12)."""
+
     gemm_stream: bool = True
     """GEMMs in per-kernel (``kernel``) times stream their operands at the spec's achievable
     DRAM fraction (``Globals.gemm_stream`` = 1, not fitted) instead of the ``bw_eff`` they
@@ -103,6 +113,8 @@ class FitConfig(msgspec.Struct, frozen=True, kw_only=True):
                 + ("" if self.tensor_tile_reuse else " --no-tensor-tile-reuse")
                 + ("" if self.tile_latency else " --no-tile-latency")
                 + ("" if self.launch_waves else " --no-launch-waves")
+                + (" --warp-fill" if self.warp_fill else "")
+                + (" --simt-step" if self.simt_step else "")
                 + ("" if self.gemm_stream else " --no-gemm-stream")
                 + ("" if self.floor_prior == type(self)().floor_prior else f" --floor-prior {self.floor_prior:g}"))
 
@@ -201,13 +213,16 @@ def _build_calibration(x: np.ndarray, layout: _Layout, tiles: dict[str, dict[str
             "split_k": base.globals.split_k, "l2_resident": base.globals.l2_resident,
             "tile_reuse": base.globals.tile_reuse, "gemm_stream": base.globals.gemm_stream,
             "tensor_tile_reuse": base.globals.tensor_tile_reuse, "tile_latency": base.globals.tile_latency,
-            "launch_waves": base.globals.launch_waves, "sustained_clock_scale": base.globals.sustained_clock_scale}
+            "launch_waves": base.globals.launch_waves, "warp_fill": base.globals.warp_fill,
+            "sustained_clock_scale": base.globals.sustained_clock_scale}
     for value, name in zip(x, layout.names, strict=True):
         match name:
             case ("spec", sid, "family_bw", fam):
                 specs.setdefault(sid, {}).setdefault("family_bw", {})[fam] = float(np.exp(value))  # type: ignore[index]
             case ("spec", sid, "family_fixed", fam):
                 specs.setdefault(sid, {}).setdefault("family_fixed", {})[fam] = float(np.exp(value))  # type: ignore[index]
+            case ("spec", sid, "simt_step"):
+                specs.setdefault(sid, {})["simt_step"] = float(np.exp(value))
             case ("spec", sid, field):
                 specs.setdefault(sid, {})[field] = _sig(float(value))
             case ("floor", kind, sid):
@@ -298,6 +313,8 @@ def _initial(sets: Sequence[MeasuredSet], config: FitConfig | None = None) -> tu
             add(("spec", sid, "tensor_eff"), _logit(0.75))
         if np.any(w.is_gemm & ~w.tensor):
             add(("spec", sid, "simt_eff"), _logit(0.8))
+            if config.simt_step:
+                add(("spec", sid, "simt_step"), float(np.log(2.0)))
         add(("spec", sid, "bw_eff"), _logit(0.7))
         for fam in _FAMILY_PARAMS:
             if np.any(w.family == ops.FAMILIES.index(fam)):
@@ -471,7 +488,8 @@ def fit_sets(sets: Sequence[MeasuredSet], *, holdout: float = 0.2, evals: int = 
     prepared = [_prepare(pair, holdout, max_rows, exclude) for pair in all_pairs]
     base = Calibration(id="cascade-default", defaults=_spec_defaults(sets),
                        globals=base_globals or Globals(split_k=1.0 if config.split_k else 0.0,
-                                                       gemm_stream=1.0 if config.gemm_stream else 0.0),
+                                                       gemm_stream=1.0 if config.gemm_stream else 0.0,
+                                                       warp_fill=1.0 if config.warp_fill else 0.0),
                        contexts=_contexts(sets),
                        tile_menus=_tile_menus([(p.pair.source.spec.arch, p.w) for p in prepared]))
     layout, x = _initial(sets, config)

@@ -25,6 +25,10 @@ _SWITCHES: tuple[tuple[str, str], ...] = (
                           "tiles (the comparison in ACCURACY.md, session 10)"),
     ("--no-launch-waves", "fit and score without the wave quantisation of non-GEMM kernels whose grid "
                           "and block size are known (the comparison in ACCURACY.md, session 11)"),
+    ("--warp-fill", "a lone SIMT GEMM tile of fewer warps than its SM's schedulers runs at warps / "
+                    "schedulers of the SM's rate (tried, rejected; ACCURACY.md, session 12)"),
+    ("--simt-step", "fit a least time per K step of a SIMT GEMM tile on its SM, per GPU (tried, "
+                    "rejected: the fit drives it towards 0; ACCURACY.md, session 12)"),
     ("--no-gemm-stream", "fit and score with GEMMs' DRAM traffic at the fitted bandwidth fraction of "
                          "the per-kernel context instead of the spec's achievable fraction (the "
                          "comparison in ACCURACY.md)"),
@@ -51,5 +55,7 @@ def fit_config(args: argparse.Namespace) -> FitConfig:
                      tensor_tile_reuse=not getattr(args, "no_tensor_tile_reuse", False),
                      tile_latency=not getattr(args, "no_tile_latency", False),
                      launch_waves=not getattr(args, "no_launch_waves", False),
+                     warp_fill=getattr(args, "warp_fill", False),
+                     simt_step=getattr(args, "simt_step", False),
                      gemm_stream=not getattr(args, "no_gemm_stream", False),
                      **({} if prior is None else {"floor_prior": max(float(prior), 0.0)}))

@@ -47,7 +47,8 @@ class SpecParams(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Multiplier on ``bw_eff`` per op family (norm, embedding, ...)."""
     simt_step: float | None = None
     """Least time of each K step (8 deep) of a SIMT GEMM tile on its SM, in the spec's DRAM
-    latencies, however few tiles share the SM: under-filled SGEMM grids are latency bound."""
+    latencies, however few tiles share the SM: under-filled SGEMM grids are latency bound
+    (``cascade calibrate --simt-step``; the least-time tile choice does not weigh it)."""
     family_fixed: dict[str, float] = {}
     """Multiplier on the fixed per-kernel time per op family (norm, embedding, elementwise):
     a small kernel's time is its launch plus a dependent chain that differs by kernel kind (a

@@ -412,6 +412,10 @@ def test_warp_fill_slows_a_lone_two_warp_tile_only_and_is_off_by_default() -> No
     # a kernel's own block size wins over the library table where the tile is the one it named
     named = workload_of(KernelTable.from_rows([{**rows[0], "name": "volta_sgemm_64x64_nn", "block_x": 32}]))
     assert tile_warp_fill(named, spec, t64[:1], t64[:1])[0] == 4.0
+    # a launch shape that states no threads (0, or none at all) falls back to the library's
+    for bad in ({"block_x": 0}, {}):
+        odd = workload_of(KernelTable.from_rows([{**rows[0], "name": "volta_sgemm_64x64_nn", **bad}]))
+        assert tile_warp_fill(odd, spec, t64[:1], t64[:1])[0] == 2.0
     assert Globals().warp_fill == 0.0 and FitConfig().warp_fill is False
     assert FitConfig(warp_fill=True).options() == " --warp-fill"
 
@@ -449,6 +453,9 @@ def test_simt_step_is_fitted_per_gpu_only_when_switched_on() -> None:
     fitted = sorted(p.simt_step for p in on.specs.values() if p.simt_step is not None)
     assert unseen == pytest.approx(float(np.median(fitted)))
     assert off.params_for(SPECS["SM75_T4"]).simt_step == 0.0
+    # a context the calibration fitted no GPU in (per-kernel times here) borrows the others',
+    # as the efficiencies do (Calibration._fallback)
+    assert on.params_for(SPECS["SM90_H100"], context="kernel").simt_step == pytest.approx(float(np.median(fitted)))
     p = argparse.ArgumentParser()
     add_model_options(p)
     got = fit_config(p.parse_args(["--simt-step", "--warp-fill"]))

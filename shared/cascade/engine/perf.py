@@ -146,6 +146,12 @@ SIMT_TILE_THREADS: dict[tuple[int, int], int] = {(64, 64): 64, (128, 64): 128, (
 SIMT_TILE_THREADS_DEFAULT = 256
 
 
+def named_tile(w: Workload, ta: np.ndarray, tb: np.ndarray) -> np.ndarray:
+    """True where the tile in use is the one the kernel's own name gives (the kernel that ran,
+    so its launch shape -- grid, block size -- belongs to that tile)."""
+    return (ta == w.tile_a) & (tb == w.tile_b) & (w.tile_a > 0)
+
+
 def tile_warp_fill(w: Workload, spec: GPUSpec, ta: np.ndarray, tb: np.ndarray) -> np.ndarray:
     """Tiles an SM must hold at once for its warp schedulers all to issue: a SIMT GEMM tile
     computed by fewer warps than the SM has schedulers (``schedulers_per_sm``) leaves the others
@@ -157,7 +163,7 @@ def tile_warp_fill(w: Workload, spec: GPUSpec, ta: np.ndarray, tb: np.ndarray) -
     threads = np.full(len(w), float(SIMT_TILE_THREADS_DEFAULT))
     for (a, b), t in SIMT_TILE_THREADS.items():
         threads[(ta == a) & (tb == b)] = t
-    named = (ta == w.tile_a) & (tb == w.tile_b) & (w.tile_a > 0) & np.isfinite(w.threads) & (w.threads > 0)
+    named = named_tile(w, ta, tb) & np.isfinite(w.threads) & (w.threads > 0)
     threads = np.where(named, w.threads, threads)
     warps = np.ceil(threads / 32.0)
     fill = np.maximum(1.0, spec.schedulers_per_sm / np.maximum(warps, 1.0))
@@ -211,7 +217,7 @@ def split_k_factors(w: Workload, spec: GPUSpec, ta: np.ndarray, tb: np.ndarray) 
     with np.errstate(invalid="ignore", divide="ignore"):
         tiles = w.batch * np.ceil(w.n / np.maximum(ta, 1)) * np.ceil(w.m / np.maximum(tb, 1))
         most = np.maximum(np.floor(w.k / SPLIT_K_MIN_CHUNK), 1.0)
-        named = (ta == w.tile_a) & (tb == w.tile_b) & (w.tile_a > 0) & np.isfinite(w.blocks)
+        named = named_tile(w, ta, tb) & np.isfinite(w.blocks)
         measured = np.clip(np.round(w.blocks / tiles), 1.0, most)
         fill = np.clip(np.floor(spec.sms / tiles), 1.0, most)
         out = np.where(named, measured, fill)

@@ -52,6 +52,8 @@ class RooflineModel:
                 scaled = t_src * roof_t / roof_s
             pred = np.where(np.isfinite(scaled) & (roof_s > 0), np.maximum(scaled, roof_t), pred)
             pred = np.where(~has_work & np.isfinite(t_src), t_src, pred)
+            if ctx.source.id == target.id:  # identity: the measured times, exactly
+                pred = np.where(np.isfinite(t_src) & (t_src > 0), t_src, pred)
         peak = perf.peak_flops(w, target)
         regime = np.where(w.flops / peak >= w.bytes / target.bandwidth_bps, perf.COMPUTE, perf.MEMORY)
         regime = np.where(has_work, regime, perf.LAUNCH).astype(np.int8)
@@ -72,6 +74,10 @@ class ScaledConfig(msgspec.Struct, frozen=True, kw_only=True, tag="scaled", tag_
     residuals: bool = True
     """Apply the calibration's shape-residual grid of the target (cross-architecture GEMMs
     of a measurement kind it was fitted on)."""
+    bracket: bool = True
+    """Keep every measured kernel's target/source ratio inside the bracket its work allows
+    (:func:`cascade.engine.perf.ratio_bracket`: between its path's compute ratio and the
+    bandwidth ratio, widened by launch latency for short kernels)."""
 
 
 #: A harness's fixed per-call time as a fraction of the 1st percentile of its measured
@@ -150,8 +156,11 @@ class ScaledModel:
         # alone (the source's measured time carries its own library's choices).
         # no shapes: the work the measured time implies, in the class the kernel name says;
         # on the target, fp32 convolutions as PyTorch runs them there (TF32 from Ampere on)
-        w_src, inferred = perf.infer_shapeless_work(w, t_src, src, ps, fs)
-        w_tgt, tf32 = perf.target_math(w_src, table["name"], src, target)
+        # fp32 convolutions as PyTorch's cuDNN runs them on each GPU (TF32 from Ampere on)
+        names = table["name"]
+        w_conv, conv_src = perf.cudnn_math(w, names, src, measured=True)
+        w_src, inferred = perf.infer_shapeless_work(w_conv, t_src, src, ps, fs)
+        w_tgt, tf32 = perf.target_math(perf.measured_work(w, w_src, conv_src), names, src, target)
         src_tiles = perf.target_tiles(w_src, src, cal, src, rule_of=target.arch if src.arch != target.arch else None)
         tgt_tiles = perf.target_tiles(w_tgt, target, cal, src)
         ms = perf.kernel_times(w_src, src, ps, cal, fs, src_tiles)
@@ -178,6 +187,15 @@ class ScaledModel:
         flags = perf.extrapolation_flags(w, target, src, cal, cfg.measurement, cells)
         if src.id != target.id:
             flags |= inferred | tf32
+        measured = np.isfinite(t_src) & (t_src > 0)
+        if src.id == target.id:  # identity: the measured times, exactly
+            pred = np.where(measured, t_src, pred)
+        elif cfg.bracket:  # physics first: inside what the kernel's work allows
+            lo, hi = perf.ratio_bracket(w_src, w_tgt, src, target, cal.globals.sustained_clock_scale)
+            low, high = perf.bracket_ns(t_src, fs, ft, lo, hi)
+            held = measured & perf.bracket_applies(w, flags)
+            # the target's roofline stays the floor (the work as counted cannot run faster)
+            pred = np.maximum(np.where(held, np.clip(pred, low, high), pred), perf.roofline_ns(w_tgt, target))
         regime = perf.never_launch_bound(mt.regime, mt, t_src, fs)
         return ModelOutput(pred, regime, model_column(len(w), self.name), flags, {self.name: len(w)})
 

@@ -11,6 +11,7 @@ import msgspec
 import numpy as np
 
 from cascade.calibration import Calibration
+from cascade.calibration.accuracy import calibrated_in
 from cascade.engine import perf
 from cascade.engine.analytical import AnalyticalConfig, AnalyticalModel, has_features
 from cascade.engine.base import (
@@ -150,6 +151,11 @@ class ScaledModel:
         fs, ft = fixed_times(t_src, src, target, cal, cfg.measurement)
         ps = cal.params_for(src, ctx.archs, cfg.measurement)
         pt = cal.params_for(target, ctx.archs, cfg.measurement)
+        if src.id != target.id and not (calibrated_in(cal, src.id, cfg.measurement)
+                                        and calibrated_in(cal, target.id, cfg.measurement)):
+            # streaming: no fit measured both GPUs' bandwidth fraction on this kind of time, so
+            # each reaches the same fraction (a memory-bound kernel scales by the bandwidth ratio)
+            pt = msgspec.structs.replace(pt, bw_eff=ps.bw_eff, family_bw=dict(ps.family_bw))
         # On GEMM paths where the target architecture has no tile policy fitted on its own
         # data (its library's choices unseen), the source is modelled with the target's rule
         # too, so the rule's error cancels in the ratio instead of landing on the target
@@ -175,6 +181,9 @@ class ScaledModel:
             share = ms.compute_ns / (ms.compute_ns + ms.memory_ns)
         share = np.where(np.isfinite(share), share, 1.0)
         alpha = np.where(w.is_gemm, am + (ag - am) * share, ao)
+        # a GEMV streams its weights like any memory-bound kernel: its measured bandwidth
+        # fraction carries over as a streaming kernel's does (no GEMM tile fit covers it)
+        alpha = np.where(perf.streams_weights(w), ao, alpha)
         with np.errstate(invalid="ignore", divide="ignore"):
             pred = mt.total_ns * (t_src / ms.total_ns) ** alpha
         pred = np.where(np.isfinite(pred), pred, mt.total_ns)

@@ -142,7 +142,8 @@ def _spec(reg: GPURegistry, label: str, path: Path) -> GPUSpec:
     try:
         return reg.get(label)
     except UnknownGPUError as exc:
-        raise UnknownGPUError(f"{path}: {exc}") from exc
+        raise UnknownGPUError(label, exc.known, suggestions=exc.suggestions,
+                              hint=f"named by {path}; add a spec with --specs DIR") from None
 
 
 def load_neusight_e2e(root: str | Path, reg: GPURegistry) -> list[WholeRun]:
@@ -158,12 +159,13 @@ def load_neusight_e2e(root: str | Path, reg: GPURegistry) -> list[WholeRun]:
         for path in sorted(folder.glob("*.kernels.csv")):
             meta = path.with_name(path.name[: -len(".kernels.csv")] + ".json")
             if not meta.is_file():
-                raise TraceFormatError(f"{path}: no {meta.name} beside it with the measured e2e_latency")
+                raise TraceFormatError(str(path), None, f"{meta.name} beside it with the measured e2e_latency")
             try:
                 doc = json.loads(meta.read_text())
                 total_ms = float(doc["e2e_latency"])
             except (ValueError, KeyError, TypeError) as exc:
-                raise TraceFormatError(f"{meta}: expected a JSON object with a numeric 'e2e_latency' (ms): {exc}") from exc
+                raise TraceFormatError(str(meta), None, "a JSON object with a numeric 'e2e_latency' (ms)",
+                                       str(exc)) from None
             workload = path.name[: -len(".kernels.csv")]
             mode = "training" if "-train-" in workload else "inference"
             runs.append(WholeRun(dataset="neusight-e2e", workload=workload, mode=mode, spec=spec, label=label,
@@ -188,7 +190,7 @@ def load_kernelbench(path: str | Path, reg: GPURegistry) -> OperatorSet:
         rows = list(reader)
     need = {"problem", "family", "flops", "bytes"}
     if not need <= set(header):
-        raise TraceFormatError(f"{p}: expected columns {sorted(need)}, found {header}")
+        raise TraceFormatError(str(p), 1, f"the columns {sorted(need)}", ",".join(header))
     gpus = [h for h in header if h not in {"problem", "family", "dtype", "batch", "m", "n", "k", "flops", "bytes",
                                            "aten_ops"} and not h.endswith("__std")]
     specs = {label: _spec(reg, label, p) for label in gpus}
@@ -196,7 +198,7 @@ def load_kernelbench(path: str | Path, reg: GPURegistry) -> OperatorSet:
     for line, r in enumerate(rows, start=2):
         fam = r["family"]
         if fam not in KERNELBENCH_OPS:
-            raise TraceFormatError(f"{p}:{line}: family {fam!r} is not one of {sorted(KERNELBENCH_OPS)}")
+            raise TraceFormatError(str(p), line, f"a family among {sorted(KERNELBENCH_OPS)}", fam)
         cols["name"].append(r["problem"])
         cols["op"].append(KERNELBENCH_OPS[fam])
         cols["dtype"].append(r.get("dtype") or "fp32")
@@ -323,12 +325,13 @@ def summarize(whole: Sequence[WholeCell], operators: Sequence[OperatorCell], *,
             out.append(_summary(ds, var, model, group, sel))
     keys = sorted({(c.dataset, c.variant, c.model) for c in operators})
     for ds, var, model in keys:
-        cells = [c for c in operators if (c.dataset, c.variant, c.model) == (ds, var, model)]
-        for group in ["all", *sorted({c.family for c in cells} - {"all"}), *sorted({c.target for c in cells})]:
-            if group in {c.target for c in cells}:
-                sel = [c.mape for c in cells if c.target == group and c.family == "all"]
+        ops = [c for c in operators if (c.dataset, c.variant, c.model) == (ds, var, model)]
+        targets = {c.target for c in ops}
+        for group in ["all", *sorted({c.family for c in ops} - {"all"}), *sorted(targets)]:
+            if group in targets:
+                sel = [c.mape for c in ops if c.target == group and c.family == "all"]
             else:
-                sel = [c.mape for c in cells if c.family == group]
+                sel = [c.mape for c in ops if c.family == group]
             if sel:
                 out.append(_summary(ds, var, model, group, sel))
     return out

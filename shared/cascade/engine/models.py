@@ -197,6 +197,7 @@ class ScaledModel:
         if src.id != target.id:
             flags |= inferred | tf32
         measured = np.isfinite(t_src) & (t_src > 0)
+        bracket = None
         if src.id == target.id:  # identity: the measured times, exactly
             pred = np.where(measured, t_src, pred)
         elif cfg.bracket:  # physics first: inside what the kernel's work allows
@@ -204,9 +205,11 @@ class ScaledModel:
             low, high = perf.bracket_ns(t_src, fs, ft, lo, hi)
             held = measured & perf.bracket_applies(w, flags)
             # the target's roofline stays the floor (the work as counted cannot run faster)
-            pred = np.maximum(np.where(held, np.clip(pred, low, high), pred), perf.roofline_ns(w_tgt, target))
+            roof = perf.roofline_ns(w_tgt, target)
+            pred = np.maximum(np.where(held, np.clip(pred, low, high), pred), roof)
+            bracket = (np.where(held, low, np.nan), np.where(held, np.maximum(high, roof), np.nan))
         regime = perf.never_launch_bound(mt.regime, mt, t_src, fs)
-        return ModelOutput(pred, regime, model_column(len(w), self.name), flags, {self.name: len(w)})
+        return ModelOutput(pred, regime, model_column(len(w), self.name), flags, {self.name: len(w)}, bracket)
 
 
 # ---- auto ------------------------------------------------------------------------------
@@ -231,6 +234,8 @@ class AutoModel:
         flags = np.zeros(n, dtype=perf.FLAGS_DTYPE)
         counts: dict[str, int] = {}
         names = model_column(n, "")
+        low = np.full(n, np.nan)
+        high = np.full(n, np.nan)
         use_scaled = np.zeros(n, dtype=bool)
         if ctx.source is not None:
             use_scaled = np.isfinite(source_durations(table))
@@ -250,17 +255,19 @@ class AutoModel:
                 whole = np.zeros(n, dtype=perf.FLAGS_DTYPE) if out.flags is None else out.flags
                 if name == "roofline":
                     whole = whole | perf.BOUND_ONLY
-                return ModelOutput(out.predicted_ns, out.regime, out.model, whole, {name: n})
+                return ModelOutput(out.predicted_ns, out.regime, out.model, whole, {name: n}, out.bracket)
             idx = np.flatnonzero(mask)
             out = model.predict(table.take(idx), _take_workload(w, idx), target, sub_ctx)
             pred[idx] = out.predicted_ns
             regime[idx] = out.regime
             names[idx] = out.model
             flags[idx] = out.flags if out.flags is not None else 0
+            if out.bracket is not None:
+                low[idx], high[idx] = out.bracket
             if name == "roofline":
                 flags[idx] |= perf.BOUND_ONLY
             counts[name] = len(idx)
-        return ModelOutput(pred, regime, names, flags, counts)
+        return ModelOutput(pred, regime, names, flags, counts, (low, high))
 
 
 def _take_workload(w: Workload, idx: np.ndarray) -> Workload:

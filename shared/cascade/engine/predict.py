@@ -57,6 +57,9 @@ class Prediction:
     None when the model flags nothing."""
     counts: Mapping[str, int] | None = None
     """Kernels per model that predicted them (what the accuracy estimate was read for)."""
+    bracket: tuple[np.ndarray, np.ndarray] | None = None
+    """Per kernel, the physical least and most target time (NaN where none holds): see
+    :attr:`cascade.engine.base.ModelOutput.bracket`."""
 
     @property
     def extrapolated(self) -> np.ndarray:
@@ -125,7 +128,7 @@ def predict_many(
         )
         out.append(Prediction(target=spec.id, predicted_ns=res.predicted_ns.astype(np.float64),
                               regime=res.regime, models=res.model, provenance=prov, flags=res.flags,
-                              counts=counts))
+                              counts=counts, bracket=res.bracket))
     return out
 
 

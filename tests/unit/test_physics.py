@@ -239,3 +239,28 @@ def test_e2e_protocol_scores_whole_models_and_operators() -> None:
     assert per[("scaled", "all")] < per[("roofline", "all")]
     for fam in ("gemm", "gemv", "conv", "loss", "scan"):
         assert per[("scaled", fam)] < per[("roofline", fam)], fam
+
+
+def test_a_whole_trace_quotes_the_end_to_end_figure_widened_for_what_nothing_covers() -> None:
+    from cascade.calibration import load_calibration
+    from cascade.calibration.accuracy import _e2e_row
+
+    cal = load_calibration()
+    covered = {"name": "sm80_gemm", "op": "linear", "dtype": "fp16", "m": 4096, "n": 11008, "k": 4096,
+               "duration_ns": 900_000.0}
+    odd = {"name": "sm80_gemm", "op": "linear", "dtype": "fp16", "m": 16, "n": 40, "k": 24,
+           "duration_ns": 900_000.0}
+    tight = predict(KernelTable.from_rows([covered]), "SM90_H100", source="SM80_A100").provenance.accuracy
+    row = _e2e_row(cal, "neusight-e2e", "calibrated", "scaled", "all")
+    assert row is not None and tight.total_pct == row["mean_pct"] and "end-to-end protocol" in tight.total_basis
+    wide = predict(KernelTable.from_rows([covered, odd]), "SM90_H100", source="SM80_A100").provenance.accuracy
+    ops = _e2e_row(cal, "kernelbench", "target uncalibrated", "scaled", "all")
+    assert ops is not None and wide.total_pct is not None and tight.total_pct is not None
+    assert wide.total_pct > tight.total_pct + 0.2 * float(ops["mean_pct"])  # about half the time uncovered
+    assert "no data set covers" in wide.total_basis
+    # into a GPU nobody measured: the variant with the target's own fit taken out
+    new = predict(KernelTable.from_rows([covered]), "SM100_B200", source="SM80_A100").provenance.accuracy
+    row = _e2e_row(cal, "neusight-e2e", "target uncalibrated", "scaled", "all")
+    assert row is not None and new.total_pct == row["mean_pct"]
+    same = predict(KernelTable.from_rows([covered]), "SM80_A100", source="SM80_A100").provenance.accuracy
+    assert same.total_pct == 0.0

@@ -344,7 +344,8 @@ def extrapolation_flags(w: Workload, target: GPUSpec, source: GPUSpec | None, ca
             if g.width not in cells:
                 cells[g.width] = residual_cells(w, g.width)
             covered |= g.covers(cells[g.width])
-        flags |= np.where(w.is_gemm & ~covered, SHAPE_OUTSIDE, 0).astype(FLAGS_DTYPE)
+        # a GEMV's regime is a streaming kernel's, which the operator data sets cover
+        flags |= np.where(w.is_gemm & ~covered & ~streams_weights(w), SHAPE_OUTSIDE, 0).astype(FLAGS_DTYPE)
     return flags
 
 

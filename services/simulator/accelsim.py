@@ -19,7 +19,7 @@ import contextlib
 import time
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -40,10 +40,7 @@ from cascade.platform.messages.sim import KernelSimulated, SimCompleted, SimProg
 from cascade.platform.runstore import write_result
 from cascade.platform.state import TraceRecord
 from cascade.runs.results import SimulatorProvenance, build_result, kernels_with_predictions
-
-if TYPE_CHECKING:
-    from services.simulator.engine import SimulationInputs
-    from services.simulator.service import SimulatorService
+from services.simulator.ports import SimulationPorts, SimulationRequest
 
 CANCEL_CHECK_INTERVAL_S = 0.25
 _BINARY_HASHES: dict[tuple[str, float, int], str] = {}
@@ -70,13 +67,15 @@ def gpu_config_for(settings: Any, config_id: str) -> tuple[str, AccelSimGPUConfi
     return setup.binary, setup.configs[config_id]
 
 
-async def simulate_accelsim(
-    service: SimulatorService, job: SimJob, trace: TraceRecord, inputs: SimulationInputs,
-    attempt: int, t0: float, log: Any,
-) -> None:
+async def simulate_accelsim(service: SimulationPorts, request: SimulationRequest) -> None:
     """Run one sim through Accel-Sim (see the module docstring) and publish its result."""
     from cascade.engine import predict
     from services.simulator.engine import _REGIME_NAMES, replay_timeline
+
+    job: SimJob = request.job
+    trace: TraceRecord = request.trace
+    inputs = request.inputs
+    attempt, t0, log = request.attempt, request.t0, request.log
 
     settings = service.settings
     target = inputs.target
@@ -100,7 +99,7 @@ async def simulate_accelsim(
         elapsed = time.perf_counter() - sim_start
         kid = k.kernel_id if k.kernel_id is not None else (
             on_disk.kernel_ids[k.uid - 1] if 0 < k.uid <= listed else None)
-        await service._publish(job, "progress", SimProgress(
+        await service.publish(job, "progress", SimProgress(
             sim_id=job.sim_id, run_id=job.run_id, kernels_done=min(n_done, listed),
             kernels_total=listed, percent=min(100.0, 100.0 * n_done / listed),
             simulated_ns=simulated_ns, eta_s=elapsed / n_done * max(0, listed - n_done),
@@ -110,7 +109,7 @@ async def simulate_accelsim(
 
     timeout = max(0.1, t0 + settings.sim_timeout_s - time.perf_counter())
     runner = asyncio.create_task(run_accelsim(
-        binary, on_disk.kernelslist, [gpu.gpgpusim_config, gpu.trace_config], work,
+        binary, on_disk.kernelslist, gpu, work,
         timeout_s=timeout, on_kernel=on_kernel, core_clock_mhz=clock,
         on_start=lambda pid: log.info("accel-sim started", pid=pid, workdir=str(work))))
     try:
@@ -124,7 +123,7 @@ async def simulate_accelsim(
                         f"timed out after {settings.sim_timeout_s:g} s (CASCADE_SIM_TIMEOUT_S): {exc}"
                     ) from None
                 break
-            if await service._cancelled(job):
+            if await service.cancelled(job):
                 runner.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await runner
@@ -156,7 +155,7 @@ async def simulate_accelsim(
     if not np.any(ids > 0):
         ids = np.arange(1, len(table) + 1)
     cycles = np.array([by_id.get(int(i), -1) for i in ids], dtype=np.int64)
-    await service._publish(job, "progress", SimProgress(
+    await service.publish(job, "progress", SimProgress(
         sim_id=job.sim_id, run_id=job.run_id, kernels_done=listed, kernels_total=listed,
         percent=100.0, simulated_ns=float(predicted.sum()), eta_s=0.0, attempt=attempt))
     wall = time.perf_counter() - t0
@@ -181,7 +180,7 @@ async def simulate_accelsim(
     kernels = kernels_with_predictions(table, predicted, regime, replay.start_ns, replay.end_ns, flags)
     kernels["sim_cycles"] = cycles
     key = await write_result(service.storage, result, kernels)
-    await service._publish(job, "completed", SimCompleted(
+    await service.publish(job, "completed", SimCompleted(
         sim_id=job.sim_id, run_id=job.run_id, result_key=key, simulated_ns=result.gpu_busy_ns,
         wall_s=time.perf_counter() - t0, attempt=attempt, predicted_e2e_ns=result.predicted_e2e_ns,
         model=result.model), msg_id=f"{job.sim_id}:completed")

@@ -544,6 +544,8 @@ class AccelSimOutcome(msgspec.Struct, frozen=True, kw_only=True):
     lines: int
     tail: str
     """Last lines of output."""
+    statistics: list[Any] = []
+    """:class:`~cascade.engine.accelsim.KernelStatistics` per kernel, in output order."""
 
 
 def accelsim_argv(binary: str, kernelslist: str, config_files: list[str]) -> list[str]:
@@ -698,7 +700,7 @@ async def run_accelsim(
             returncode=returncode, tail=text_tail)
     return AccelSimOutcome(kernels=list(parser.kernels), returncode=returncode,
                            first_line_s=first_line_s, wall_s=time.perf_counter() - t0,
-                           lines=parser.lineno, tail=text_tail)
+                           lines=parser.lineno, tail=text_tail, statistics=list(parser.statistics))
 
 
 def run_accelsim_blocking(binary: str, trace_dir: str, config_files: list[str], *,

@@ -276,8 +276,10 @@ def discover(binary: str, configs_dir: str, *, hashes: bool = False,
             chosen[gpu] = hit
     for gpu, name in named.items():
         if gpu not in overrides:
-            chosen[gpu] = ConfigPairing(gpu_id=gpu, config=name, relation="folder",
-                                        reason=f"{CONFIGS_VAR} has a folder named {name} for it")
+            same = next((p for p in candidates.get(gpu, []) if p.config == name), None)
+            chosen[gpu] = same or ConfigPairing(
+                gpu_id=gpu, config=name, relation="folder",
+                reason=f"{CONFIGS_VAR} has a folder named {name} for it")
     paired = {p.config for pairs in candidates.values() for p in pairs}
     for name in folders:  # neither a GPU nor a paired config: a custom spec's own folder
         if resolve(name) is None and name not in paired and name not in chosen:

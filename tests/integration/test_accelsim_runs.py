@@ -187,6 +187,11 @@ async def test_progress_per_kernel_reaches_sse_and_results_carry_cycles(accel: d
     results = await _get(stack, f"/api/runs/{run_id}/results")
     entry = results["configs"][0]
     assert entry["model"] == "accel-sim" and entry["simulator"]["name"] == "Accel-Sim"
+    assert entry["simulator"]["accelsim_config"] == "SM86_RTX3070"
+    side = {k["kernel_id"]: k for k in entry["accelsim_kernels"]}
+    assert sorted(side) == [1, 2, 3, 5, 6]
+    assert side[5]["l2_hit_rate"] == pytest.approx(1 - stats_of(5)["l2_misses"] / stats_of(5)["l2_accesses"])
+    assert side[5]["builtin_ns"] > 0 and side[5]["simulated_ns"] == pytest.approx(cycles_of(5) / A100_CLOCK * 1e3)
     page = await _get(stack, f"/api/runs/{run_id}/results/{body['run']['sim_ids'][0]}/kernels")
     assert "sim_cycles" in page["columns"]
     # both replicas (one node) share one copy of the instruction files
@@ -348,3 +353,47 @@ async def test_instruction_files_fetched_once_per_node_from_any_listing(storage:
     assert (folder / "kernelslist.g").read_text() == (
         "MemcpyHtoD,0x7f0000000000,64\nkernel-1.traceg\nkernel-2.traceg\n")
     assert (await fetch_instruction_trace(storage, "tr-xz", "both", cache)).downloaded is False
+
+
+async def test_real_trace_on_three_configs_reproduces_the_cycles_printed_by_hand(
+        accel: dict[str, Any], tmp_path: Path) -> None:
+    """matrixmul-32x32-sm61 through the api on three GPUs served by three stock-layout config
+    folders; each result has the cycles the binary prints when run by hand on that folder."""
+    import subprocess
+
+    from cascade.engine.accelsim import parse_accelsim_output
+    from cascade.platform.accelsim import discover, stage_config
+
+    stack: TracesStack = accel["stack"]
+    summary = await run_import(argparse.Namespace(
+        path=MATRIXMUL, app=stack.base_url, token=TOKEN, name=None, source_gpu="SM61_GTX1080TI",
+        kind=None, workload="matrixmul 32x32", trace_id=None, state_file=tmp_path / "import.json",
+        no_seal=False, wait=90.0, quiet=True))
+    assert summary["state"] == "ready", summary
+    gpus = ["SM61_GTX1080TI", "SM80_A100", "SM90_H100"]
+    status, body = await _post_run(stack, {"trace_id": summary["trace_id"], "configs": gpus,
+                                           "model": "accel-sim"})
+    assert status == 202, body
+    detail = await _wait_run(stack, body["id"], {"completed", "failed", "cancelled"}, timeout=90)
+    assert detail["run"]["state"] == "completed", detail
+    setup = discover(stack.settings.accelsim_bin, stack.settings.accelsim_configs)
+    seen = set()
+    for sim_id in body["run"]["sim_ids"]:
+        result = await read_result(stack.storage, body["id"], sim_id)
+        gpu = setup.configs[result.config]
+        by_hand_dir = tmp_path / f"by-hand-{result.config}"
+        by_hand_dir.mkdir()
+        stage_config(gpu.paths, by_hand_dir)
+        printed = subprocess.run([stack.settings.accelsim_bin, "-trace", str(MATRIXMUL / "kernelslist.g"),
+                                  "-config", "gpgpusim.config", "-config", "trace.config"],
+                                 cwd=by_hand_dir, capture_output=True, text=True, timeout=60, check=True)
+        [by_hand] = parse_accelsim_output(printed.stdout)
+        [k] = result.accelsim_kernels
+        assert (k.kernel_id, k.cycles, k.instructions) == (1, by_hand.cycles, by_hand.instructions)
+        assert k.name == by_hand.name == "_Z8mult_gpuIfEvPT_S1_S1_ii"
+        assert result.simulator is not None and result.simulator.accelsim_config == gpu.name
+        assert result.simulator.core_clock_mhz == CHECKOUT_CLOCK_MHZ[gpu.name]
+        assert k.simulated_ns == pytest.approx(by_hand.cycles / CHECKOUT_CLOCK_MHZ[gpu.name] * 1e3)
+        assert result.gpu_busy_ns == pytest.approx(k.simulated_ns)
+        seen.add(gpu.name)
+    assert seen == {"SM6_TITANX", "SM86_RTX3070", "SM90_H100"}

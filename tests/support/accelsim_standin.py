@@ -91,26 +91,11 @@ def _kernel_name(path: Path) -> str:
     return f"_Z6kernel{path.stem}"
 
 
-def main(argv: list[str]) -> int:
-    trace, configs = None, []
-    i = 0
-    while i < len(argv):
-        if argv[i] == "-trace":
-            trace = Path(argv[i + 1])
-            i += 2
-        elif argv[i] == "-config":
-            configs.append(Path(argv[i + 1]))
-            i += 2
-        else:
-            i += 1
+def _start(configs: list[Path], trace: Path | None) -> tuple[list[tuple[str, str]], dict[str, str]] | int:
+    """Read the configs and the interconnect file (relative to the cwd), dump the options: the
+    options and stand-in options, or the exit code Accel-Sim exits with."""
     out = sys.stdout
     w = out.write
-    w("GPGPU-Sim version 4.2.0 (build gpgpu-sim-modified) configured with AccelWattch.\n")
-    out.flush()
-    first_line_at = time.time()
-    w("setup_environment succeeded\nAccel-Sim [build accelsim-commit-standin]\n\n")
-    w("        *** GPGPU-Sim Simulator Version 4.2.0  [build standin] ***\n\n\n")
-    out.flush()
     opts: dict[str, str] = {}
     sim_opts: list[tuple[str, str]] = []
     for cfg in configs:  # relative paths are relative to the working directory, as fopen's
@@ -142,6 +127,58 @@ def main(argv: list[str]) -> int:
             return 255
     w("GPGPU-Sim uArch: performance model initialization complete.\n")
     out.flush()
+    return sim_opts, opts
+
+
+def _counter_blocks(cum: dict[str, int]) -> str:
+    """The core cache, DRAM and L2 blocks Accel-Sim prints after a kernel (run-long counters)."""
+    parts = ["\n========= Core cache stats =========\nL1I_cache:\n\tL1I_total_cache_accesses = 188\n",
+             f"L1D_cache:\n\tL1D_cache_core[0]: Access = {cum['l1d_accesses']}, Miss = {cum['l1d_misses']}, "
+             "Miss_rate = 0.250, Pending_hits = 0, Reservation_fails = 0\n",
+             f"\tL1D_total_cache_accesses = {cum['l1d_accesses']}\n\tL1D_total_cache_misses = {cum['l1d_misses']}\n",
+             "\tL1D_total_cache_pending_hits = 0\n\tL1D_total_cache_reservation_fails = 0\n"]
+    for ch in range(DRAM_CHANNELS):
+        n_cmd, busy = cum["dram_cmd"], cum["dram_busy"]
+        parts += [f"Memory Partition {ch}: \nIn Dram Latency Queue (total = 0): \n",
+                  f"DRAM[{ch}]: 16 bks, busW=4 BL=8 CL=12, tRRD=6 tCCD=2, tRCD=12 tRAS=28 tRP=12 tRC=40\n",
+                  f"n_cmd={n_cmd} n_nop={n_cmd - busy} n_act=4 n_pre=2 n_ref_event=0 n_req=4 n_rd=16 "
+                  f"n_rd_L2_A=0 n_write=0 n_wr_bk=0 bw_util={busy / n_cmd:.4g}\n",
+                  f"\nBW Util details:\nbwutil = {busy / n_cmd:.6f} \ntotal_CMD = {n_cmd} \nutil_bw = {busy} \n",
+                  f"\nCommands details: \ntotal_CMD = {n_cmd} \nn_nop = {n_cmd - busy} \n"]
+    parts += ["\n========= L2 cache stats =========\n",
+              f"L2_cache_bank[0]: Access = {cum['l2_accesses']}, Miss = {cum['l2_misses']}, Miss_rate = 0.100, "
+              "Pending_hits = 0, Reservation_fails = 0\n",
+              f"L2_total_cache_accesses = {cum['l2_accesses']}\nL2_total_cache_misses = {cum['l2_misses']}\n",
+              f"L2_total_cache_miss_rate = {cum['l2_misses'] / cum['l2_accesses']:.4f}\n",
+              "L2_total_cache_pending_hits = 0\nL2_total_cache_reservation_fails = 0\n",
+              "icnt_total_pkts_mem_to_simt=48\nicnt_total_pkts_simt_to_mem=27\n"]
+    return "".join(parts)
+
+
+def main(argv: list[str]) -> int:
+    trace, configs = None, []
+    i = 0
+    while i < len(argv):
+        if argv[i] == "-trace":
+            trace = Path(argv[i + 1])
+            i += 2
+        elif argv[i] == "-config":
+            configs.append(Path(argv[i + 1]))
+            i += 2
+        else:
+            i += 1
+    out = sys.stdout
+    w = out.write
+    w("GPGPU-Sim version 4.2.0 (build gpgpu-sim-modified) configured with AccelWattch.\n")
+    out.flush()
+    first_line_at = time.time()
+    w("setup_environment succeeded\nAccel-Sim [build accelsim-commit-standin]\n\n")
+    w("        *** GPGPU-Sim Simulator Version 4.2.0  [build standin] ***\n\n\n")
+    out.flush()
+    started = _start(configs, trace)
+    if isinstance(started, int):
+        return started
+    sim_opts, opts = started
     pace = float(opts.get("pace-s", "0.2"))
     mode = opts.get("mode", "ok")
     after = int(opts.get("after", "1"))
@@ -160,7 +197,7 @@ def main(argv: list[str]) -> int:
     uid = 0
     done = 0
     tot_cycles = tot_insn = 0
-    cum = {k: 0 for k in ("l1d_accesses", "l1d_misses", "l2_accesses", "l2_misses", "dram_cmd", "dram_busy")}
+    cum: dict[str, int] = {k: 0 for k in ("l1d_accesses", "l1d_misses", "l2_accesses", "l2_misses", "dram_cmd", "dram_busy")}
     for entry in trace.read_text().splitlines():
         entry = entry.strip()
         if not entry:
@@ -221,26 +258,7 @@ def main(argv: list[str]) -> int:
         if stamps:
             with open(stamps, "a") as fh:
                 fh.write(f"kernel {Path.cwd().name} {uid} {time.time():.6f}\n")
-        w("\n========= Core cache stats =========\nL1I_cache:\n\tL1I_total_cache_accesses = 188\n")
-        w(f"L1D_cache:\n\tL1D_cache_core[0]: Access = {cum['l1d_accesses']}, Miss = {cum['l1d_misses']}, "
-          "Miss_rate = 0.250, Pending_hits = 0, Reservation_fails = 0\n")
-        w(f"\tL1D_total_cache_accesses = {cum['l1d_accesses']}\n\tL1D_total_cache_misses = {cum['l1d_misses']}\n")
-        w("\tL1D_total_cache_pending_hits = 0\n\tL1D_total_cache_reservation_fails = 0\n")
-        for ch in range(DRAM_CHANNELS):
-            n_cmd, busy = cum["dram_cmd"], cum["dram_busy"]
-            w(f"Memory Partition {ch}: \nIn Dram Latency Queue (total = 0): \n")
-            w(f"DRAM[{ch}]: 16 bks, busW=4 BL=8 CL=12, tRRD=6 tCCD=2, tRCD=12 tRAS=28 tRP=12 tRC=40\n")
-            w(f"n_cmd={n_cmd} n_nop={n_cmd - busy} n_act=4 n_pre=2 n_ref_event=0 n_req=4 n_rd=16 "
-              f"n_rd_L2_A=0 n_write=0 n_wr_bk=0 bw_util={busy / n_cmd:.4g}\n")
-            w(f"\nBW Util details:\nbwutil = {busy / n_cmd:.6f} \ntotal_CMD = {n_cmd} \nutil_bw = {busy} \n")
-            w(f"\nCommands details: \ntotal_CMD = {n_cmd} \nn_nop = {n_cmd - busy} \n")
-        w("\n========= L2 cache stats =========\n")
-        w(f"L2_cache_bank[0]: Access = {cum['l2_accesses']}, Miss = {cum['l2_misses']}, Miss_rate = 0.100, "
-          "Pending_hits = 0, Reservation_fails = 0\n")
-        w(f"L2_total_cache_accesses = {cum['l2_accesses']}\nL2_total_cache_misses = {cum['l2_misses']}\n")
-        w(f"L2_total_cache_miss_rate = {cum['l2_misses'] / cum['l2_accesses']:.4f}\n")
-        w("L2_total_cache_pending_hits = 0\nL2_total_cache_reservation_fails = 0\n")
-        w("icnt_total_pkts_mem_to_simt=48\nicnt_total_pkts_simt_to_mem=27\n")
+        w(_counter_blocks(cum))
         done += 1
     w("gpgpu_simulation_time = 0 days, 0 hrs, 0 min, 1 sec (1 sec)\n")
     w("gpgpu_simulation_rate = 10516 (inst/sec)\n")

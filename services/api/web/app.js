@@ -936,11 +936,13 @@ function gpusPage() {
   async function list() {
     try {
       const { configs } = await api("/api/configs");
-      $("#gp-list").innerHTML = `<div class="scroll"><table id="gp-table"><thead><tr><th>Id</th><th>Name</th><th>Arch</th><th>SMs</th><th>Boost clock</th><th>Memory</th><th>Bandwidth</th><th>L2</th><th>FP32</th><th>FP16</th><th>Tensor FP16</th><th>Models</th></tr></thead><tbody>` +
+      $("#gp-list").innerHTML = `<div class="scroll"><table id="gp-table"><thead><tr><th>Id</th><th>Name</th><th>Arch</th><th>SMs</th><th>Boost clock</th><th>Memory</th><th>Bandwidth</th><th>L2</th><th>FP32</th><th>FP16</th><th>Tensor FP16</th><th>Models</th><th>Accel-Sim config</th></tr></thead><tbody>` +
         configs.map((c) => `<tr><td><b>${esc(c.id)}</b>${c.custom ? ' <span class="badge synthetic">custom</span>' : ""}</td><td>${esc(c.name)}</td><td>${esc(c.arch)} (sm_${c.sm_version})</td><td class="num">${c.sms}</td>
           <td class="num">${fmtNum(c.boost_clock_mhz)} MHz</td><td class="num">${fmtNum(c.memory_gb)} GB ${esc(c.memory_type)}</td><td class="num">${fmtNum(c.memory_bandwidth_gbps)} GB/s</td>
           <td class="num">${fmtNum(c.l2_mb)} MB</td><td class="num">${fmtNum(c.fp32_tflops)}</td><td class="num">${fmtNum(c.fp16_tflops)}</td><td class="num">${c.tensor_tflops && c.tensor_tflops.fp16 ? fmtNum(c.tensor_tflops.fp16) : "-"}</td>
-          <td><small>${esc((c.models || []).join(", "))}</small></td></tr>`).join("") + "</tbody></table></div><p class=\"hint\">TFLOPS are dense peaks.</p>";
+          <td><small>${esc((c.models || []).join(", "))}</small></td>
+          <td>${c.accelsim_config && c.accelsim_config.name ? `<span title="${esc(c.accelsim_config.reason)}">${esc(c.accelsim_config.name)} <small>(${esc(c.accelsim_config.relation)})</small></span>`
+            : `<small class="hint" title="${esc((c.accelsim_config || {}).reason || "")}">none</small>`}</td></tr>`).join("") + "</tbody></table></div><p class=\"hint\">TFLOPS are dense peaks.</p>";
       const sel = $("#gp-base");
       if (!sel.options.length) {
         sel.innerHTML = configs.filter((c) => !c.custom).map((c) => `<option value="${esc(c.id)}">${esc(c.id)}</option>`).join("");

@@ -117,7 +117,8 @@ async def simulate_accelsim(service: SimulationPorts, request: SimulationRequest
             simulated_ns=simulated_ns, eta_s=elapsed / n_done * max(0, listed - n_done),
             attempt=attempt, kernel=KernelSimulated(
                 name=k.name, uid=k.uid, kernel_id=kid, cycles=k.cycles, instructions=k.instructions,
-                ipc=k.ipc, sim_rate_ips=k.sim_rate_ips, duration_ns=k.duration_ns)))
+                ipc=k.ipc, sim_rate_ips=k.sim_rate_ips, duration_ns=k.duration_ns,
+                occupancy_pct=k.occupancy_pct)))
 
     timeout = max(0.1, t0 + settings.sim_timeout_s - time.perf_counter())
     runner = asyncio.create_task(run_accelsim(

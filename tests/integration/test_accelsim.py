@@ -504,3 +504,17 @@ def test_cascade_gpus_names_the_accelsim_config_of_every_gpu(tmp_path: Path) -> 
     row = next(line for line in table.splitlines() if "SM61_GTX1080TI" in line)
     assert "SM6_TITANX (same chip)" in row
     assert "none" in next(line for line in table.splitlines() if "SM100_B200" in line)
+
+
+async def test_a_missing_include_fails_naming_the_file_and_the_folder(tmp_path: Path) -> None:
+    binary = make_binary(tmp_path / "bin")
+    checkout = copy_checkout(tmp_path / "co", SM7_QV100={"pace_s": 0.01})
+    gdir = checkout.joinpath(*GPGPUSIM_CFGS, "SM7_QV100")
+    (gdir / "config_volta_islip.icnt").unlink()
+    gpu = discover(str(binary), str(checkout), hashes=True).configs["SM70_V100_SXM2"]
+    assert "config_volta_islip.icnt" not in gpu.files
+    with pytest.raises(AccelSimError, match="exited with 255 after 0 kernels") as err:
+        await run_accelsim(str(binary), str(_trace(tmp_path / "trace", 1)), gpu, tmp_path / "work")
+    text = str(err.value)
+    assert f"config_volta_islip.icnt, named by the config relative to Accel-Sim's working directory, is not in the config folder {gdir} or {checkout.joinpath(*ACCELSIM_CFGS, 'SM7_QV100')}: add it there" in text
+    assert "Could not open configuration file config_volta_islip.icnt" in err.value.tail

@@ -51,6 +51,7 @@ from cascade.engine.accelsim import (
     core_clock_of_config,
 )
 from cascade.errors import AccelSimError, ConfigError, JobTimeoutError, ValidationError
+from cascade.gpus.accelsim_names import ConfigPairing, pairings_for, parse_overrides
 from cascade.platform.keys import raw_prefix
 from cascade.platform.log import get_logger
 from cascade.platform.storage import Storage
@@ -127,8 +128,8 @@ class AccelSimSetup(msgspec.Struct, frozen=True, kw_only=True):
     """``checkout`` (an Accel-Sim checkout's tested-cfgs) or ``folders`` (a folder of folders)."""
     available: list[str] = []
     """Usable Accel-Sim config folder names found."""
-    candidates: dict[str, list[Any]] = {}
-    """GPU id -> :class:`~cascade.gpus.accelsim_names.ConfigPairing` candidates, best first."""
+    candidates: dict[str, list[ConfigPairing]] = {}
+    """GPU id -> the Accel-Sim configs that may serve it, best first (table and setting)."""
 
     def runnable(self) -> list[str]:
         """Config ids that can run accel-sim (none without a usable binary)."""
@@ -219,8 +220,6 @@ def discover(binary: str, configs_dir: str, *, hashes: bool = False,
     present. A folder that is neither a GPU nor a paired config name serves the config id of
     its own name (a custom spec).
     """
-    from cascade.gpus.accelsim_names import ConfigPairing, pairings_for, parse_overrides
-
     resolve = resolve or _default_resolve()
     problems: list[str] = []
     binary_ok = False
@@ -601,6 +600,21 @@ async def _stop_group(proc: asyncio.subprocess.Process) -> None:
         await proc.wait()
 
 
+_MISSING_FILE = re.compile(r"(?:Could not open configuration file (\S+)|Cannot open config file '([^']+)')")
+
+
+def missing_file_hint(tail: str, paths: dict[str, str]) -> str:
+    """When Accel-Sim could not open a file a config names: which file, and what to do."""
+    m = _MISSING_FILE.search(tail)
+    if not m:
+        return ""
+    name = m.group(1) or m.group(2)
+    folders = list(dict.fromkeys(str(Path(p).parent) for p in paths.values()))
+    return (f" ({name}, named by the config relative to Accel-Sim's working directory, is not in "
+            f"the config folder {' or '.join(folders) or '(none)'}: add it there; every file of "
+            "the folder is linked into the working directory)")
+
+
 def _staged(config: AccelSimGPUConfig | list[str]) -> tuple[dict[str, str], list[str]]:
     if isinstance(config, AccelSimGPUConfig):
         paths = dict(config.paths) or {Path(p).name: p for p in (config.gpgpusim_config,
@@ -698,8 +712,8 @@ async def run_accelsim(
     if returncode != 0:
         how = f"was killed by signal {-returncode}" if returncode < 0 else f"exited with {returncode}"
         raise AccelSimError(
-            f"accel-sim {how} after {len(parser.kernels)} kernels; last output:\n{text_tail}",
-            returncode=returncode, tail=text_tail)
+            f"accel-sim {how} after {len(parser.kernels)} kernels{missing_file_hint(text_tail, paths)}; "
+            f"last output:\n{text_tail}", returncode=returncode, tail=text_tail)
     return AccelSimOutcome(kernels=list(parser.kernels), returncode=returncode,
                            first_line_s=first_line_s, wall_s=time.perf_counter() - t0,
                            lines=parser.lineno, tail=text_tail, statistics=list(parser.statistics))

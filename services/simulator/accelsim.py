@@ -192,7 +192,7 @@ async def simulate_accelsim(service: SimulationPorts, request: SimulationRequest
         end_ns=replay.end_ns, predicted_e2e_ns=replay.e2e_ns, steps=replay.steps,
         baseline_e2e_ns=inputs.baseline_e2e_ns, source_e2e_ns=inputs.source_e2e_ns,
         extrapolated=int(pred.extrapolated.sum()), extrapolation=pred.extrapolation_reasons,
-        accuracy=inputs.accuracy(pred.provenance, used, flags), wall_s=wall, attempt=attempt,
+        accuracy=inputs.accuracy(pred.provenance, used, flags, predicted), wall_s=wall, attempt=attempt,
         worker=service.worker, created_at=time.time(), simulator=simulator,
         accelsim_kernels=side_by_side,
     )

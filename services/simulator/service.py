@@ -328,7 +328,7 @@ class SimulatorService:
             predicted_e2e_ns=replay.e2e_ns, steps=replay.steps,
             baseline_e2e_ns=inputs.baseline_e2e_ns, source_e2e_ns=inputs.source_e2e_ns,
             extrapolated=extrapolated, extrapolation=dict(reasons),
-            accuracy=inputs.accuracy(provenance, used, flags), wall_s=wall, attempt=attempt, worker=self.worker,
+            accuracy=inputs.accuracy(provenance, used, flags, predicted), wall_s=wall, attempt=attempt, worker=self.worker,
             created_at=time.time(),
         )
         kernels = kernels_with_predictions(table, predicted, regime, replay.start_ns, replay.end_ns, flags)

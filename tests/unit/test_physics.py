@@ -92,9 +92,12 @@ def test_every_measured_kernel_stays_inside_its_bracket(label: str, table: Kerne
             tol = 1e-9 * np.nan_to_num(high, nan=0.0)
             assert np.all(p.predicted_ns[held] >= low[held] - tol[held]), (label, target, model)
             assert np.all(p.predicted_ns[held] <= high[held] + tol[held]), (label, target, model)
-            # held: every non-GEMM, every GEMV, every GEMM the fit does not cover
-            must = measured & (~w.is_gemm | perf.streams_weights(w) | (p.flags != 0))
-            assert np.array_equal(held, must), (label, target)
+            # held: every non-GEMM, every GEMV, every GEMM the fit does not cover (but one whose
+            # measured time its source model does not explain: a library artefact)
+            always = measured & (~w.is_gemm | perf.streams_weights(w))
+            may = measured & (~w.is_gemm | perf.streams_weights(w) | (p.flags != 0))
+            assert np.array_equal(held & always, always), (label, target)
+            assert not np.any(held & ~may), (label, target)
 
 
 @pytest.mark.parametrize(("label", "table", "source", "measurement"), INPUTS, ids=[i[0] for i in INPUTS])
@@ -248,12 +251,14 @@ def test_a_whole_trace_quotes_the_end_to_end_figure_widened_for_what_nothing_cov
     cal = load_calibration()
     covered = {"name": "sm80_gemm", "op": "linear", "dtype": "fp16", "m": 4096, "n": 11008, "k": 4096,
                "duration_ns": 900_000.0}
-    odd = {"name": "sm80_gemm", "op": "linear", "dtype": "fp16", "m": 16, "n": 40, "k": 24,
-           "duration_ns": 900_000.0}
+    odd = {"name": "sm80_gemm", "op": "linear", "dtype": "fp16", "m": 16384, "n": 96, "k": 24576,
+           "duration_ns": 900_000.0}  # a width no Llama-2-7B layer has
     tight = predict(KernelTable.from_rows([covered]), "SM90_H100", source="SM80_A100").provenance.accuracy
     row = _e2e_row(cal, "neusight-e2e", "calibrated", "scaled", "all")
     assert row is not None and tight.total_pct == row["mean_pct"] and "end-to-end protocol" in tight.total_basis
-    wide = predict(KernelTable.from_rows([covered, odd]), "SM90_H100", source="SM80_A100").provenance.accuracy
+    both = predict(KernelTable.from_rows([covered, odd]), "SM90_H100", source="SM80_A100")
+    assert both.flags is not None and both.flags[1] & perf.SHAPE_OUTSIDE and not both.flags[0]
+    wide = both.provenance.accuracy
     ops = _e2e_row(cal, "kernelbench", "target uncalibrated", "scaled", "all")
     assert ops is not None and wide.total_pct is not None and tight.total_pct is not None
     assert wide.total_pct > tight.total_pct + 0.2 * float(ops["mean_pct"])  # about half the time uncovered

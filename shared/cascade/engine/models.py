@@ -202,8 +202,8 @@ class ScaledModel:
             pred = np.where(measured, t_src, pred)
         elif cfg.bracket:  # physics first: inside what the kernel's work allows
             lo, hi = perf.ratio_bracket(w_src, w_tgt, src, target, cal.globals.sustained_clock_scale)
-            low, high = perf.bracket_ns(t_src, fs, ft, lo, hi)
-            held = measured & perf.bracket_applies(w, flags)
+            low, high = perf.bracket_ns(t_src, fs, ft, lo, hi, perf.latency_ratios(src, target))
+            held = measured & perf.bracket_applies(w, flags, t_src, ms.total_ns)
             # the target's roofline stays the floor (the work as counted cannot run faster)
             roof = perf.roofline_ns(w_tgt, target)
             pred = np.maximum(np.where(held, np.clip(pred, low, high), pred), roof)

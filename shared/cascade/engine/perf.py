@@ -573,9 +573,10 @@ def streams_weights(w: Workload) -> np.ndarray:
 #: 1.2 between architectures, never the 2-8x a wrong regime gives.
 ACHIEVABLE_SPREAD = 1.5
 
-#: A kernel whose source time is under this many microseconds may see its ratio pulled towards
-#: 1 by launch latency (its fixed time); longer ones keep to the bracket of their work.
-SHORT_KERNEL_US = 5.0
+#: A kernel whose measured work (source time less its fixed launch or harness time) is under this
+#: many microseconds is latency-bound: its ratio may follow the fixed-time, clock or DRAM latency
+#: ratio; longer ones keep to the bracket of their work.
+SHORT_KERNEL_US = 10.0
 
 
 def ratio_bracket(w_src: Workload, w_tgt: Workload, src: GPUSpec, target: GPUSpec,
@@ -610,32 +611,57 @@ def ratio_bracket(w_src: Workload, w_tgt: Workload, src: GPUSpec, target: GPUSpe
     return lo, hi
 
 
-def bracket_applies(w: Workload, flags: np.ndarray) -> np.ndarray:
+#: A GEMM whose measured source time is more than this factor off its source model ran a kernel
+#: that physics does not explain (a library's serial K loop where another GPU's splits K, a
+#: fallback kernel): its measured time says nothing of what the same work costs elsewhere, so
+#: the bracket does not hold it.
+UNEXPLAINED_FACTOR = 3.0
+
+
+def bracket_applies(w: Workload, flags: np.ndarray, t_src: np.ndarray | None = None,
+                    model_src: np.ndarray | None = None) -> np.ndarray:
     """Kernels a prediction must keep inside :func:`ratio_bracket`: every kernel but a GEMM that
     the calibration's fit covers (both GPUs calibrated, its shape cell in the fit data, its path
     unchanged: no extrapolation bit), whose fitted library behaviour (tile choice, split-K,
     under-filled waves) is measured and may reach past the physics of peaks. GEMVs and small-M
-    GEMMs are always held to it (no GEMM grid reaches their regime's physics from the fit)."""
-    return ~w.is_gemm | (flags != 0) | streams_weights(w)
+    GEMMs are always held to it (no GEMM grid reaches their regime's physics from the fit). A
+    GEMM (not a GEMV) whose measured source time (``t_src``) is more than :data:`UNEXPLAINED_FACTOR`
+    off the source model's (``model_src``) is not: the library ran something physics does not
+    describe."""
+    held = ~w.is_gemm | (flags != 0) | streams_weights(w)
+    if t_src is not None and model_src is not None:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            off = t_src / model_src
+        odd = np.isfinite(off) & ((off > UNEXPLAINED_FACTOR) | (off < 1.0 / UNEXPLAINED_FACTOR))
+        held &= ~(w.is_gemm & odd & ~streams_weights(w))
+    return held
 
 
-def bracket_ns(t_src: np.ndarray, fixed_src: float, fixed_tgt: float, lo: np.ndarray, hi: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray]:
+def bracket_ns(t_src: np.ndarray, fixed_src: float, fixed_tgt: float, lo: np.ndarray, hi: np.ndarray,
+               latency_ratios: tuple[float, ...] = ()) -> tuple[np.ndarray, np.ndarray]:
     """The least and most target time of each measured kernel: its fixed (launch or harness)
     time on the target plus its measured work (source time less the source's fixed time) x the
-    ratio bracket of :func:`ratio_bracket`. A kernel shorter than :data:`SHORT_KERNEL_US` may
-    also land anywhere between the two GPUs' fixed-time ratio and its work's bracket (launch
-    latency dominates it). NaN where the source time is unknown."""
+    ratio bracket of :func:`ratio_bracket`. A kernel whose work is under :data:`SHORT_KERNEL_US` is
+    latency-bound: it may also land anywhere its source time x the fixed-time ratio or any of
+    ``latency_ratios`` (the clock ratio, the DRAM latency ratio: :func:`latency_ratios`) takes it,
+    x :data:`ACHIEVABLE_SPREAD`. NaN where the source time is unknown."""
     work = np.maximum(np.nan_to_num(t_src, nan=0.0) - fixed_src, 0.0)
     low = fixed_tgt + work * lo
     high = fixed_tgt + work * hi
-    short = np.isfinite(t_src) & (t_src < SHORT_KERNEL_US * 1e3)
-    if short.any() and fixed_src > 0:
-        launch = t_src * (fixed_tgt / fixed_src)
-        low = np.where(short, np.minimum(low, launch), low)
-        high = np.where(short, np.maximum(high, launch), high)
+    # latency-bound: the work beyond the fixed (launch, harness) time is under a few microseconds
+    short = np.isfinite(t_src) & (work < SHORT_KERNEL_US * 1e3)
+    ratios = [*latency_ratios, *([fixed_tgt / fixed_src] if fixed_src > 0 else [])]
+    if short.any() and ratios:
+        low = np.where(short, np.minimum(low, t_src * min(ratios) / ACHIEVABLE_SPREAD), low)
+        high = np.where(short, np.maximum(high, t_src * max(ratios) * ACHIEVABLE_SPREAD), high)
     unknown = ~np.isfinite(t_src) | (t_src <= 0)
     return np.where(unknown, np.nan, low), np.where(unknown, np.nan, high)
+
+
+def latency_ratios(src: GPUSpec, target: GPUSpec) -> tuple[float, float]:
+    """Target / source time of a latency-bound kernel: the clock ratio (a dependent chain of
+    instructions) and the DRAM latency ratio (a dependent chain of loads)."""
+    return src.clock_hz / target.clock_hz, target.dram_latency_ns / src.dram_latency_ns
 
 
 def never_launch_bound(regime: np.ndarray, times: KernelTimes, t_src: np.ndarray,

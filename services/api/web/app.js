@@ -658,7 +658,9 @@ function expectedError(c) {
   if (!a) return "-";
   const text = a.mape_pct != null ? `±${a.mape_pct.toFixed(1)}% (MAPE)` : "not measured";
   const calib = a.target_calibrated ? "" : ' <span class="counterfactual">uncalibrated GPU</span>';
-  return `<span class="accuracy" title="${esc(a.basis || "")}">${text}</span>${calib}`;
+  const total = a.total_pct != null && a.total_pct > 0
+    ? ` <span class="accuracy" title="${esc(a.total_basis || "")}">whole trace ±${a.total_pct.toFixed(1)}%</span>` : "";
+  return `<span class="accuracy" title="${esc(a.basis || "")}">${text}</span>${total}${calib}`;
 }
 
 function extrapolatedCell(c) {

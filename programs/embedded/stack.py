@@ -43,6 +43,7 @@ from cascade.platform.settings import Settings, env_var
 from cascade.platform.storage import Storage
 from programs.embedded import nats as nats_conf
 from programs.embedded.binaries import nats_server_binary, weed_binary
+from programs.embedded.console import ConsoleMode, LogFollower
 from programs.embedded.locate import remember_stack
 from programs.embedded.ports import GRPC_OFFSET, port_is_free, wait_port
 from programs.embedded.procs import group_members, pid_alive, tail
@@ -329,6 +330,9 @@ class EmbeddedStack:
         start_timeout_s: float = 30.0,
         ready_timeout_s: float = 60.0,
         stop_grace_s: float = 10.0,
+        console: ConsoleMode = "off",
+        console_out: TextIO | None = None,
+        open_browser: bool = False,
     ) -> None:
         self.settings = settings
         self.layout = StackLayout(settings.data_dir)
@@ -347,6 +351,15 @@ class EmbeddedStack:
         self.services: list[SupervisedProcess] = []
         self.started_at = time.time()
         self.ready = False
+        #: Seconds from the start to the api answering /readyz (None until then).
+        self.ready_after_s: float | None = None
+        #: The one-time sign-in code of this start (None without a token or before the bus).
+        self.signin_code: str | None = None
+        self.open_browser = open_browser
+        self.console = LogFollower(
+            [(name, self.layout.log(name)) for name in self.service_names],
+            console_out if console_out is not None else sys.stderr, mode=console,
+            min_level=settings.log_level)
 
     # -- preparation ---------------------------------------------------------------
 
@@ -513,6 +526,7 @@ class EmbeddedStack:
             s3_secret_key=creds.s3_secret_key,
             api_tokens=tokens,
             data_dir=str(self.layout.root),
+            log_format="json",  # the log files stay JSON; the console renders them
         )
         self.log.info("starting embedded stack", data_dir=str(self.layout.root),
                       new_credentials=created)
@@ -540,6 +554,8 @@ class EmbeddedStack:
         await self._start_services()
         self.write_state()
         self.ready = await self._wait_ready(time.monotonic() + self.ready_timeout_s)
+        if self.ready:
+            self.ready_after_s = time.time() - self.started_at
         self.status = "up"
         self.write_state()
 
@@ -554,6 +570,10 @@ class EmbeddedStack:
             raise ComponentStartError("nats", str(exc), self.nats.log_path) from exc
         try:
             outcome = await bus.ensure_streams()
+            if self.credentials is not None:
+                from cascade.platform.signin import issue_code
+
+                self.signin_code = await issue_code(bus, self.credentials.api_token)
         except CascadeError as exc:
             raise ComponentStartError("nats", f"stream bootstrap failed: {exc}",
                                       self.nats.log_path) from exc
@@ -631,13 +651,27 @@ class EmbeddedStack:
 
     # -- foreground run ------------------------------------------------------------
 
+    @property
+    def signin_link(self) -> str | None:
+        """The one-time sign-in link of this start (None when there is no code)."""
+        from cascade.platform.signin import signin_url
+
+        return signin_url(self.http_url, self.signin_code) if self.signin_code else None
+
     def banner(self) -> str:
         """What ``cascade up`` prints once everything is started."""
         child = self.child_settings or self.settings
         token = self.credentials.api_token if self.credentials else "(none)"
+        after = f" in {self.ready_after_s:.1f} s" if self.ready_after_s is not None else ""
         lines = [
-            f"Cascade is up: {self.http_url}" + ("" if self.ready else
-                                                 f"  (api not ready yet; see {self.layout.log('api')})"),
+            f"Cascade is up{after}: {self.http_url}" + (
+                "" if self.ready else f"  (api not ready yet; see {self.layout.log('api')})"),
+        ]
+        if self.signin_link:
+            lines.append(f"  Sign in   : {self.signin_link}   (opens the UI signed in; works once)")
+        if child.samples:
+            lines.append("  Sample    : opt125m-h100-e2e, answering in the Request simulator and /v1")
+        lines += [
             f"  API token : {token}   (kept in {self.layout.credentials})",
             f"  NATS      : {child.nats_url}",
             f"  S3        : {child.s3_endpoint}  bucket {child.bucket}",
@@ -646,15 +680,26 @@ class EmbeddedStack:
         ]
         return "\n".join(lines)
 
+    def _open_browser(self) -> None:
+        import webbrowser
+
+        url = self.signin_link or self.http_url
+        if not webbrowser.open(url):
+            print(f"  (could not open a browser; open {url} yourself)", file=self.out, flush=True)
+
     async def run(self, stop: asyncio.Event) -> int:
         """Start, print the banner, supervise until ``stop`` is set, then stop everything."""
+        self.console.start()
         start = asyncio.create_task(self.start(), name="cascade-up-start")
         stopped = asyncio.create_task(stop.wait(), name="cascade-up-stop-signal")
         try:
             done, _ = await asyncio.wait({start, stopped}, return_when=asyncio.FIRST_COMPLETED)
             if start in done:
                 start.result()
+                self.console.poll()  # the start's lines before the banner
                 print(self.banner(), file=self.out, flush=True)
+                if self.open_browser:
+                    await asyncio.to_thread(self._open_browser)
                 await stopped
             else:
                 start.cancel()
@@ -667,6 +712,7 @@ class EmbeddedStack:
             stopped.cancel()
             failed = self.status == "failed"
             await self.stop()
+            await self.console.stop()
             if failed:
                 self.status = "failed"
                 self.write_state()

@@ -39,11 +39,11 @@ import msgspec
 from aiohttp import web
 
 from cascade.errors import CascadeError, ConflictError
+from cascade.gpus import default_registry
 from cascade.ids import check_token
 from cascade.platform import subjects
 from cascade.platform.keys import bundle_prefix
 from cascade.platform.log import get_logger
-from cascade.gpus import default_registry
 from cascade.platform.runstore import write_result
 from cascade.platform.samples import DEFAULT_SAMPLE, Sample, load_sample
 from cascade.platform.state import Provenance, RunRecord, SimRecord, TraceRecord

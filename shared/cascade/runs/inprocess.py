@@ -20,7 +20,13 @@ from cascade.engine.perf import FLAGS_DTYPE, REGIMES
 from cascade.engine.replay import StepTimes, replay
 from cascade.gpus import GPUSpec
 from cascade.kerneltable import KernelTable
-from cascade.runs.results import SimResult, StepResult, build_result, kernels_with_predictions, step_sequences
+from cascade.runs.results import (
+    SimResult,
+    StepResult,
+    build_result,
+    kernels_with_predictions,
+    step_sequences,
+)
 
 _REGIME_NAMES = np.asarray(REGIMES, dtype=object)
 

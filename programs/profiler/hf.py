@@ -40,6 +40,8 @@ from programs.profiler.hfsource import cached_snapshot, resolve_model
 DEFAULT_PROMPT = "Hello, my name is"
 #: OPT's tokenizer ids of DEFAULT_PROMPT: </s> Hello , Ġmy Ġname Ġis
 OPT_PROMPT_IDS = (2, 31414, 6, 127, 766, 16)
+#: Files of which a folder needs one to have a tokenizer.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 
 
 def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
@@ -113,8 +115,13 @@ class Recipe:
             if found is None:
                 raise OSError(f"no tokenizer files for {name} here")
             folder = found.parent if found.is_file() else found
+            if not any((folder / f).is_file() for f in TOKENIZER_FILES):
+                raise OSError(f"no tokenizer files in {folder}")
             tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-            return tok(self.args.prompt, return_tensors="pt").input_ids
+            ids = tok(self.args.prompt, return_tensors="pt").input_ids
+            if int(ids.numel()) == 0:
+                raise ValueError("the tokenizer gave no ids")
+            return ids
         except (OSError, ValueError, ImportError):  # no tokenizer files here: use known ids
             vocab = int(self.model.config.vocab_size)
             if self.args.prompt == DEFAULT_PROMPT and vocab > max(OPT_PROMPT_IDS):

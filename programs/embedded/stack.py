@@ -12,8 +12,8 @@ Layout of ``data_dir`` (``.cascade`` by default)::
     logs/<component>.log output of each child, appended
 
 Start order: NATS and S3 (in parallel), bucket + streams + KV bootstrap, then
-the services ``ingest, prepare, orchestrator, simulator, api``. Stop order is
-the reverse: services (last started first), then S3, then NATS, each with a
+the services ``ingest, prepare, orchestrator, simulator, api``. Stop order: the
+api, then the other services together, then S3 and NATS together, each with a
 bounded wait before SIGKILL. Children get their settings as ``CASCADE_*``
 environment variables (see :func:`child_environment`).
 """
@@ -635,17 +635,22 @@ class EmbeddedStack:
     # -- stop ----------------------------------------------------------------------
 
     async def stop(self) -> None:
-        """Stop services (reverse order), then S3, then NATS; idempotent."""
+        """Stop the api, then the other services together, then S3 and NATS; idempotent."""
         if self.status == "stopped":
             return
         self.status = "stopping"
         self.write_state()
-        for svc in reversed(self.services):
+        # the api first (no new work comes in), then the other services together: each hands
+        # back its own in-flight work and none waits on another
+        api = [svc for svc in self.services if svc.name == "api"]
+        for svc in api:
             await svc.stop(self.stop_grace_s)
-        for server in (self.s3, self.nats):
-            if server is not None:
-                await server.stop(self.stop_grace_s)
-                self.write_state()
+        await asyncio.gather(*(svc.stop(self.stop_grace_s) for svc in reversed(self.services)
+                               if svc not in api))
+        # the servers together: nothing uses either any more
+        await asyncio.gather(*(server.stop(self.stop_grace_s) for server in (self.s3, self.nats)
+                               if server is not None))
+        self.write_state()
         self.status = "stopped"
         self.write_state()
 

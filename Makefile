@@ -7,11 +7,12 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 TORCH_WHEELS ?= /opt/wheels
-# Tests run in parallel processes (pytest-xdist), a test file per process at a time (its module
-# fixtures stay shared); every server a test starts is on random ports. Most tests wait on
-# servers more than they compute, hence more workers than cores.
+# Tests run in parallel processes (pytest-xdist): the tests of a file together on one worker
+# (its module fixtures made once) but for the files tests/conftest.py spreads; every server a
+# test starts is on random ports. Most tests wait on servers more than they compute, hence
+# more workers than cores.
 PYTEST_WORKERS ?= 3
-PYTEST := $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=20
+PYTEST := $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=20
 
 .PHONY: run test test-unit test-integration test-e2e setup lint bench clean
 

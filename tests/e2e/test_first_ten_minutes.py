@@ -10,12 +10,14 @@ from __future__ import annotations
 import http.client
 import importlib.util
 import json
+import math
 import os
 import re
 import shlex
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -40,6 +42,24 @@ def section_commands() -> list[str]:
     assert len(blocks) == 2, "the section has its `make run` block and one block of commands"
     assert blocks[0].split()[:2] == ["make", "run"]
     return [line for line in blocks[1].splitlines() if line.strip()]
+
+
+def check_opt125m_trace(out: Path, *, new_tokens: int) -> None:
+    """The recipe's trace is OPT-125m's shape, recorded on the CPU (the hub unreachable)."""
+    chrome = json.loads((out / "timeline.pt.trace.json").read_text())
+    events = chrome["traceEvents"]
+    steps = [e["name"] for e in events if str(e.get("name", "")).startswith("step:")]
+    assert steps[0] == "step:prefill:tokens=6:context=6" and len(steps) == new_tokens
+    linear = [e["args"]["Input Dims"] for e in events
+              if e.get("name") == "aten::linear" and "Input Dims" in e.get("args", {})]
+    weights = Counter(tuple(d[1]) for d in linear)
+    # 12 layers x (q, k, v, out: 768x768; fc1 3072x768; fc2 768x3072) + the lm_head, per step
+    assert weights == {(768, 768): new_tokens * 12 * 4, (3072, 768): new_tokens * 12,
+                       (768, 3072): new_tokens * 12, (50272, 768): new_tokens}
+    tokens = [math.prod(d[0][:-1]) for d in linear if tuple(d[1]) == (3072, 768)]
+    assert tokens == [6] * 12 + [1] * 12 * (new_tokens - 1)  # the prompt's 6 tokens, then 1
+    baseline = json.loads((out / "baseline.json").read_text())
+    assert baseline["device"] == "cpu" and "facebook/opt-125m (random init)" in baseline["workload"]
 
 
 def _request(url: str, method: str = "GET", body: object = None,
@@ -173,6 +193,7 @@ def test_readme_first_ten_minutes(up: Up, tmp_path: Path) -> None:
         assert "Traceback" not in proc.stderr, proc.stderr
         outputs.append(proc.stdout)
     models, completion, scenario, _profile, imported = outputs
+    check_opt125m_trace(tmp_path / "opt125m-trace", new_tokens=8)
     ids = [m["id"] for m in json.loads(models)["data"]]
     assert ids == sorted(f"{SYNTHETIC}/{c}" for c in ("SM80_A100", "SM90_H100", "SM90_H200"))
     metrics = json.loads(completion)["metrics"]

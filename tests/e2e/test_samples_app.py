@@ -153,8 +153,10 @@ async def test_absent_with_samples_false(settings: Settings, own_bus: Bus, stora
     async with api(settings.replace(samples=False), own_bus, storage) as client:
         traces = (await (await client.get("/api/traces")).json())["traces"]
         runs = (await (await client.get("/api/runs")).json())["runs"]
+        models = (await (await client.get("/v1/models")).json())["data"]
     assert not [t for t in traces if t["id"] in (RECORDED_TRACE_ID, SYNTHETIC_TRACE_ID)]
-    assert not [r for r in runs if r["id"] == RECORDED_RUN_ID]
+    assert not [r for r in runs if r["id"] in (RECORDED_RUN_ID, SYNTHETIC_RUN_ID)]
+    assert models == []  # nothing simulated at start either
     kv = await own_bus.kv(subjects.KV_TRACES)
     assert await kv.get(RECORDED_TRACE_ID, TraceRecord) is None
 

@@ -514,6 +514,7 @@ class EmbeddedStack:
         self.credentials = creds
         _, nats_port = nats_conf.nats_host_port(self.settings.nats_url)
         s3_port = _url_port(self.settings.s3_endpoint, 8333)
+        picked = not self.layout.s3_ports.exists()
         seaweed = self._seaweed_ports(s3_port)
         await self._check_ports(nats_port, seaweed, self.settings.http_port,
                                 settle_s=10.0 if reaped else 0.0)
@@ -538,16 +539,29 @@ class EmbeddedStack:
         self.nats = SupervisedServer(
             "nats", nats_conf.nats_argv(nats_server_binary(), self.layout.nats_conf),
             self.layout.log("nats"), nats_port, go_env, logger=self.log, on_change=self.write_state)
-        self.s3 = SupervisedServer(
-            "s3", weed_mini_argv(weed_binary(), self.layout.s3_data, seaweed, self.layout.s3_config),
-            self.layout.log("s3"), s3_port, go_env, logger=self.log, on_change=self.write_state)
+        self.s3 = self._s3_server(seaweed, s3_port, go_env)
         await self.nats.start(supervise=False)
         await self.s3.start(supervise=False)
         self.write_state()
         remember_stack(self.layout.root, self.http_url)  # `cascade status` from any folder
 
         deadline = time.monotonic() + self.start_timeout_s
-        await asyncio.gather(self._bootstrap_bus(deadline), self._bootstrap_s3(deadline))
+        bus_done, s3_done = await asyncio.gather(self._bootstrap_bus(deadline),
+                                                 self._bootstrap_s3(deadline), return_exceptions=True)
+        if isinstance(bus_done, BaseException):
+            raise bus_done
+        if isinstance(s3_done, BaseException):
+            if not (picked and isinstance(s3_done, ComponentStartError)
+                    and "not available" in tail(self.layout.log("s3"), 5)):
+                raise s3_done
+            # a port picked for SeaweedFS was taken between the pick and its start (another
+            # process's connection, say): once more, on newly picked ports
+            self.log.warning("a SeaweedFS port was taken; starting it on other ports")
+            self.layout.s3_ports.unlink(missing_ok=True)
+            seaweed = self._seaweed_ports(s3_port)
+            self.s3 = self._s3_server(seaweed, s3_port, go_env)
+            await self.s3.start(supervise=False)
+            await self._bootstrap_s3(time.monotonic() + self.start_timeout_s)
         # from here on a server that dies is restarted (same ports, same data) like a service
         self.nats.supervise()
         self.s3.supervise()
@@ -558,6 +572,11 @@ class EmbeddedStack:
             self.ready_after_s = time.time() - self.started_at
         self.status = "up"
         self.write_state()
+
+    def _s3_server(self, seaweed: SeaweedPorts, s3_port: int, env: Mapping[str, str]) -> SupervisedServer:
+        return SupervisedServer(
+            "s3", weed_mini_argv(weed_binary(), self.layout.s3_data, seaweed, self.layout.s3_config),
+            self.layout.log("s3"), s3_port, env, logger=self.log, on_change=self.write_state)
 
     async def _bootstrap_bus(self, deadline: float) -> None:
         from cascade.platform.bus import connect

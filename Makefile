@@ -1,5 +1,6 @@
 # Cascade: two commands on a fresh machine.
-#   make run   -> venv + install + `cascade up` (embedded NATS, S3 and the five services, UI on :8080)
+#   make run   -> venv + install + `cascade up --open` (embedded NATS, S3 and the five services, UI on
+#                 :8080, opened signed in where there is a browser)
 #   make test  -> venv + install + the whole pytest suite in parallel, the 20 slowest tests last
 #                 (make test-unit / test-integration / test-e2e: one tier; PYTEST_WORKERS=1: serial)
 PYTHON ?= python3
@@ -32,7 +33,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/cascade up
+	$(BIN)/cascade up --open
 
 test: $(STAMP)
 	$(PYTEST) $(PYTEST_ARGS)

@@ -708,8 +708,11 @@ class EmbeddedStack:
         import webbrowser
 
         url = self.signin_link or self.http_url
-        if not webbrowser.open(url):
-            print(f"  (could not open a browser; open {url} yourself)", file=self.out, flush=True)
+        # without a display Python would try a console browser (lynx, w3m) on this terminal
+        graphical = sys.platform in ("darwin", "win32") or bool(
+            os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") or os.environ.get("BROWSER"))
+        if not graphical or not webbrowser.open(url):
+            print("  (no browser to open here: open the sign-in link above)", file=self.out, flush=True)
 
     async def run(self, stop: asyncio.Event) -> int:
         """Start, print the banner, supervise until ``stop`` is set, then stop everything."""

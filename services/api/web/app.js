@@ -27,6 +27,34 @@ function showBanner(html, kind = "error") {
 }
 function hideBanner() { $("#banner").hidden = true; }
 
+// ---- sign-in link: `cascade up` prints /?signin=CODE; the code is exchanged once for the token,
+// kept for this browser session, and removed from the address bar (and history) right away
+function markSignedIn() {
+  $("#token-box").classList.add("signed-in");
+  $("#token-box").title = "signed in for this browser session";
+}
+const signedIn = (async () => {
+  const url = new URL(location.href);
+  const code = url.searchParams.get("signin");
+  if (code === null) return false;
+  url.searchParams.delete("signin");
+  history.replaceState(history.state, "", url.pathname + url.search + url.hash);
+  try {
+    const res = await fetch("/api/signin", { method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ code }) });
+    const body = await res.json().catch(() => ({}));
+    if (!res.ok || !body.token) throw new Error(body.message || res.statusText);
+    tokenInput.value = body.token;
+    sessionStorage.setItem(TOKEN_KEY, body.token);
+    markSignedIn();
+    return true;
+  } catch (e) {
+    showBanner(`Not signed in: ${esc(e.message)}`, "token");
+    return false;
+  }
+})();
+if (tokenInput.value) markSignedIn();
+
 class ApiError extends Error {
   constructor(message, status, field) { super(message); this.status = status; this.field = field; }
   // the message without the field name in front (shown beside the field itself)

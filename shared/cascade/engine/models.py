@@ -151,10 +151,9 @@ class ScaledModel:
         fs, ft = fixed_times(t_src, src, target, cal, cfg.measurement)
         ps = cal.params_for(src, ctx.archs, cfg.measurement)
         pt = cal.params_for(target, ctx.archs, cfg.measurement)
-        if src.id != target.id and not (calibrated_in(cal, src.id, cfg.measurement)
-                                        and calibrated_in(cal, target.id, cfg.measurement)):
-            # streaming: no fit measured both GPUs' bandwidth fraction on this kind of time, so
-            # each reaches the same fraction (a memory-bound kernel scales by the bandwidth ratio)
+        if src.id != target.id and not calibrated_in(cal, target.id, cfg.measurement):
+            # streaming: no fit measured the target's bandwidth fraction on this kind of time, so
+            # it reaches the source's (a memory-bound kernel scales by the bandwidth ratio)
             pt = msgspec.structs.replace(pt, bw_eff=ps.bw_eff, family_bw=dict(ps.family_bw))
         # On GEMM paths where the target architecture has no tile policy fitted on its own
         # data (its library's choices unseen), the source is modelled with the target's rule

@@ -621,14 +621,16 @@ UNEXPLAINED_FACTOR = 3.0
 def bracket_applies(w: Workload, flags: np.ndarray, t_src: np.ndarray | None = None,
                     model_src: np.ndarray | None = None) -> np.ndarray:
     """Kernels a prediction must keep inside :func:`ratio_bracket`: every kernel but a GEMM that
-    the calibration's fit covers (both GPUs calibrated, its shape cell in the fit data, its path
-    unchanged: no extrapolation bit), whose fitted library behaviour (tile choice, split-K,
-    under-filled waves) is measured and may reach past the physics of peaks. GEMVs and small-M
+    the target's fit covers (the target calibrated, its shape cell in the fit data, its path
+    unchanged: no extrapolation bit but an uncalibrated source's), whose fitted library behaviour
+    (tile choice, split-K, under-filled waves) is measured and may reach past the physics of
+    peaks: it is the target's model that predicts such a GEMM (the source's measured deviation
+    carries over by the fitted transfer exponent only). GEMVs and small-M
     GEMMs are always held to it (no GEMM grid reaches their regime's physics from the fit). A
     GEMM (not a GEMV) whose measured source time (``t_src``) is more than :data:`UNEXPLAINED_FACTOR`
     off the source model's (``model_src``) is not: the library ran something physics does not
     describe."""
-    held = ~w.is_gemm | (flags != 0) | streams_weights(w)
+    held = ~w.is_gemm | ((flags & ~SOURCE_UNCALIBRATED) != 0) | streams_weights(w)
     if t_src is not None and model_src is not None:
         with np.errstate(invalid="ignore", divide="ignore"):
             off = t_src / model_src

@@ -3,7 +3,8 @@
 Endpoints:
 
 - ``POST /api/runs`` ``{trace_id, configs, replicas, model, options, name}`` -> 202 ``{id, state, run}``.
-- ``GET /api/runs`` -> ``{"runs": [RunRecord...]}`` (newest first).
+- ``GET /api/runs?limit=&cursor=&state=&name=`` -> ``{"runs": [RunRecord...], "next_cursor",
+  "total"}`` (newest first, paged).
 - ``GET /api/runs/{id}`` -> ``{"run": RunRecord, "sims": [SimRecord...]}``.
 - ``POST /api/runs/{id}/cancel`` -> 202 ``{id, state, cancel_requested}``.
 - ``GET /api/runs/{id}/events`` -> ``text/event-stream`` (see below).
@@ -43,7 +44,7 @@ import io
 import math
 import time
 from collections import OrderedDict
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 import msgspec
 import nats.errors
@@ -81,6 +82,7 @@ from cascade.platform.samples import is_recorded_run, list_samples, load_referen
 from cascade.platform.state import (
     TERMINAL_RUN_STATES,
     RunRecord,
+    RunStateName,
     SimRecord,
     SimStateName,
     TraceRecord,
@@ -95,10 +97,13 @@ from cascade.runs.results import SimResult, SimulatorProvenance
 from cascade.tableio import write_csv_text, write_table
 from services.api.http import doc, json_response, query_choice, query_int, read_json
 from services.api.keys import BUS, SETTINGS, STORAGE
+from services.api.paging import page_query, page_request
 from services.api.sim_models import install as install_models
 from services.api.sim_models import sim_models
 
 routes = web.RouteTableDef()
+
+RUN_STATES: tuple[str, ...] = get_args(RunStateName)
 
 HEARTBEAT_S = 15.0
 """Seconds between ``: ping`` comments on an idle event stream."""
@@ -137,9 +142,13 @@ class RunAccepted(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class RunList(msgspec.Struct, frozen=True, kw_only=True):
-    """Answer of GET /api/runs: every run, newest first."""
+    """Answer of GET /api/runs: one page of runs, newest first."""
 
     runs: list[RunRecord]
+    next_cursor: str | None = None
+    """Pass as ``cursor`` for the next page (null: this is the last)."""
+    total: int = 0
+    """Runs matching the filters, on every page together."""
 
 
 class RunDetail(msgspec.Struct, frozen=True, kw_only=True):
@@ -313,17 +322,15 @@ async def create_run(request: web.Request) -> web.Response:
 
 
 @routes.get("/api/runs")
-@doc(response=RunList, tags=("runs",))
+@doc(response=RunList, tags=("runs",), query=page_query("runs", list(RUN_STATES)),
+     responses={400: "bad limit, cursor, state or name"})
 async def list_runs(request: web.Request) -> web.Response:
-    """Every run, newest first: ``{"runs": [...]}``."""
-    models = sim_models(request.app)
-    if models.loaded():  # the KV-fed index: no consumer per request
-        records: list[RunRecord] = models.run_records()
-    else:
-        kv = await request.app[BUS].kv(subjects.KV_RUNS)
-        records = list((await kv.values(RunRecord)).values())
-    runs = sorted(records, key=lambda r: (r.created_at, r.id), reverse=True)
-    return json_response(RunList(runs=runs))
+    """Runs, newest first, a page at a time (``limit``, ``cursor``), optionally only one state
+    or those whose name, id or trace id contains ``name``: ``{"runs": [...], "next_cursor",
+    "total"}``."""
+    want = page_request(request, RUN_STATES)
+    page = sim_models(request.app).run_page(want)  # the KV-fed index: no consumer per request
+    return json_response(RunList(runs=page.items, next_cursor=page.next_cursor, total=page.total))
 
 
 @routes.get("/api/runs/{run_id}")
@@ -483,16 +490,19 @@ async def _stream_events(request: web.Request, bus: Any, run: RunRecord,
     )
     info = await bus.jsm.add_consumer(subjects.EVENTS_STREAM, config=config)
     name = info.name
+    bus.stats.consumer_opened("events")
     response = web.StreamResponse(headers={
         "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
         "X-Accel-Buffering": "no",
     })
-    await response.prepare(request)
-    sub = await bus.js.pull_subscribe_bind(durable=None, stream=subjects.EVENTS_STREAM, name=name)
-    runs_kv = await bus.kv(subjects.KV_RUNS)
+    sub: Any = None
     last_write = time.monotonic()
     last_kv_check = 0.0
     try:
+        await response.prepare(request)
+        sub = await bus.js.pull_subscribe_bind(durable=None, stream=subjects.EVENTS_STREAM,
+                                               name=name)
+        runs_kv = await bus.kv(subjects.KV_RUNS)
         if start_seq is None:
             await response.write(_frame("run", _run_view(run)))
         while True:
@@ -531,8 +541,10 @@ async def _stream_events(request: web.Request, bus: Any, run: RunRecord,
     except (ConnectionResetError, asyncio.CancelledError):
         pass
     finally:
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()
+        bus.stats.consumer_closed("events")
+        if sub is not None:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
         with contextlib.suppress(Exception):
             await bus.jsm.delete_consumer(subjects.EVENTS_STREAM, name)
     with contextlib.suppress(ConnectionResetError):

@@ -175,3 +175,29 @@ async def test_index_sees_other_writers_and_delete_purges(client: TestClient, bu
     await _json(client, f"/api/traces/{tid}", 404)
     listed = await _json(client, f"/api/traces?name={tid}")
     assert listed["traces"] == [] and listed["total"] == 0
+
+
+async def test_cli_lists_every_page(client: TestClient, seeded: Seeded) -> None:
+    import asyncio
+    import json
+    import sys
+
+    url = str(client.make_url("")).rstrip("/")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "programs.cli", "traces", "--url", url, "--name", seeded.tag,
+        "--limit", "150", "--all", "--json", stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()
+    pages = json.loads(out)
+    assert [len(p["traces"]) for p in pages] == [150, 150, 100]
+    assert {t["id"] for p in pages for t in p["traces"]} == set(seeded.trace_ids)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "programs.cli", "runs", "--url", url, "--name", seeded.tag,
+        "--state", "completed", "--limit", "5", stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()
+    lines = out.decode().splitlines()
+    assert len(lines) == 7 and lines[-1].startswith("5 of 250 runs; next page: --cursor ")
+    assert seeded.run_ids[0] in lines[1]

@@ -2,7 +2,7 @@
 trace's kernels from its bundle, without creating a JetStream consumer per request.
 
 Real nats-server and S3 (session fixtures); the state is written the way the services write
-it (``programs.bench.seed``).
+it (``programs.bench._seed``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from cascade.platform.settings import Settings
 from cascade.platform.state import TraceRecord
 from cascade.platform.storage import Storage
 from cascade.platform.tracestore import FileRecord, UnitRecord
-from programs.bench.seed import Seeded, big_table, seed_state
+from programs.bench._seed import Seeded, big_table, seed_state
 from services.api.app import create_app
 
 KERNELS = 30_000

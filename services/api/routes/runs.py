@@ -100,6 +100,7 @@ from services.api.keys import BUS, SETTINGS, STORAGE
 from services.api.paging import page_query, page_request
 from services.api.sim_models import install as install_models
 from services.api.sim_models import sim_models
+from services.api.spec_index import spec_index
 
 routes = web.RouteTableDef()
 
@@ -303,7 +304,7 @@ async def create_run(request: web.Request) -> web.Response:
     run_id = new_run_id()
     record, plan = await new_run(bus, run_id=run_id, trace_id=trace.id, configs=body.configs,
                                  replicas=body.replicas, model=body.model, replay=body.options,
-                                 name=body.name)
+                                 name=body.name, custom=await spec_index(request.app).fresh())
     if record.model == ACCELSIM:
         refuse_timeline_trace(trace.id, trace.kind)
         require(await asyncio.to_thread(discover_from, request.app[SETTINGS]), record.configs)

@@ -32,7 +32,6 @@ from cascade.platform import subjects
 from cascade.platform.bundlecache import cache_dir_for
 from cascade.platform.keys import bundles_prefix, raw_key, trace_prefix
 from cascade.platform.messages.trace import TraceCreated, TraceDeleted, TraceSealed, UploadReported
-from cascade.platform.specstore import load_custom_specs
 from cascade.platform.state import TraceRecord, TraceStateName
 from cascade.platform.storage import MAX_PARTS, MIN_PART_SIZE, Storage, UploadedPart
 from cascade.platform.tracestore import (
@@ -50,6 +49,8 @@ from services.api.http import doc, json_response, query_choice, query_int, read_
 from services.api.kernel_views import KernelViews
 from services.api.keys import BUS, SETTINGS, STORAGE
 from services.api.paging import page_query, page_request
+from services.api.spec_index import install as install_specs
+from services.api.spec_index import spec_index
 from services.api.trace_index import TraceIndex, trace_index
 from services.api.trace_index import install as install_traces
 
@@ -291,6 +292,7 @@ def setup(app: web.Application) -> None:
     """The trace index reads answer from, the kernel views of ready bundles, and the trace
     store writes go through (opened at startup)."""
     install_traces(app)
+    install_specs(app)
     app[KERNEL_VIEWS] = KernelViews(
         app[STORAGE], cache_dir_for(app[SETTINGS].data_path),
         columns=(*SUMMARY_COLUMNS, *BUNDLE_EXTRA_COLUMNS), build=_view_extras)
@@ -324,7 +326,7 @@ async def create_trace(request: web.Request) -> web.Response:
     body = await read_json(request, CreateTrace)
     spec = default_registry().resolve(body.source_gpu)
     if spec is None:  # custom specs (POST /api/configs) are valid sources too
-        custom = await load_custom_specs(request.app[BUS])
+        custom = await spec_index(request.app).fresh()
         spec = resolve_config(body.source_gpu, custom=custom, where="source_gpu").spec
     now = time.time()
     record = TraceRecord(

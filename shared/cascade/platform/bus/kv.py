@@ -230,3 +230,75 @@ def _to_bytes(value: Any) -> bytes:
     return encode(value)
 
 
+class KVMirror(Generic[T]):
+    """The current values of the keys matching ``pattern``, kept in memory by one watch
+    (restarted when it fails): reads answer from memory and create no consumer; :meth:`sync`
+    waits until every write made before it is in (one stream-info request)."""
+
+    def __init__(self, kv: KV, type_: type[T], pattern: str = ">") -> None:
+        self.kv = kv
+        self.pattern = pattern
+        self._dec = codec(type_)
+        self._values: dict[str, T] = {}
+        self._applied = 0
+        self.version = 0
+        """Bumped on every change (a cheap key for caches built from :meth:`values`)."""
+        self._loaded = asyncio.Event()
+        self._changed = asyncio.Condition()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self, timeout: float = 30.0) -> None:
+        """Start the watch; returns once the current values are in."""
+        self._task = asyncio.create_task(self._watch(), name=f"kv-mirror:{self.kv.bucket}")
+        await asyncio.wait_for(self._loaded.wait(), timeout)
+
+    async def stop(self) -> None:
+        """Stop the watch (idempotent)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+            self._task = None
+
+    def values(self) -> dict[str, T]:
+        """Key -> current value (a copy)."""
+        return dict(self._values)
+
+    async def sync(self, timeout: float = 2.0) -> bool:
+        """Wait (bounded) until every write made to the bucket before this call is applied."""
+        target = await self.kv.last_revision()
+        try:
+            async with self._changed:
+                await asyncio.wait_for(self._changed.wait_for(lambda: self._applied >= target),
+                                       timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    async def _watch(self) -> None:
+        while True:
+            try:
+                async with self.kv.watch_raw(self.pattern) as watcher:
+                    async for entry in watcher:
+                        if entry is None:
+                            self._loaded.set()
+                        else:
+                            self._apply(entry)
+                        async with self._changed:
+                            self._changed.notify_all()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - reconnects: watch again from the current values
+                await asyncio.sleep(1.0)
+
+    def _apply(self, entry: Any) -> None:
+        self._applied = max(self._applied, int(entry.revision or 0))
+        self.version += 1
+        if entry.operation in ("DEL", "PURGE") or not entry.value:
+            self._values.pop(entry.key, None)
+            return
+        try:
+            self._values[entry.key] = self._dec.decode(entry.value, what=f"{self.kv.bucket}/{entry.key}")
+        except Exception:  # noqa: BLE001 - an unreadable value is left out, the rest served
+            self._values.pop(entry.key, None)
+

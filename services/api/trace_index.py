@@ -102,10 +102,16 @@ class TraceIndex:
         while True:
             try:
                 async with kv.watch_raw(">") as watcher:
+                    seen: set[str] | None = set() if self._loaded.is_set() else None
                     async for entry in watcher:
                         if entry is None:
+                            if seen is not None:  # a watch again: what went meanwhile goes
+                                self._forget_unseen(seen)
+                                seen = None
                             self._loaded.set()
                         else:
+                            if seen is not None:
+                                seen.add(entry.key)
                             self._apply(entry.key, entry.operation, entry.value, entry.revision)
                         if self._loaded.is_set():
                             async with self._changed:
@@ -115,6 +121,18 @@ class TraceIndex:
             except Exception as exc:  # noqa: BLE001 - reconnects: watch again from the current values
                 log.warning("trace index watch failed, retrying", error=str(exc))
                 await asyncio.sleep(1.0)
+
+    def _forget_unseen(self, seen: set[str]) -> None:
+        """Drop what a fresh watch's current values no longer hold (deleted while the watch
+        was down, so no delete marker reached it)."""
+        for trace_id in [t.id for t in self.records.values() if t.id not in seen]:
+            self._apply(trace_id, "DEL", None, None)
+        for kind, table in (("files", self._files), ("units", self._units)):
+            for trace_id, entries in table.items():
+                for token in [t for t in entries if f"{trace_id}.{kind}.{t}" not in seen]:
+                    entries.pop(token, None)
+        for trace_id in [t for t in self._expected if f"{t}.expected" not in seen]:
+            self._expected.pop(trace_id, None)
 
     def _apply(self, key: str, operation: str | None, value: bytes | None, revision: int | None) -> None:
         self._applied = max(self._applied, int(revision or 0))

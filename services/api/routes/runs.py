@@ -477,40 +477,110 @@ def parse_last_event_id(value: str, field: str = "Last-Event-ID") -> int:
     return int(text) + 1
 
 
+class _EventFeed:
+    """A run's events from the CASCADE stream through one ephemeral consumer (memory, one
+    replica: it lives on one NATS node). When that node goes away (a cluster node lost, the
+    server restarted) the consumer is opened again right after the last sequence taken, so the
+    client's stream goes on without a gap or a repeat."""
+
+    def __init__(self, bus: Any, filters: list[str], start_seq: int | None) -> None:
+        self.bus = bus
+        self.filters = filters
+        self.next_seq = start_seq
+        """Sequence to start from when (re)opened (None: the stream's first)."""
+        self.name = ""
+        self.sub: Any = None
+        self.broken_since: float | None = None
+
+    async def open(self) -> None:
+        config = jsapi.ConsumerConfig(
+            ack_policy=jsapi.AckPolicy.NONE,
+            deliver_policy=(jsapi.DeliverPolicy.BY_START_SEQUENCE if self.next_seq
+                            else jsapi.DeliverPolicy.ALL),
+            opt_start_seq=self.next_seq,
+            filter_subjects=self.filters,
+            inactive_threshold=30.0,
+            mem_storage=True,
+            num_replicas=1,
+        )
+        info = await self.bus.jsm.add_consumer(subjects.EVENTS_STREAM, config=config)
+        self.name = info.name
+        self.bus.stats.consumer_opened("events")
+        try:
+            self.sub = await self.bus.js.pull_subscribe_bind(
+                durable=None, stream=subjects.EVENTS_STREAM, name=self.name)
+        except BaseException:
+            await self.close()
+            raise
+        self.broken_since = None
+
+    async def close(self) -> None:
+        if not self.name:
+            return
+        self.bus.stats.consumer_closed("events")
+        name, sub = self.name, self.sub
+        self.name, self.sub = "", None
+        if sub is not None:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        with contextlib.suppress(Exception):
+            await self.bus.jsm.delete_consumer(subjects.EVENTS_STREAM, name)
+
+    async def fetch(self) -> list[Any]:
+        """The next messages (none after a second without any); a lost consumer is replaced."""
+        if self.sub is None:
+            try:
+                await self.open()
+            except (nats.errors.Error, TimeoutError, OSError):
+                await asyncio.sleep(0.5)
+                return []
+        try:
+            msgs = await self.sub.fetch(256, timeout=1.0)
+        except (TimeoutError, nats.errors.TimeoutError):
+            return []
+        except (nats.errors.Error, OSError):
+            self.broken_since = self.broken_since or time.monotonic()
+            await self.close()
+            await asyncio.sleep(0.5)
+            return []
+        if msgs:
+            self.next_seq = msgs[-1].metadata.sequence.stream + 1
+        return list(msgs)
+
+    async def pending(self) -> int | None:
+        """Messages not yet fetched (None when unknown)."""
+        if self.sub is None:
+            return None
+        try:
+            info = await self.sub.consumer_info()
+        except (nats.errors.Error, TimeoutError, OSError):
+            return None
+        return int(info.num_pending)
+
+
+#: Seconds an event stream waits for its lost consumer to come back before it ends (the
+#: client then reconnects, to this replica or another, with Last-Event-ID).
+FEED_LOST_S = 30.0
+
+
 async def _stream_events(request: web.Request, bus: Any, run: RunRecord,
                          start_seq: int | None) -> web.StreamResponse:
     filters = [subjects.run_events(run.id), *(subjects.sim_events(s) for s in run.sim_ids)]
-    config = jsapi.ConsumerConfig(
-        ack_policy=jsapi.AckPolicy.NONE,
-        deliver_policy=jsapi.DeliverPolicy.BY_START_SEQUENCE if start_seq else jsapi.DeliverPolicy.ALL,
-        opt_start_seq=start_seq,
-        filter_subjects=filters,
-        inactive_threshold=30.0,
-        mem_storage=True,
-        num_replicas=1,
-    )
-    info = await bus.jsm.add_consumer(subjects.EVENTS_STREAM, config=config)
-    name = info.name
-    bus.stats.consumer_opened("events")
+    feed = _EventFeed(bus, filters, start_seq)
+    await feed.open()
     response = web.StreamResponse(headers={
         "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
         "X-Accel-Buffering": "no",
     })
-    sub: Any = None
     last_write = time.monotonic()
     last_kv_check = 0.0
     try:
         await response.prepare(request)
-        sub = await bus.js.pull_subscribe_bind(durable=None, stream=subjects.EVENTS_STREAM,
-                                               name=name)
         runs_kv = await bus.kv(subjects.KV_RUNS)
         if start_seq is None:
             await response.write(_frame("run", _run_view(run)))
         while True:
-            try:
-                msgs = await sub.fetch(256, timeout=1.0)
-            except (TimeoutError, nats.errors.TimeoutError):
-                msgs = []
+            msgs = await feed.fetch()
             finished = False
             for msg in msgs:
                 seq = msg.metadata.sequence.stream
@@ -528,12 +598,14 @@ async def _stream_events(request: web.Request, bus: Any, run: RunRecord,
             if finished:
                 break
             now = time.monotonic()
-            if not msgs and now - last_kv_check >= 2.0:
+            if feed.broken_since is not None and now - feed.broken_since > FEED_LOST_S:
+                break
+            if not msgs and feed.sub is not None and now - last_kv_check >= 2.0:
                 last_kv_check = now
-                entry = await runs_kv.get(run.id, RunRecord)
-                if entry is not None and entry.value.state in TERMINAL_RUN_STATES:
-                    pending = await sub.consumer_info()
-                    if not pending.num_pending:
+                with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
+                    entry = await runs_kv.get(run.id, RunRecord)
+                    if (entry is not None and entry.value.state in TERMINAL_RUN_STATES
+                            and await feed.pending() == 0):
                         await response.write(_frame("run", _run_view(entry.value)))
                         break
             if now - last_write >= HEARTBEAT_S:
@@ -542,12 +614,7 @@ async def _stream_events(request: web.Request, bus: Any, run: RunRecord,
     except (ConnectionResetError, asyncio.CancelledError):
         pass
     finally:
-        bus.stats.consumer_closed("events")
-        if sub is not None:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
-        with contextlib.suppress(Exception):
-            await bus.jsm.delete_consumer(subjects.EVENTS_STREAM, name)
+        await feed.close()
     with contextlib.suppress(ConnectionResetError):
         await response.write_eof()
     return response

@@ -114,15 +114,19 @@ ModelName = Annotated[str, msgspec.Meta(extra_json_schema={"enum": model_names()
 """A kernel model by name, with its default settings (the names come from the model registry)."""
 
 
+ConfigName = Annotated[str, msgspec.Meta(extra_json_schema={"enum": known_gpu_names()})]
+"""A built-in GPU spec id or alias (a stored custom spec's name is accepted too)."""
+InlineSpec = Annotated[dict[str, Any], msgspec.Meta(
+    extra_json_schema={"$ref": "#/components/schemas/GPUSpec"})]
+"""A custom GPU spec given inline."""
+
+
 class CreateRun(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Body of POST /api/runs."""
 
     trace_id: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
     """A ready trace."""
-    configs: Annotated[list[str | dict[str, Any]], msgspec.Meta(
-        min_length=1, max_length=64, extra_json_schema={"items": {"anyOf": [
-            {"type": "string", "enum": known_gpu_names()},
-            {"$ref": "#/components/schemas/GPUSpec"}]}})]
+    configs: Annotated[list[ConfigName | InlineSpec], msgspec.Meta(min_length=1, max_length=64)]
     """GPU spec ids / aliases / custom spec names, or custom specs given inline."""
     replicas: Annotated[int, msgspec.Meta(ge=1, le=MAX_REPLICAS)] = 1
     """Independent simulations per configuration."""

@@ -7,9 +7,10 @@ replicas and ``--simulators`` pool simulators, every one a process with its own 
 directory), stores a ready ``--kernels``-kernel timeline trace and starts one run of
 ``--configs`` x ``--replicas`` sims through api-0, paced by ``--chunk-delay``. ``--sse-clients``
 clients follow the run's event stream from api-1; a client whose stream breaks reconnects to
-the other replica with ``Last-Event-ID``. Once sims are running, one NATS node (``--node``) is
-killed with SIGKILL and started again ``--down`` seconds later; then api-1 is killed the same
-way while the clients stream from it.
+the other replica with ``Last-Event-ID``. Once sims are running, one NATS node (``--node``;
+by default the one holding the SSE streams' JetStream consumers) is killed with SIGKILL and
+started again ``--down`` seconds later; then api-1 is killed the same way while the clients
+stream from it.
 
 Printed: whether the run completed, sims with a result, results and completion events
 duplicated or missing (S3 objects per sim, ``cascade.sim.{id}.completed`` messages per sim),
@@ -44,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds between a sim's chunks (about 100 chunks; default 0.04)")
     parser.add_argument("--sse-clients", type=int, default=4, help="SSE clients on api-1 (default 4)")
     parser.add_argument("--node", type=int, default=-1,
-                        help="NATS node to kill (0-2; default: a seeded random one)")
+                        help="NATS node to kill (0-2; default: the one holding the SSE streams' "
+                             "consumers)")
     parser.add_argument("--down", type=float, default=3.0,
                         help="seconds a killed part stays down (default 3)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the node choice (default 0)")
@@ -243,13 +245,18 @@ async def scenario(topology: Any, args: argparse.Namespace) -> dict[str, Any]:
     clients = [SSEClient(bases, run_id) for _ in range(args.sse_clients)]
     followers = [asyncio.create_task(c.follow(deadline)) for c in clients]
     faults: list[dict[str, Any]] = []
+    opened = 0
 
     def running(d: dict[str, Any]) -> bool:
         return bool(sum(s["state"] == "running" for s in d.get("sims", [])) >= 2)
 
     await _poll_run(topology, run_id, running, deadline)
-    node = args.node if args.node >= 0 else random.Random(args.seed).randrange(3)
+    hosts = await sse_consumer_hosts(topology, run_id)
+    node = args.node if args.node >= 0 else (
+        hosts[0] if hosts else random.Random(args.seed).randrange(3))
     for part in (f"nats-{node}", "api-1"):
+        if part == "api-1":  # before it goes: did its streams replace the consumers lost?
+            opened = await asyncio.to_thread(_events_opened, topology.api_url(1))
         t_kill = time.monotonic()
         done_before = sum(s["state"] == "completed" for s in
                           (await _poll_run(topology, run_id, lambda d: True, deadline)).get("sims", []))
@@ -271,7 +278,45 @@ async def scenario(topology: Any, args: argparse.Namespace) -> dict[str, Any]:
         task.cancel()
     result = await check(topology, final["run"], clients)
     return {"run_id": run_id, "run_state": final.get("run", {}).get("state"),
-            "run_s": time.monotonic() - started, "faults": faults, **result}
+            "run_s": time.monotonic() - started, "faults": faults, "nats_node": node,
+            "node_held_sse_consumers": node in hosts,
+            "sse_consumers_reopened": max(0, opened - len(clients)), **result}
+
+
+async def sse_consumer_hosts(topology: Any, run_id: str, timeout: float = 10.0) -> list[int]:
+    """The NATS nodes (0-2) holding the run's SSE consumers, most used first (each stream's
+    consumer lives on one node)."""
+    from cascade.platform import subjects
+    from cascade.platform.bus import connect
+
+    bus = await connect(topology.settings(), name="cascade-bench-cluster-probe")
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            counts: dict[int, int] = {}
+            for info in await bus.jsm.consumers_info(subjects.EVENTS_STREAM):
+                filters = info.config.filter_subjects or []
+                if any(run_id in f for f in filters) and info.cluster and info.cluster.leader:
+                    node = int(str(info.cluster.leader).rsplit("-", 1)[-1])
+                    counts[node] = counts.get(node, 0) + 1
+            if counts:
+                return sorted(counts, key=lambda n: -counts[n])
+            await asyncio.sleep(0.2)
+        return []
+    finally:
+        await bus.close()
+
+
+def _events_opened(base: str) -> int:
+    """JetStream consumers the api at ``base`` opened for event streams so far (its /metrics)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{base}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    for line in text.splitlines():
+        if line.startswith('cascade_bus_jetstream_consumers_created_total{purpose="events"}'):
+            return int(float(line.rsplit(" ", 1)[1]))
+    return 0
 
 
 def healthy(result: dict[str, Any]) -> bool:
@@ -287,6 +332,9 @@ def print_result(r: dict[str, Any], args: argparse.Namespace, startup_s: float) 
           f"simulators; started in {startup_s:.1f} s")
     print(f"  run {r['run_id']}: {r['run_state']} in {r['run_s']:.1f} s, {r['with_result']} of "
           f"{r['sims']} sims with a result, {r['duplicated']} duplicated, {r['missing']} missing")
+    held = "held" if r["node_held_sse_consumers"] else "did not hold"
+    print(f"  NATS node {r['nats_node']} {held} the SSE streams' consumers; api-1 opened "
+          f"{r['sse_consumers_reopened']} consumers again after it went")
     for f in r["faults"]:
         print(f"  kill -9 {f['part']} at {f['at_s']:.1f} s, back after {f['down_s']:g} s: "
               f"next sim completed {f['progressed_after_s']:.1f} s after the kill")

@@ -48,6 +48,7 @@ from typing import Annotated, Any, get_args
 
 import msgspec
 import nats.errors
+import nats.js.errors
 from aiohttp import web
 from nats.js import api as jsapi
 
@@ -495,6 +496,7 @@ class _EventFeed:
         self.name = ""
         self.sub: Any = None
         self.broken_since: float | None = None
+        self.checked_at = time.monotonic()
 
     async def open(self) -> None:
         config = jsapi.ConsumerConfig(
@@ -541,15 +543,34 @@ class _EventFeed:
         try:
             msgs = await self.sub.fetch(256, timeout=1.0)
         except (TimeoutError, nats.errors.TimeoutError):
+            # a consumer whose node restarted is gone without an error on fetch: ask for it
+            if time.monotonic() - self.checked_at >= CONSUMER_CHECK_S and not await self.alive():
+                await self._lost()
             return []
         except (nats.errors.Error, OSError):
-            self.broken_since = self.broken_since or time.monotonic()
-            await self.close()
-            await asyncio.sleep(0.5)
+            await self._lost()
             return []
+        self.checked_at = time.monotonic()
         if msgs:
             self.next_seq = msgs[-1].metadata.sequence.stream + 1
         return list(msgs)
+
+    async def alive(self) -> bool:
+        """Whether the server still has the consumer (a slow answer counts as alive)."""
+        self.checked_at = time.monotonic()
+        try:
+            await self.sub.consumer_info()
+        except (nats.js.errors.NotFoundError, nats.js.errors.ServiceUnavailableError,
+                nats.errors.NoRespondersError):
+            return False
+        except (nats.errors.Error, TimeoutError, OSError):
+            return True
+        return True
+
+    async def _lost(self) -> None:
+        self.broken_since = self.broken_since or time.monotonic()
+        await self.close()
+        await asyncio.sleep(0.5)
 
     async def pending(self) -> int | None:
         """Messages not yet fetched (None when unknown)."""
@@ -562,6 +583,8 @@ class _EventFeed:
         return int(info.num_pending)
 
 
+#: Seconds without a message after which an event stream asks whether its consumer still exists.
+CONSUMER_CHECK_S = 3.0
 #: Seconds an event stream waits for its lost consumer to come back before it ends (the
 #: client then reconnects, to this replica or another, with Last-Event-ID).
 FEED_LOST_S = 30.0

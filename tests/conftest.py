@@ -6,11 +6,28 @@ from __future__ import annotations
 
 import importlib.util
 
+import pytest
+
 pytest_plugins = [
     name
     for name in ("tests.support.fixtures_nats", "tests.support.fixtures_s3", "tests.support.fixtures_api")
     if importlib.util.find_spec(name) is not None
 ]
+
+
+#: Files whose tests each start their own servers and share no module fixture: under
+#: ``pytest -n N --dist loadgroup`` (``make test``) they spread over the workers; every other
+#: file's tests stay together on one worker, so its module fixtures are made once.
+SPREAD_FILES = frozenset({"tests/e2e/test_embedded.py", "tests/integration/test_validate.py",
+                          "tests/integration/test_runs.py"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group each test with its file for pytest-xdist, but for :data:`SPREAD_FILES`."""
+    for item in items:
+        rel = item.path.relative_to(config.rootpath).as_posix()
+        if rel not in SPREAD_FILES:
+            item.add_marker(pytest.mark.xdist_group(rel))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):  # type: ignore[no-untyped-def]

@@ -1,4 +1,5 @@
-"""`cascade gpus [--json] [--specs DIR]`: list known GPU specs."""
+"""`cascade gpus [--json] [--specs DIR]`: list known GPU specs and the Accel-Sim config that
+serves each (CASCADE_ACCELSIM_CONFIGS, paired by :mod:`cascade.gpus.accelsim_names`)."""
 
 from __future__ import annotations
 
@@ -23,15 +24,16 @@ def run(args: argparse.Namespace) -> int:
     if args.specs:
         reg.load_dir(args.specs)
     specs = list(reg)
-    from cascade.platform.accelsim import discover
+    from cascade.platform.accelsim import discover_from
     from cascade.platform.settings import load_settings
 
     settings = load_settings()
-    def resolve(name: str) -> str:
-        spec = reg.resolve(name)
-        return spec.id if spec is not None else name
 
-    setup = discover(settings.accelsim_bin, settings.accelsim_configs, resolve=resolve)
+    def resolve(name: str) -> str | None:
+        spec = reg.resolve(name)
+        return spec.id if spec is not None else None
+
+    setup = discover_from(settings, resolve=resolve)
     base = ["auto", "scaled", "analytical", "roofline"]
 
     def models(spec_id: str) -> list[str]:
@@ -39,11 +41,19 @@ def run(args: argparse.Namespace) -> int:
 
     if args.json:
         out = [msgspec.to_builtins(s) | {"spec_hash": s.spec_hash(), "models": models(s.id),
-                                         "accelsim": setup.can_run(s.id)} for s in specs]
+                                         "accelsim": setup.can_run(s.id),
+                                         "accelsim_config": msgspec.to_builtins(setup.serving(s.id))}
+               for s in specs]
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(out), indent=2).decode() + "\n")
         return 0
     from rich.console import Console
     from rich.table import Table
+
+    def served(spec_id: str) -> str:
+        got = setup.serving(spec_id)
+        if got.config is None:
+            return "none"
+        return f"{got.config} ({got.relation})"
 
     table = Table(title="GPU specs")
     for col in ("id", "name", "sm", "SMs", "MHz", "mem GB", "GB/s", "L2 MB", "FP32 TF", "FP16 TC TF",
@@ -53,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(s.id, s.name, str(s.sm_version), str(s.sms), f"{s.boost_clock_mhz:g}",
                       f"{s.memory_gb:g}", f"{s.memory_bandwidth_gbps:g}", f"{s.l2_mb:g}",
                       f"{s.fp32_tflops:g}", f"{s.tensor_tflops.get('fp16', 0):g}",
-                      "yes" if setup.can_run(s.id) else "-", ", ".join(s.aliases[:2]))
+                      served(s.id), ", ".join(s.aliases[:2]))
     Console(width=200).print(table)
     runnable = setup.runnable()
     print(f"accel-sim model: {'configs ' + ', '.join(runnable) if runnable else 'not available'}"

@@ -84,6 +84,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
                    help="after sealing, wait up to SECONDS for the trace to be ready")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--run", default=None, metavar="CONFIGS",
+                   help="once the trace is ready, simulate it on these GPU configs (comma-"
+                        "separated spec ids, e.g. SM90_H100,SM90_H200,SM80_A100), wait for the "
+                        "run and print each config's predicted end-to-end time (needs --wait)")
     p.set_defaults(func=main)
 
 
@@ -320,11 +324,36 @@ async def run_import(args: argparse.Namespace) -> dict[str, Any]:
             if args.wait > 0:
                 final = await api.wait_for_state(trace_id, {"ready", "incomplete", "failed"},
                                                  timeout=args.wait)
-    return {"trace_id": trace_id, "name": final.get("name", name), "uploaded": len(todo),
+        run = None
+        if getattr(args, "run", None) and final.get("state") == "ready":
+            run = await _run_on(api, trace_id, [c.strip() for c in args.run.split(",") if c.strip()],
+                                timeout=max(float(args.wait), 60.0))
+    return {"run": run, "trace_id": trace_id, "name": final.get("name", name), "uploaded": len(todo),
             "skipped": skipped, "skipped_files": skipped_files, "state": final.get("state"),
             "kernels_prepared": final.get("kernels_prepared"),
             "kernels_total": final.get("kernels_total"), "errors": final.get("errors", []),
             "warnings": final.get("warnings", []), "state_file": str(state_path)}
+
+
+async def _run_on(api: CascadeClient, trace_id: str, configs: list[str], *,
+                  timeout: float) -> dict[str, Any]:
+    """Start a run of ``trace_id`` on ``configs``, wait (bounded) for it to end; its results."""
+    started = await api.request("POST", "/api/runs", json={"trace_id": trace_id, "configs": configs})
+    run_id = started["id"]
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        detail = await api.request("GET", f"/api/runs/{run_id}")
+        state = detail["run"]["state"]
+        if state in ("completed", "failed", "cancelled"):
+            break
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(f"run {run_id} still {state} after {timeout:g} s; follow it in the "
+                               f"web UI or GET /api/runs/{run_id}")
+        await asyncio.sleep(0.25)
+    results = await api.request("GET", f"/api/runs/{run_id}/results") if state == "completed" else {}
+    return {"id": run_id, "state": state, "error": detail["run"].get("error"),
+            "configs": [{"config": c["config"], "predicted_e2e_ms": c.get("predicted_e2e_ms")}
+                        for c in results.get("configs", [])]}
 
 
 async def _upload_all(api: CascadeClient, trace_id: str, targets: list[dict[str, Any]],
@@ -395,4 +424,15 @@ def main(args: argparse.Namespace) -> int:
     if summary["state"] in ("ready", "failed"):
         for err in summary.get("errors", [])[:20]:
             print(f"error: {err}")
+    run = summary.get("run")
+    if run is not None:
+        figures = ", ".join(f"{c['config']} {c['predicted_e2e_ms']:.2f} ms" for c in run["configs"]
+                            if c["predicted_e2e_ms"] is not None)
+        print(f"run {run['id']} {run['state']}" + (f": predicted end to end {figures}" if figures else "")
+              + (f" ({run['error']})" if run.get("error") else ""))
+        if run["state"] != "completed":
+            return 1
+    elif getattr(args, "run", None):
+        print(f"not run: the trace is {summary['state']}" + ("" if args.wait else " (pass --wait)"))
+        return 1
     return 0 if summary["state"] not in ("failed", "incomplete") else 1

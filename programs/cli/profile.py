@@ -125,7 +125,10 @@ def options_from_args(args: argparse.Namespace) -> Any:
         command = command[1:]
     recipe = False
     if command[:1] == ["hf"]:
+        from programs.profiler.hfsource import resolve_model
+
         hf = hf_parser().parse_args(command[1:])
+        resolve_model(hf.model, random_init=hf.random_init)  # one line now, not a traceback later
         for key, value in vars(hf).items():
             if key in ("model", "random_init", "tokenizer", "prompt", "max_new_tokens", "repeats",
                        "warmup", "device", "dtype"):

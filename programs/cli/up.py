@@ -19,11 +19,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         description=(
             "Start the embedded stack: nats-server (JetStream) and SeaweedFS with data under "
             "CASCADE_DATA_DIR (.cascade), then the ingest, prepare, orchestrator, simulator "
-            "and api services, restarted if they crash. Prints the UI URL and the API token."
+            "and api services, restarted if they crash. Prints the UI URL, a one-time sign-in "
+            "link (the browser it opens has the API token) and the API token, then one short "
+            "line per service event; the services' full JSON logs are in DATA_DIR/logs."
         ),
     )
     up.add_argument("--data-dir", help="data directory (default: CASCADE_DATA_DIR or .cascade)")
     up.add_argument("--port", type=int, help="api / web UI port (default: CASCADE_HTTP_PORT or 8080)")
+    up.add_argument("--open", action="store_true", dest="open_browser",
+                    help="open the one-time sign-in link in a browser once the stack is up")
+    up.add_argument("--log-format", choices=("human", "json"),
+                    help="console lines: short lines for people (default) or the services' JSON "
+                         "lines as written to their log files (default json when "
+                         "CASCADE_LOG_FORMAT=json)")
     up.set_defaults(func=run_up)
 
     status = subparsers.add_parser(
@@ -63,11 +71,14 @@ def _settings(args: argparse.Namespace) -> Any:
 def run_up(args: argparse.Namespace) -> int:
     """Run the embedded stack until SIGINT/SIGTERM; exit 0 after a clean stop."""
     from cascade.platform.log import configure_logging
+    from programs.embedded.console import ConsoleMode
     from programs.embedded.stack import EmbeddedStack
 
     settings = _settings(args)
-    configure_logging(settings, "cascade-up")
-    stack = EmbeddedStack(settings)
+    fmt: ConsoleMode = "json" if (args.log_format or settings.log_format) == "json" else "human"
+    configure_logging(settings.replace(log_format="json" if fmt == "json" else "console"),
+                      "cascade-up", human=True)
+    stack = EmbeddedStack(settings, console=fmt, open_browser=args.open_browser)
 
     async def main() -> int:
         stop = asyncio.Event()

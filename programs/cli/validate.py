@@ -21,6 +21,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         "without whole regions of the shape space and score only them, per region and GPU "
                         "pair, roofline beside scaled (about 2 minutes per refit; octave has two)")
     p.add_argument("--evals", type=int, default=400, help="objective evaluations per search of --shift refits")
+    p.add_argument("--e2e", action="store_true",
+                   help="end-to-end protocol instead: whole models (DIR/neusight-e2e) and single operators "
+                        "(DIR/kernelbench) predicted into every other GPU with a measured total, with and "
+                        "without the target's own calibration, the ratio roofline beside (seconds)")
+    p.add_argument("--record", metavar="FILE",
+                   help="with --e2e: write the summary into this calibration JSON's metrics "
+                        "(end_to_end), the figures whole-trace predictions then quote")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     from cascade.fitting.options import add_model_options
 
@@ -41,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
     if args.specs:
         reg.load_dir(args.specs)
     cal = load_calibration(args.calibration) if args.calibration else load_calibration()
+    if args.e2e:
+        return _end_to_end(args, cal, reg)
     skipped: list[str] = []
     sets = discover(args.data, reg, skipped=skipped)
     for message in skipped:
@@ -89,3 +98,71 @@ def _shifted(args: argparse.Namespace, sets: list) -> int:  # type: ignore[type-
         return 0
     sys.stdout.write(markdown_table(rows) + "\n\n" + shift_summary(rows) + "\n")
     return 0
+
+
+def _end_to_end(args: argparse.Namespace, cal: object, reg: object) -> int:
+    """The end-to-end protocol (:mod:`cascade.fitting.e2e`): tables per data set and variant."""
+    from pathlib import Path
+
+    from cascade.calibration import Calibration, load_calibration, save_calibration
+    from cascade.errors import ValidationError
+    from cascade.fitting import e2e
+    from cascade.gpus import GPURegistry
+
+    assert isinstance(cal, Calibration) and isinstance(reg, GPURegistry)
+    root = Path(args.data)
+    whole_dir, ops_file = root / "neusight-e2e", root / "kernelbench" / "kernelbench_level1.csv"
+    if not whole_dir.is_dir() and not ops_file.is_file():
+        raise ValidationError(f"{root}: neither neusight-e2e/ nor kernelbench/kernelbench_level1.csv is there "
+                              "(point --data at ../shared/data/measured)", field="data")
+    runs = e2e.load_neusight_e2e(whole_dir, reg) if whole_dir.is_dir() else []
+    whole = e2e.whole_cells(runs, cal, reg)
+    operators = e2e.operator_cells(e2e.load_kernelbench(ops_file, reg), cal, reg) if ops_file.is_file() else []
+    summary = e2e.summarize(whole, operators)
+    anchored = e2e.summarize(whole, [], anchored=True)
+    if args.record:
+        target = load_calibration(args.record)
+        metrics = dict(target.metrics)
+        metrics["end_to_end"] = e2e.metrics_rows(summary)
+        metrics["end_to_end_anchored"] = e2e.metrics_rows(anchored)
+        save_calibration(msgspec.structs.replace(target, metrics=metrics), args.record)
+        print(f"cascade validate: end_to_end metrics written to {args.record}", file=sys.stderr)
+    if args.json:
+        doc = {"calibration": {"id": cal.id, "version": cal.version, "digest": cal.digest()}, "data": str(root),
+               "summary": msgspec.to_builtins(summary), "anchored": msgspec.to_builtins(anchored),
+               "whole": msgspec.to_builtins(whole), "operators": msgspec.to_builtins(operators)}
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(doc), indent=2).decode() + "\n")
+        return 0
+    sys.stdout.write(e2e_markdown(summary, anchored, whole) + "\n")
+    return 0
+
+
+def e2e_markdown(summary: list, anchored: list, whole: list) -> str:  # type: ignore[type-arg]
+    """The end-to-end summary as markdown tables: whole models (total and anchored), operators."""
+    from cascade.fitting.e2e import family_errors
+
+    lines = ["### whole models (neusight-e2e): |error| of the predicted total vs the target's measured e2e, %", "",
+             "| variant | model | group | cells | mean | worst | anchored mean | anchored worst |",
+             "|---|---|---|---|---|---|---|---|"]
+    anch = {(a.variant, a.model, a.group): a for a in anchored}
+    for s in summary:
+        if s.dataset != "neusight-e2e":
+            continue
+        a = anch.get((s.variant, s.model, s.group))
+        lines.append(f"| {s.variant} | {s.model} | {s.group} | {s.cells} | {s.mean_pct:.1f} | {s.worst_pct:.1f} | "
+                     f"{a.mean_pct:.1f} | {a.worst_pct:.1f} |" if a else "")
+    for variant in sorted({c.variant for c in whole}):
+        fam = family_errors([c for c in whole if c.variant == variant and c.model == "scaled"])
+        lines += ["", f"per op family, scaled, {variant} (time-weighted |error| vs the target's own operator times, %): "
+                  + ", ".join(f"{k} {v:.1f}" for k, v in fam.items())]
+    lines += ["", "### single operators (kernelbench, >= 0.1 ms on the target): mean over GPU pairs of MAPE, %", "",
+              "| variant | group | pairs | scaled mean | scaled worst | ratio roofline mean | ratio roofline worst |",
+              "|---|---|---|---|---|---|---|"]
+    ops = {(s.variant, s.model, s.group): s for s in summary if s.dataset == "kernelbench"}
+    for (variant, model, group), s in ops.items():
+        if model != "scaled":
+            continue
+        r = ops.get((variant, "roofline", group))
+        lines.append(f"| {variant} | {group} | {s.cells} | {s.mean_pct:.1f} | {s.worst_pct:.1f} | "
+                     f"{r.mean_pct if r else float('nan'):.1f} | {r.worst_pct if r else float('nan'):.1f} |")
+    return "\n".join(lines)

@@ -12,8 +12,8 @@ Layout of ``data_dir`` (``.cascade`` by default)::
     logs/<component>.log output of each child, appended
 
 Start order: NATS and S3 (in parallel), bucket + streams + KV bootstrap, then
-the services ``ingest, prepare, orchestrator, simulator, api``. Stop order is
-the reverse: services (last started first), then S3, then NATS, each with a
+the services ``ingest, prepare, orchestrator, simulator, api``. Stop order: the
+api, then the other services together, then S3 and NATS together, each with a
 bounded wait before SIGKILL. Children get their settings as ``CASCADE_*``
 environment variables (see :func:`child_environment`).
 """
@@ -43,6 +43,7 @@ from cascade.platform.settings import Settings, env_var
 from cascade.platform.storage import Storage
 from programs.embedded import nats as nats_conf
 from programs.embedded.binaries import nats_server_binary, weed_binary
+from programs.embedded.console import ConsoleMode, LogFollower
 from programs.embedded.locate import remember_stack
 from programs.embedded.ports import GRPC_OFFSET, port_is_free, wait_port
 from programs.embedded.procs import group_members, pid_alive, tail
@@ -329,6 +330,9 @@ class EmbeddedStack:
         start_timeout_s: float = 30.0,
         ready_timeout_s: float = 60.0,
         stop_grace_s: float = 10.0,
+        console: ConsoleMode = "off",
+        console_out: TextIO | None = None,
+        open_browser: bool = False,
     ) -> None:
         self.settings = settings
         self.layout = StackLayout(settings.data_dir)
@@ -347,6 +351,15 @@ class EmbeddedStack:
         self.services: list[SupervisedProcess] = []
         self.started_at = time.time()
         self.ready = False
+        #: Seconds from the start to the api answering /readyz (None until then).
+        self.ready_after_s: float | None = None
+        #: The one-time sign-in code of this start (None without a token or before the bus).
+        self.signin_code: str | None = None
+        self.open_browser = open_browser
+        self.console = LogFollower(
+            [(name, self.layout.log(name)) for name in self.service_names],
+            console_out if console_out is not None else sys.stderr, mode=console,
+            min_level=settings.log_level)
 
     # -- preparation ---------------------------------------------------------------
 
@@ -501,6 +514,7 @@ class EmbeddedStack:
         self.credentials = creds
         _, nats_port = nats_conf.nats_host_port(self.settings.nats_url)
         s3_port = _url_port(self.settings.s3_endpoint, 8333)
+        picked = not self.layout.s3_ports.exists()
         seaweed = self._seaweed_ports(s3_port)
         await self._check_ports(nats_port, seaweed, self.settings.http_port,
                                 settle_s=10.0 if reaped else 0.0)
@@ -513,6 +527,7 @@ class EmbeddedStack:
             s3_secret_key=creds.s3_secret_key,
             api_tokens=tokens,
             data_dir=str(self.layout.root),
+            log_format="json",  # the log files stay JSON; the console renders them
         )
         self.log.info("starting embedded stack", data_dir=str(self.layout.root),
                       new_credentials=created)
@@ -524,24 +539,44 @@ class EmbeddedStack:
         self.nats = SupervisedServer(
             "nats", nats_conf.nats_argv(nats_server_binary(), self.layout.nats_conf),
             self.layout.log("nats"), nats_port, go_env, logger=self.log, on_change=self.write_state)
-        self.s3 = SupervisedServer(
-            "s3", weed_mini_argv(weed_binary(), self.layout.s3_data, seaweed, self.layout.s3_config),
-            self.layout.log("s3"), s3_port, go_env, logger=self.log, on_change=self.write_state)
+        self.s3 = self._s3_server(seaweed, s3_port, go_env)
         await self.nats.start(supervise=False)
         await self.s3.start(supervise=False)
         self.write_state()
         remember_stack(self.layout.root, self.http_url)  # `cascade status` from any folder
 
         deadline = time.monotonic() + self.start_timeout_s
-        await asyncio.gather(self._bootstrap_bus(deadline), self._bootstrap_s3(deadline))
+        bus_done, s3_done = await asyncio.gather(self._bootstrap_bus(deadline),
+                                                 self._bootstrap_s3(deadline), return_exceptions=True)
+        if isinstance(bus_done, BaseException):
+            raise bus_done
+        if isinstance(s3_done, BaseException):
+            if not (picked and isinstance(s3_done, ComponentStartError)
+                    and "not available" in tail(self.layout.log("s3"), 5)):
+                raise s3_done
+            # a port picked for SeaweedFS was taken between the pick and its start (another
+            # process's connection, say): once more, on newly picked ports
+            self.log.warning("a SeaweedFS port was taken; starting it on other ports")
+            self.layout.s3_ports.unlink(missing_ok=True)
+            seaweed = self._seaweed_ports(s3_port)
+            self.s3 = self._s3_server(seaweed, s3_port, go_env)
+            await self.s3.start(supervise=False)
+            await self._bootstrap_s3(time.monotonic() + self.start_timeout_s)
         # from here on a server that dies is restarted (same ports, same data) like a service
         self.nats.supervise()
         self.s3.supervise()
         await self._start_services()
         self.write_state()
         self.ready = await self._wait_ready(time.monotonic() + self.ready_timeout_s)
+        if self.ready:
+            self.ready_after_s = time.time() - self.started_at
         self.status = "up"
         self.write_state()
+
+    def _s3_server(self, seaweed: SeaweedPorts, s3_port: int, env: Mapping[str, str]) -> SupervisedServer:
+        return SupervisedServer(
+            "s3", weed_mini_argv(weed_binary(), self.layout.s3_data, seaweed, self.layout.s3_config),
+            self.layout.log("s3"), s3_port, env, logger=self.log, on_change=self.write_state)
 
     async def _bootstrap_bus(self, deadline: float) -> None:
         from cascade.platform.bus import connect
@@ -554,6 +589,10 @@ class EmbeddedStack:
             raise ComponentStartError("nats", str(exc), self.nats.log_path) from exc
         try:
             outcome = await bus.ensure_streams()
+            if self.credentials is not None:
+                from cascade.platform.signin import issue_code
+
+                self.signin_code = await issue_code(bus, self.credentials.api_token)
         except CascadeError as exc:
             raise ComponentStartError("nats", f"stream bootstrap failed: {exc}",
                                       self.nats.log_path) from exc
@@ -615,29 +654,48 @@ class EmbeddedStack:
     # -- stop ----------------------------------------------------------------------
 
     async def stop(self) -> None:
-        """Stop services (reverse order), then S3, then NATS; idempotent."""
+        """Stop the api, then the other services together, then S3 and NATS; idempotent."""
         if self.status == "stopped":
             return
         self.status = "stopping"
         self.write_state()
-        for svc in reversed(self.services):
+        # the api first (no new work comes in), then the other services together: each hands
+        # back its own in-flight work and none waits on another
+        api = [svc for svc in self.services if svc.name == "api"]
+        for svc in api:
             await svc.stop(self.stop_grace_s)
-        for server in (self.s3, self.nats):
-            if server is not None:
-                await server.stop(self.stop_grace_s)
-                self.write_state()
+        await asyncio.gather(*(svc.stop(self.stop_grace_s) for svc in reversed(self.services)
+                               if svc not in api))
+        # the servers together: nothing uses either any more
+        await asyncio.gather(*(server.stop(self.stop_grace_s) for server in (self.s3, self.nats)
+                               if server is not None))
+        self.write_state()
         self.status = "stopped"
         self.write_state()
 
     # -- foreground run ------------------------------------------------------------
 
+    @property
+    def signin_link(self) -> str | None:
+        """The one-time sign-in link of this start (None when there is no code)."""
+        from cascade.platform.signin import signin_url
+
+        return signin_url(self.http_url, self.signin_code) if self.signin_code else None
+
     def banner(self) -> str:
         """What ``cascade up`` prints once everything is started."""
         child = self.child_settings or self.settings
         token = self.credentials.api_token if self.credentials else "(none)"
+        after = f" in {self.ready_after_s:.1f} s" if self.ready_after_s is not None else ""
         lines = [
-            f"Cascade is up: {self.http_url}" + ("" if self.ready else
-                                                 f"  (api not ready yet; see {self.layout.log('api')})"),
+            f"Cascade is up{after}: {self.http_url}" + (
+                "" if self.ready else f"  (api not ready yet; see {self.layout.log('api')})"),
+        ]
+        if self.signin_link:
+            lines.append(f"  Sign in   : {self.signin_link}   (opens the UI signed in; works once)")
+        if child.samples:
+            lines.append("  Sample    : opt125m-h100-e2e, answering in the Request simulator and /v1")
+        lines += [
             f"  API token : {token}   (kept in {self.layout.credentials})",
             f"  NATS      : {child.nats_url}",
             f"  S3        : {child.s3_endpoint}  bucket {child.bucket}",
@@ -646,15 +704,29 @@ class EmbeddedStack:
         ]
         return "\n".join(lines)
 
+    def _open_browser(self) -> None:
+        import webbrowser
+
+        url = self.signin_link or self.http_url
+        # without a display Python would try a console browser (lynx, w3m) on this terminal
+        graphical = sys.platform in ("darwin", "win32") or bool(
+            os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") or os.environ.get("BROWSER"))
+        if not graphical or not webbrowser.open(url):
+            print("  (no browser to open here: open the sign-in link above)", file=self.out, flush=True)
+
     async def run(self, stop: asyncio.Event) -> int:
         """Start, print the banner, supervise until ``stop`` is set, then stop everything."""
+        self.console.start()
         start = asyncio.create_task(self.start(), name="cascade-up-start")
         stopped = asyncio.create_task(stop.wait(), name="cascade-up-stop-signal")
         try:
             done, _ = await asyncio.wait({start, stopped}, return_when=asyncio.FIRST_COMPLETED)
             if start in done:
                 start.result()
+                self.console.poll()  # the start's lines before the banner
                 print(self.banner(), file=self.out, flush=True)
+                if self.open_browser:
+                    await asyncio.to_thread(self._open_browser)
                 await stopped
             else:
                 start.cancel()
@@ -667,6 +739,7 @@ class EmbeddedStack:
             stopped.cancel()
             failed = self.status == "failed"
             await self.stop()
+            await self.console.stop()
             if failed:
                 self.status = "failed"
                 self.write_state()

@@ -16,7 +16,10 @@
 The defaults are the OPT-125m sample workload (``samples/opt125m-h100-e2e``): 32 new tokens
 from ``"Hello, my name is"``, 4 repeats, 1 warm-up, eager attention, fp16 on a GPU.
 ``--random-init`` builds the model from its configuration (a ``config.json`` path, a
-folder holding one, or a hub id) with random weights: no weights are downloaded. Without a
+folder holding one, a hub id already in the Hugging Face cache, or the built-in OPT-125m
+shape for ``facebook/opt-125m``) with random weights. Nothing is ever downloaded
+(:mod:`programs.profiler.hfsource`; ``HF_HUB_OFFLINE=1``): a model that is not here is one
+error line saying what to pass instead. Without a
 tokenizer the prompt is encoded with OPT's ids for the default prompt, else one id per byte.
 """
 
@@ -29,13 +32,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cascade.errors import ValidationError
+from cascade.errors import CascadeError, ValidationError
 from cascade.traces.baseline import Baseline, write_baseline
 from programs.profiler import ENV_BASELINE, ENV_PASS, ENV_TIMELINE
+from programs.profiler.hfsource import cached_snapshot, resolve_model
 
 DEFAULT_PROMPT = "Hello, my name is"
 #: OPT's tokenizer ids of DEFAULT_PROMPT: </s> Hello , Ġmy Ġname Ġis
 OPT_PROMPT_IDS = (2, 31414, 6, 127, 766, 16)
+#: Files of which a folder needs one to have a tokenizer.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 
 
 def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
@@ -83,18 +89,20 @@ class Recipe:
     def _load_model(self) -> Any:
         from transformers import AutoConfig, AutoModelForCausalLM
 
-        src = self.args.model
-        path = Path(src)
-        config_src = str(path.parent) if path.name == "config.json" else src
+        source = resolve_model(self.args.model, random_init=self.args.random_init)
+        if source.kind == "builtin":
+            cfg = dict(source.config)
+            config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+        else:
+            config = AutoConfig.from_pretrained(str(source.folder), local_files_only=True)
         if self.args.random_init:
-            config = AutoConfig.from_pretrained(config_src)
             config._attn_implementation = "eager"
             self.torch.manual_seed(0)
             model = AutoModelForCausalLM.from_config(config, attn_implementation="eager",
                                                      dtype=self.dtype)
         else:
-            model = AutoModelForCausalLM.from_pretrained(config_src, attn_implementation="eager",
-                                                         dtype=self.dtype)
+            model = AutoModelForCausalLM.from_pretrained(str(source.folder), attn_implementation="eager",
+                                                         dtype=self.dtype, local_files_only=True)
         return model.to(self.device).eval()
 
     def _encode(self) -> Any:
@@ -102,9 +110,18 @@ class Recipe:
         try:
             from transformers import AutoTokenizer
 
-            tok = AutoTokenizer.from_pretrained(self.args.tokenizer or self.args.model,
-                                                local_files_only=True)
-            return tok(self.args.prompt, return_tensors="pt").input_ids
+            name = self.args.tokenizer or self.args.model
+            found = cached_snapshot(name) if not Path(name).exists() else Path(name)
+            if found is None:
+                raise OSError(f"no tokenizer files for {name} here")
+            folder = found.parent if found.is_file() else found
+            if not any((folder / f).is_file() for f in TOKENIZER_FILES):
+                raise OSError(f"no tokenizer files in {folder}")
+            tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+            ids = tok(self.args.prompt, return_tensors="pt").input_ids
+            if int(ids.numel()) == 0:
+                raise ValueError("the tokenizer gave no ids")
+            return ids
         except (OSError, ValueError, ImportError):  # no tokenizer files here: use known ids
             vocab = int(self.model.config.vocab_size)
             if self.args.prompt == DEFAULT_PROMPT and vocab > max(OPT_PROMPT_IDS):
@@ -205,6 +222,12 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_recipe_arguments(parser)
     args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the recipe never downloads (see hfsource)
+    try:
+        resolve_model(args.model, random_init=args.random_init)
+    except CascadeError as exc:
+        print(f"cascade profile hf: {exc}", file=sys.stderr)
+        return 2
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401

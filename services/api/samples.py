@@ -20,7 +20,13 @@ What it writes:
   its bundle, built from the synthetic KernelTable with
   :class:`cascade.traces.bundle.BundleBuilder`, is uploaded to
   ``bundles/{trace}/{hash}/`` and the trace is ready with an empty baseline
-  (every config is a counterfactual). ``POST /api/runs`` runs it on any config.
+  (every config is a counterfactual). ``POST /api/runs`` runs it on any config;
+- run ``sample-opt125m-h100-e2e-synthetic-run`` (completed, badge "synthetic", the
+  recorded run's configs): the synthetic replica simulated in this process at first start
+  (:func:`cascade.runs.inprocess.simulate_in_process`, the simulators' engine calls, about
+  20 ms a config), its results in S3 like any sim's, so the request simulator,
+  ``/api/scenarios`` and ``/v1`` answer on the sample as soon as the api is up. The api
+  waits for its own model index to see it before it starts listening.
 """
 
 from __future__ import annotations
@@ -33,15 +39,20 @@ import msgspec
 from aiohttp import web
 
 from cascade.errors import CascadeError, ConflictError
+from cascade.gpus import default_registry
 from cascade.ids import check_token
 from cascade.platform import subjects
 from cascade.platform.keys import bundle_prefix
 from cascade.platform.log import get_logger
+from cascade.platform.runstore import write_result
 from cascade.platform.samples import DEFAULT_SAMPLE, Sample, load_sample
 from cascade.platform.state import Provenance, RunRecord, SimRecord, TraceRecord
 from cascade.platform.storage import Storage
-from cascade.traces.bundle import KERNELS_NAME, MANIFEST_NAME, BundleBuilder
+from cascade.runs.inprocess import InProcessSim, simulate_in_process
+from cascade.runs.plan import sim_id as plan_sim_id
+from cascade.traces.bundle import KERNELS_NAME, MANIFEST_NAME, BundleBuilder, load_bundle
 from services.api.keys import BUS, SETTINGS, STORAGE
+from services.api.sim_models import SIM_MODELS
 
 log = get_logger("cascade.api.samples")
 
@@ -52,6 +63,8 @@ class SampleLoadReport(msgspec.Struct, frozen=True, kw_only=True):
     created: list[str] = []
     existing: list[str] = []
     bundle_key: str = ""
+    synthetic_run_id: str = ""
+    """The synthetic replica's finished run (usable as a request model)."""
 
 
 def recorded_sim_id(run_id: str, config: str) -> str:
@@ -116,6 +129,63 @@ def synthetic_record(sample: Sample, bundle_hash: str, kernels: int, now: float)
     )
 
 
+#: Worker named in the first-start results of the synthetic replica.
+FIRST_START_WORKER = "api:first-start"
+
+
+def synthetic_run_configs(sample: Sample) -> list[str]:
+    """GPU configs the synthetic replica is simulated on at first start: the recorded run's."""
+    return [r.config for r in sample.reference.results]
+
+
+def simulate_synthetic(sample: Sample, manifest: bytes, npz: bytes, now: float
+                       ) -> list[InProcessSim]:
+    """The synthetic replica's bundle simulated on every config of :func:`synthetic_run_configs`
+    (CPU-bound: call it in a thread)."""
+    bundle = load_bundle((manifest, npz))
+    registry = default_registry()
+    source = registry.resolve(bundle.manifest.source_gpu)
+    out = []
+    for config in synthetic_run_configs(sample):
+        target = registry.resolve(config)
+        if target is None:
+            raise ConflictError(f"sample {sample.name!r} names GPU config {config!r}, which is not "
+                                "in the built-in catalogue")
+        out.append(simulate_in_process(
+            bundle.kernels, target, source=source, run_id=sample.synthetic_run_id,
+            sim_id=plan_sim_id(sample.synthetic_run_id, config, 0),
+            trace_id=sample.synthetic_trace_id, worker=FIRST_START_WORKER, created_at=now))
+    return out
+
+
+def synthetic_run_records(sample: Sample, sims: list[InProcessSim], result_keys: list[str],
+                          now: float) -> tuple[RunRecord, list[SimRecord]]:
+    """The finished run of the synthetic replica and its sims (labelled: badge "synthetic")."""
+    manifest = sample.synthetic_manifest
+    records = [
+        SimRecord(id=s.result.sim_id, run_id=sample.synthetic_run_id, config=s.result.config,
+                  state="completed", percent=100.0, kernels_done=len(s.kernels),
+                  kernels_total=len(s.kernels), simulated_ns=s.result.gpu_busy_ns, attempts=1,
+                  started_at=now, finished_at=now, result_key=key,
+                  predicted_e2e_ns=s.result.predicted_e2e_ns, model=s.result.model,
+                  worker=FIRST_START_WORKER)
+        for s, key in zip(sims, result_keys, strict=True)
+    ]
+    configs = [r.config for r in records]
+    run = RunRecord(
+        id=sample.synthetic_run_id, trace_id=sample.synthetic_trace_id, configs=configs,
+        replicas=1, model="auto", state="completed", created_at=now, updated_at=now,
+        finished_at=now, sim_ids=[r.id for r in records], jobs_published=True,
+        name=f"{sample.name} synthetic replica on {', '.join(configs)}",
+        provenance=Provenance(
+            badge=manifest.label, source="sample-synthetic", read_only=False,
+            description=("Simulated by the app at first start from the synthetic replica "
+                         "(estimated timeline, not a measurement), so the request simulator "
+                         "and /v1 answer on the sample right away.")),
+    )
+    return run, records
+
+
 async def _create(kv: Any, key: str, value: Any, report: dict[str, list[str]]) -> bool:
     try:
         await kv.create(key, value)
@@ -160,10 +230,27 @@ async def load_sample_into_state(bus: Any, storage: Storage, *, name: str = DEFA
         kernels = int(msgspec.json.decode(manifest).get("kernel_count", 0))
         await _create(traces, subjects.kv_key(sample.synthetic_trace_id),
                       synthetic_record(sample, bundle_hash, kernels, now), report)
+    await _synthetic_run(bus, storage, sample, runs, sims_kv, now, report)
     out = SampleLoadReport(sample=name, created=report["created"], existing=report["existing"],
-                           bundle_key=prefix)
+                           bundle_key=prefix, synthetic_run_id=sample.synthetic_run_id)
     log.info("sample loaded", sample=name, created=len(out.created), existing=len(out.existing))
     return out
+
+
+async def _synthetic_run(bus: Any, storage: Storage, sample: Sample, runs: Any, sims_kv: Any,
+                         now: float, report: dict[str, list[str]]) -> None:
+    """Simulate the synthetic replica and record its finished run, unless the run exists."""
+    if await runs.get(subjects.kv_key(sample.synthetic_run_id), RunRecord) is not None:
+        report["existing"].append(sample.synthetic_run_id)
+        return
+    _, manifest, npz = await asyncio.to_thread(synthetic_bundle, sample)
+    sims = await asyncio.to_thread(simulate_synthetic, sample, manifest, npz, now)
+    keys = [await write_result(storage, s.result, s.kernels) for s in sims]
+    run, records = synthetic_run_records(sample, sims, keys, now)
+    for rec in records:
+        if not await _create(sims_kv, subjects.kv_key(rec.id), rec, report):
+            await sims_kv.put(subjects.kv_key(rec.id), rec)  # a run deleted, its sims left
+    await _create(runs, subjects.kv_key(run.id), run, report)
 
 
 SAMPLE_REPORT = web.AppKey("sample_report", dict)
@@ -187,5 +274,13 @@ def install_sample_loader(app: web.Application) -> None:
             app[SAMPLE_REPORT]["error"] = str(exc)
             return
         app[SAMPLE_REPORT].update(msgspec.to_builtins(report))
+        if SIM_MODELS in app:  # listen only once /v1 and the request simulator see the sample
+            models = app[SIM_MODELS]
+            try:
+                await models.wait_until(lambda: any(
+                    e.run.id == report.synthetic_run_id for e in models.entries()), timeout=10.0)
+            except TimeoutError:
+                log.warning("the sample's synthetic run is not in the model index yet",
+                            run_id=report.synthetic_run_id)
 
     app.on_startup.append(on_startup)

@@ -4,12 +4,19 @@
    ``CASCADE_ACCELSIM_BIN`` (refused, naming the setting, when either is missing here);
 2. the trace's instruction files on local disk (:func:`cascade.platform.accelsim.fetch_instruction_trace`,
    once per trace per node);
-3. ``accel-sim.out`` in its own process group and working directory, stdout parsed as it is
+3. ``accel-sim.out`` in its own process group and a fresh working directory holding every
+   file of the config folder (relative includes resolve), stdout parsed as it is
    written: one ``SimProgress`` (with :class:`KernelSimulated`) per finished kernel, percent =
    kernels done / kernels listed; the run's cancel flag is checked while it runs and cancels
    (like the sim timeout) kill the process group;
 4. cycles -> times at the config's core clock, kernels it did not simulate through the
-   built-in model (flagged), the same timeline replay and results as the built-in models.
+   built-in model (flagged), the same timeline replay and results as the built-in models;
+   per simulated kernel the result lists Accel-Sim's statistics (instructions, IPC,
+   occupancy, L1D/L2 hit rates, DRAM bandwidth utilisation) beside the built-in ``auto``
+   model's prediction for it, and ``kernels.npz`` carries them as ``sim_*`` columns.
+
+Registered by the wiring (``services.simulator.start``) as the ``accel-sim`` path of
+:mod:`services.simulator.ports`; it imports nothing of the service.
 """
 
 from __future__ import annotations
@@ -19,11 +26,11 @@ import contextlib
 import time
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from cascade.engine.accelsim import AccelSimConfig, SimulatedKernel
+from cascade.engine.accelsim import AccelSimConfig, KernelStatistics, SimulatedKernel
 from cascade.engine.perf import FLAGS_DTYPE
 from cascade.errors import CancelledRunError, JobTimeoutError
 from cascade.platform.accelsim import (
@@ -39,11 +46,13 @@ from cascade.platform.messages.jobs import SimJob
 from cascade.platform.messages.sim import KernelSimulated, SimCompleted, SimProgress
 from cascade.platform.runstore import write_result
 from cascade.platform.state import TraceRecord
-from cascade.runs.results import SimulatorProvenance, build_result, kernels_with_predictions
-
-if TYPE_CHECKING:
-    from services.simulator.engine import SimulationInputs
-    from services.simulator.service import SimulatorService
+from cascade.runs.results import (
+    AccelSimKernel,
+    SimulatorProvenance,
+    build_result,
+    kernels_with_predictions,
+)
+from services.simulator.ports import SimulationPorts, SimulationRequest
 
 CANCEL_CHECK_INTERVAL_S = 0.25
 _BINARY_HASHES: dict[tuple[str, float, int], str] = {}
@@ -70,13 +79,15 @@ def gpu_config_for(settings: Any, config_id: str) -> tuple[str, AccelSimGPUConfi
     return setup.binary, setup.configs[config_id]
 
 
-async def simulate_accelsim(
-    service: SimulatorService, job: SimJob, trace: TraceRecord, inputs: SimulationInputs,
-    attempt: int, t0: float, log: Any,
-) -> None:
+async def simulate_accelsim(service: SimulationPorts, request: SimulationRequest) -> None:
     """Run one sim through Accel-Sim (see the module docstring) and publish its result."""
     from cascade.engine import predict
     from services.simulator.engine import _REGIME_NAMES, replay_timeline
+
+    job: SimJob = request.job
+    trace: TraceRecord = request.trace
+    inputs = request.inputs
+    attempt, t0, log = request.attempt, request.t0, request.log
 
     settings = service.settings
     target = inputs.target
@@ -100,17 +111,18 @@ async def simulate_accelsim(
         elapsed = time.perf_counter() - sim_start
         kid = k.kernel_id if k.kernel_id is not None else (
             on_disk.kernel_ids[k.uid - 1] if 0 < k.uid <= listed else None)
-        await service._publish(job, "progress", SimProgress(
+        await service.publish(job, "progress", SimProgress(
             sim_id=job.sim_id, run_id=job.run_id, kernels_done=min(n_done, listed),
             kernels_total=listed, percent=min(100.0, 100.0 * n_done / listed),
             simulated_ns=simulated_ns, eta_s=elapsed / n_done * max(0, listed - n_done),
             attempt=attempt, kernel=KernelSimulated(
                 name=k.name, uid=k.uid, kernel_id=kid, cycles=k.cycles, instructions=k.instructions,
-                ipc=k.ipc, sim_rate_ips=k.sim_rate_ips, duration_ns=k.duration_ns)))
+                ipc=k.ipc, sim_rate_ips=k.sim_rate_ips, duration_ns=k.duration_ns,
+                occupancy_pct=k.occupancy_pct)))
 
     timeout = max(0.1, t0 + settings.sim_timeout_s - time.perf_counter())
     runner = asyncio.create_task(run_accelsim(
-        binary, on_disk.kernelslist, [gpu.gpgpusim_config, gpu.trace_config], work,
+        binary, on_disk.kernelslist, gpu, work,
         timeout_s=timeout, on_kernel=on_kernel, core_clock_mhz=clock,
         on_start=lambda pid: log.info("accel-sim started", pid=pid, workdir=str(work))))
     try:
@@ -124,7 +136,7 @@ async def simulate_accelsim(
                         f"timed out after {settings.sim_timeout_s:g} s (CASCADE_SIM_TIMEOUT_S): {exc}"
                     ) from None
                 break
-            if await service._cancelled(job):
+            if await service.cancelled(job):
                 runner.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await runner
@@ -136,11 +148,12 @@ async def simulate_accelsim(
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await runner
     clean_workdir(work)
-    by_id: dict[int, int] = {}
-    for k in outcome.kernels:
-        kid = k.kernel_id if k.kernel_id is not None else (
-            on_disk.kernel_ids[k.uid - 1] if 0 < k.uid <= listed else k.uid)
-        by_id[int(kid)] = k.cycles
+    def table_id(kernel_id: int | None, uid: int) -> int:
+        return int(kernel_id if kernel_id is not None else (
+            on_disk.kernel_ids[uid - 1] if 0 < uid <= listed else uid))
+
+    by_id: dict[int, int] = {table_id(k.kernel_id, k.uid): k.cycles for k in outcome.kernels}
+    stats_by_id = {table_id(st.kernel_id, st.uid): st for st in outcome.statistics}
     clock_used = outcome.kernels[0].core_clock_mhz if outcome.kernels else clock
     cfg = AccelSimConfig(simulated_cycles={str(k): c for k, c in by_id.items()},
                          core_clock_mhz=clock_used)
@@ -156,7 +169,10 @@ async def simulate_accelsim(
     if not np.any(ids > 0):
         ids = np.arange(1, len(table) + 1)
     cycles = np.array([by_id.get(int(i), -1) for i in ids], dtype=np.int64)
-    await service._publish(job, "progress", SimProgress(
+    builtin = await asyncio.to_thread(predict, table, target, source=inputs.source, model="auto")
+    side_by_side = accelsim_kernels(ids, table, predicted, cycles, stats_by_id,
+                                    builtin.predicted_ns, builtin.models)
+    await service.publish(job, "progress", SimProgress(
         sim_id=job.sim_id, run_id=job.run_id, kernels_done=listed, kernels_total=listed,
         percent=100.0, simulated_ns=float(predicted.sum()), eta_s=0.0, attempt=attempt))
     wall = time.perf_counter() - t0
@@ -165,7 +181,8 @@ async def simulate_accelsim(
         config_id=gpu.config_id, config_dir=gpu.folder, config_files=dict(gpu.files),
         core_clock_mhz=clock_used, kernels_listed=listed,
         kernels_simulated=int(np.count_nonzero(cycles >= 0)), cycles_total=int(sum(by_id.values())),
-        wall_s=outcome.wall_s, first_output_s=outcome.first_line_s,
+        wall_s=outcome.wall_s, first_output_s=outcome.first_line_s, accelsim_config=gpu.name,
+        config_relation=gpu.relation, config_reason=gpu.reason, config_dirs=list(gpu.folders),
     )
     result = build_result(
         run_id=job.run_id, sim_id=job.sim_id, trace_id=job.trace_id, config=target.id,
@@ -175,16 +192,58 @@ async def simulate_accelsim(
         end_ns=replay.end_ns, predicted_e2e_ns=replay.e2e_ns, steps=replay.steps,
         baseline_e2e_ns=inputs.baseline_e2e_ns, source_e2e_ns=inputs.source_e2e_ns,
         extrapolated=int(pred.extrapolated.sum()), extrapolation=pred.extrapolation_reasons,
-        accuracy=inputs.accuracy(pred.provenance, used, flags), wall_s=wall, attempt=attempt,
+        accuracy=inputs.accuracy(pred.provenance, used, flags, predicted), wall_s=wall, attempt=attempt,
         worker=service.worker, created_at=time.time(), simulator=simulator,
+        accelsim_kernels=side_by_side,
     )
     kernels = kernels_with_predictions(table, predicted, regime, replay.start_ns, replay.end_ns, flags)
     kernels["sim_cycles"] = cycles
+    for column, values in accelsim_columns(ids, stats_by_id).items():
+        kernels[column] = values
+    kernels["builtin_ns"] = np.asarray(builtin.predicted_ns, dtype=np.float64)
     key = await write_result(service.storage, result, kernels)
-    await service._publish(job, "completed", SimCompleted(
+    await service.publish(job, "completed", SimCompleted(
         sim_id=job.sim_id, run_id=job.run_id, result_key=key, simulated_ns=result.gpu_busy_ns,
         wall_s=time.perf_counter() - t0, attempt=attempt, predicted_e2e_ns=result.predicted_e2e_ns,
         model=result.model), msg_id=f"{job.sim_id}:completed")
     log.info("simulation completed", model="accel-sim", kernels=len(table),
              simulated=simulator.kernels_simulated, e2e_ms=round(result.predicted_e2e_ns / 1e6, 3),
              accelsim_wall_s=round(outcome.wall_s, 3), wall_s=round(wall, 3), config=target.id)
+
+
+#: kernels.npz columns of Accel-Sim's per-kernel statistics (NaN where it printed none).
+STAT_COLUMNS = {"sim_instructions": "instructions", "sim_ipc": "ipc", "sim_occupancy_pct": "occupancy_pct",
+                "sim_l1d_hit_rate": "l1d_hit_rate", "sim_l2_hit_rate": "l2_hit_rate",
+                "sim_dram_bw_util": "dram_bw_util"}
+
+
+def accelsim_columns(ids: np.ndarray, stats: dict[int, KernelStatistics]) -> dict[str, np.ndarray]:
+    """Per table row (by ``ids``), Accel-Sim's statistics as float columns (:data:`STAT_COLUMNS`)."""
+    out = {}
+    for column, attr in STAT_COLUMNS.items():
+        values = [getattr(stats[int(i)], attr) if int(i) in stats else None for i in ids]
+        out[column] = np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
+    return out
+
+
+def accelsim_kernels(ids: np.ndarray, table: Any, predicted: np.ndarray, cycles: np.ndarray,
+                     stats: dict[int, KernelStatistics], builtin_ns: np.ndarray,
+                     builtin_models: Any) -> list[AccelSimKernel]:
+    """Per simulated table row: Accel-Sim's statistics beside the built-in model's prediction."""
+    names = table["name"] if "name" in table else [""] * len(ids)
+    out = []
+    for row, kid in enumerate(ids.tolist()):
+        if cycles[row] < 0:
+            continue
+        st = stats.get(int(kid))
+        sim_ns = float(predicted[row])
+        b = float(builtin_ns[row])
+        out.append(AccelSimKernel(
+            kernel_id=int(kid), name=str(names[row]), uid=st.uid if st else 0, cycles=int(cycles[row]),
+            instructions=st.instructions if st else 0, ipc=st.ipc if st else 0.0,
+            occupancy_pct=st.occupancy_pct if st else None, l1d_hit_rate=st.l1d_hit_rate if st else None,
+            l2_hit_rate=st.l2_hit_rate if st else None, dram_bw_util=st.dram_bw_util if st else None,
+            l2_bw_gbps=st.l2_bw_gbps if st else None, simulated_ns=sim_ns,
+            builtin_ns=b if np.isfinite(b) else None, builtin_model=str(builtin_models[row]),
+            difference_pct=(b - sim_ns) / sim_ns * 100.0 if sim_ns > 0 and np.isfinite(b) else None))
+    return out

@@ -47,15 +47,17 @@ class SimulationInputs:
         """The model name recorded in the result."""
         return str(getattr(provenance, "model", "") or "auto")
 
-    def accuracy(self, provenance: Any, used: Mapping[str, int], flags: np.ndarray) -> Any:
-        """The expected accuracy of the whole sim (its chunks' models and flags together)."""
+    def accuracy(self, provenance: Any, used: Mapping[str, int], flags: np.ndarray,
+                 times: np.ndarray | None = None) -> Any:
+        """The expected accuracy of the whole sim (its chunks' models and flags together;
+        ``times``: the predicted kernel times, which weigh the whole trace's figure)."""
         if provenance is None:
             return None
         from cascade.calibration import load_calibration
         from cascade.engine.predict import accuracy_of
 
         return accuracy_of(load_calibration(), self.source.id if self.source else None, self.target.id,
-                           provenance.measurement, provenance.model, used, flags)
+                           provenance.measurement, provenance.model, used, flags, times)
 
     def calibration_label(self, provenance: Any) -> str:
         """``calibration_id@version`` of the prediction (empty when unknown)."""

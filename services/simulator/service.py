@@ -12,8 +12,8 @@ consumer ``sim-jobs``, explicit ack, in-progress heartbeats while it works,
    ``SimProgress`` after every chunk that crosses a percent and at least once
    per second (kernels done/total, simulated time so far, ETA), and checking
    the run's cancel flag in KV between chunks (-> ``SimCancelled``);
-   With model ``accel-sim`` step 3 runs the real Accel-Sim instead
-   (:mod:`services.simulator.accelsim`): progress per finished kernel from its output;
+   a model with its own simulation path (:mod:`services.simulator.ports`; the wiring
+   registers ``accel-sim``: :mod:`services.simulator.accelsim`) runs that path instead;
 4. replays the timeline, writes ``results/{run}/{sim}/result.json`` and
    ``kernels.npz`` (same keys on every attempt), publishes ``SimCompleted``
    and acks.
@@ -68,6 +68,7 @@ from cascade.platform.specstore import load_custom_specs
 from cascade.platform.state import RunRecord, SimRecord, TraceRecord
 from cascade.runs.plan import spec_of_job_config
 from cascade.runs.results import build_result, kernels_with_predictions
+from services.simulator.ports import SimulationPaths, SimulationRequest
 
 if TYPE_CHECKING:
     from services.simulator.engine import SimulationInputs
@@ -90,7 +91,8 @@ class SimulatorService:
 
     ``once``: take exactly one job (waiting at most ``idle_timeout_s`` for it),
     then stop the service (the local and Kubernetes backends' mode). Otherwise
-    pull jobs until stopped (``pool``).
+    pull jobs until stopped (``pool``). ``paths``: simulation paths by model name (a job of
+    another model uses the built-in chunked prediction).
     """
 
     name = "simulator"
@@ -102,8 +104,10 @@ class SimulatorService:
         once: bool = False,
         idle_timeout_s: float = 60.0,
         worker_label: str = "",
+        paths: SimulationPaths | None = None,
     ) -> None:
         self.ctx = ctx
+        self.paths = dict(paths or {})
         self.bus = ctx.bus
         self.storage = ctx.require_storage()
         self.settings = ctx.settings
@@ -169,7 +173,8 @@ class SimulatorService:
         self.log.error("simulation failed", run_id=job.run_id, sim_id=job.sim_id,
                        attempts=attempts, error=message)
 
-    async def _cancelled(self, job: SimJob) -> bool:
+    async def cancelled(self, job: SimJob) -> bool:
+        """True when the job's run (or sim) was cancelled (KV)."""
         run = await self.runs_kv.get(job.run_id, RunRecord)
         if run is not None and (run.value.cancel_requested or run.value.state == "cancelled"):
             return True
@@ -189,32 +194,33 @@ class SimulatorService:
             await self._check_cancel(job)
             trace = await self._trace(job)
             total = trace.kernels_total
-            await self._publish(job, "started", SimStarted(
+            await self.publish(job, "started", SimStarted(
                 sim_id=job.sim_id, run_id=job.run_id, attempt=delivery.attempt, worker=self.worker,
                 kernels_total=total))
-            await self._publish(job, "progress", SimProgress(
+            await self.publish(job, "progress", SimProgress(
                 sim_id=job.sim_id, run_id=job.run_id, kernels_done=0, kernels_total=total,
                 percent=0.0, attempt=delivery.attempt))
             self._first_progress()
             inputs = await self._load(job, trace)
-            if job.model_name == "accel-sim":
-                from services.simulator.accelsim import simulate_accelsim
-
-                await simulate_accelsim(self, job, trace, inputs, delivery.attempt, t0, log)
+            path = self.paths.get(job.model_name)
+            if path is not None:
+                await path(self, SimulationRequest(job=job, trace=trace, inputs=inputs,
+                                                   attempt=delivery.attempt, t0=t0, log=log))
             else:
                 await self._simulate(job, inputs, delivery.attempt, t0, log)
         except CancelledRunError as exc:
-            await self._publish(job, "cancelled", SimCancelled(
+            await self.publish(job, "cancelled", SimCancelled(
                 sim_id=job.sim_id, run_id=job.run_id, reason=str(exc)), msg_id=f"{job.sim_id}:cancelled")
             log.info("simulation cancelled")
             return
         self.jobs_done += 1
 
     async def _check_cancel(self, job: SimJob) -> None:
-        if await self._cancelled(job):
+        if await self.cancelled(job):
             raise CancelledRunError(f"run {job.run_id} was cancelled")
 
-    async def _publish(self, job: SimJob, kind: str, message: Any, msg_id: str | None = None) -> None:
+    async def publish(self, job: SimJob, kind: str, message: Any, msg_id: str | None = None) -> None:
+        """Publish a sim event for ``job``."""
         await self.bus.publish(subjects.sim_event(job.sim_id, kind), message, msg_id=msg_id)
 
     def _first_progress(self) -> None:
@@ -278,7 +284,7 @@ class SimulatorService:
             percent = 100.0 * done / n if n else 100.0
             elapsed = now - sim_start
             eta = (elapsed / done * (n - done)) if done else None
-            await self._publish(job, "progress", SimProgress(
+            await self.publish(job, "progress", SimProgress(
                 sim_id=job.sim_id, run_id=job.run_id, kernels_done=done, kernels_total=n,
                 percent=min(100.0, percent), simulated_ns=float(predicted[:done].sum()),
                 eta_s=eta, attempt=attempt))
@@ -322,12 +328,12 @@ class SimulatorService:
             predicted_e2e_ns=replay.e2e_ns, steps=replay.steps,
             baseline_e2e_ns=inputs.baseline_e2e_ns, source_e2e_ns=inputs.source_e2e_ns,
             extrapolated=extrapolated, extrapolation=dict(reasons),
-            accuracy=inputs.accuracy(provenance, used, flags), wall_s=wall, attempt=attempt, worker=self.worker,
+            accuracy=inputs.accuracy(provenance, used, flags, predicted), wall_s=wall, attempt=attempt, worker=self.worker,
             created_at=time.time(),
         )
         kernels = kernels_with_predictions(table, predicted, regime, replay.start_ns, replay.end_ns, flags)
         key = await write_result(self.storage, result, kernels)
-        await self._publish(job, "completed", SimCompleted(
+        await self.publish(job, "completed", SimCompleted(
             sim_id=job.sim_id, run_id=job.run_id, result_key=key, simulated_ns=result.gpu_busy_ns,
             wall_s=time.perf_counter() - t0, attempt=attempt,
             predicted_e2e_ns=result.predicted_e2e_ns, model=result.model,

@@ -385,3 +385,40 @@ def test_go_servers_get_the_memory_settings() -> None:
     assert env == {"PATH": "/bin", "GOMEMLIMIT": "128MiB", "GOGC": "50"}
     off = go_environment(load_settings(embedded_go_memory_mib=0, embedded_go_gc=0), {})
     assert "GOMEMLIMIT" not in off and "GOGC" not in off
+
+
+async def test_a_seaweed_port_taken_after_the_pick_is_picked_again(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parallel starts race for free ports: a SeaweedFS port taken between the pick (and the
+    busy-port check) and weed's start is picked again, once, on a first start."""
+    from programs.embedded import stack as stack_module
+    from programs.embedded.seaweed import pick_ports
+    from programs.embedded.stack import EmbeddedStack
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    picks: list[int] = []
+
+    def pick(s3_port: int | None = None) -> object:
+        ports = pick_ports(s3_port)
+        if not picks:  # the first pick collides with what another process holds now
+            ports = msgspec.structs.replace(ports, admin=taken.getsockname()[1])
+        picks.append(ports.admin)
+        return ports
+
+    monkeypatch.setattr(stack_module, "pick_ports", pick)
+    monkeypatch.setattr(EmbeddedStack, "_busy_ports", lambda self, *a: [])  # taken after the check
+    env = isolated_environment(tmp_path / "data", samples="false")
+    settings = load_settings(env)
+    up = EmbeddedStack(settings, services=(), start_timeout_s=60.0)
+    try:
+        await up.start()
+        assert len(picks) == 2 and picks[0] == taken.getsockname()[1] != picks[1]
+        recorded = json.loads(up.layout.s3_ports.read_text())
+        assert recorded["admin"] == picks[1]
+        async with Storage.from_settings(up.child_settings) as storage:  # type: ignore[arg-type]
+            await storage.ping()
+    finally:
+        await up.stop()
+        taken.close()

@@ -17,6 +17,7 @@ from cascade.platform.bus import Bus, connect
 from cascade.platform.samples import (
     RECORDED_RUN_ID,
     RECORDED_TRACE_ID,
+    SYNTHETIC_RUN_ID,
     SYNTHETIC_TRACE_ID,
     load_reference,
 )
@@ -31,7 +32,7 @@ from tests.support.wait import wait_for_kv
 
 SAMPLE_KEYS = {
     subjects.KV_TRACES: (RECORDED_TRACE_ID, SYNTHETIC_TRACE_ID),
-    subjects.KV_RUNS: (RECORDED_RUN_ID,),
+    subjects.KV_RUNS: (RECORDED_RUN_ID, SYNTHETIC_RUN_ID),
 }
 
 
@@ -110,15 +111,52 @@ async def test_loaded_once_across_restarts(settings: Settings, own_bus: Bus, sto
     assert run["provenance"]["badge"] == "Sample"
     # a second loader (another replica, `cascade up`) changes nothing either
     report = await load_sample_into_state(own_bus, storage)
-    assert report.created == [] and len(report.existing) == 6
+    assert report.created == [] and len(report.existing) == 7
+    assert [r["id"] for r in runs].count(SYNTHETIC_RUN_ID) == 1
+
+
+async def test_first_start_answers_on_the_sample(settings: Settings, own_bus: Bus,
+                                                 storage: Storage) -> None:
+    """No orchestrator, no simulator: the api alone answers /v1 and /api/scenarios on the
+    sample's synthetic replica as soon as it listens."""
+    configs = ["SM90_H100", "SM90_H200", "SM80_A100"]
+    async with api(settings, own_bus, storage) as client:
+        assert (await client.get("/readyz")).status == 200
+        models = [m["id"] for m in (await (await client.get("/v1/models")).json())["data"]]
+        assert models == sorted(f"cascade/{SYNTHETIC_TRACE_ID}/{c}" for c in configs)
+        est = await client.post("/v1/completions", json={
+            "model": f"cascade/{SYNTHETIC_TRACE_ID}/SM90_H100", "prompt": "Hello, my name is",
+            "max_tokens": 32})
+        assert est.status == 200, await est.text()
+        metrics = (await est.json())["metrics"]
+        assert metrics["ttft_ms"] > 0 and metrics["e2e_ms"] > metrics["ttft_ms"]
+        sc = await client.post("/api/scenarios", json={
+            "model": f"cascade/{SYNTHETIC_TRACE_ID}/SM90_H200",
+            "arrival": {"pattern": "poisson", "rate": 2}, "n_requests": 20,
+            "lengths": {"prompt": {"kind": "fixed", "tokens": 6}, "output": {"kind": "fixed", "tokens": 32}}})
+        assert sc.status == 200, await sc.text()
+        assert (await sc.json())["result"]["completed"] == 20
+        run = (await (await client.get(f"/api/runs/{SYNTHETIC_RUN_ID}")).json())["run"]
+        assert run["state"] == "completed" and run["trace_id"] == SYNTHETIC_TRACE_ID
+        assert run["provenance"]["badge"] == "synthetic" and run["provenance"]["read_only"] is False
+        res = await (await client.get(f"/api/runs/{SYNTHETIC_RUN_ID}/results")).json()
+    by_cfg = {c["config"]: c for c in res["configs"]}
+    assert set(by_cfg) == set(configs)
+    for cfg in by_cfg.values():
+        kinds = [s["kind"] for s in cfg["steps"]]
+        assert kinds.count("prefill") == 1 and kinds.count("decode") == 31
+    # the A100 is slower than the H100 on the same kernels
+    assert by_cfg["SM80_A100"]["predicted_e2e_ms"] > by_cfg["SM90_H100"]["predicted_e2e_ms"]
 
 
 async def test_absent_with_samples_false(settings: Settings, own_bus: Bus, storage: Storage) -> None:
     async with api(settings.replace(samples=False), own_bus, storage) as client:
         traces = (await (await client.get("/api/traces")).json())["traces"]
         runs = (await (await client.get("/api/runs")).json())["runs"]
+        models = (await (await client.get("/v1/models")).json())["data"]
     assert not [t for t in traces if t["id"] in (RECORDED_TRACE_ID, SYNTHETIC_TRACE_ID)]
-    assert not [r for r in runs if r["id"] == RECORDED_RUN_ID]
+    assert not [r for r in runs if r["id"] in (RECORDED_RUN_ID, SYNTHETIC_RUN_ID)]
+    assert models == []  # nothing simulated at start either
     kv = await own_bus.kv(subjects.KV_TRACES)
     assert await kv.get(RECORDED_TRACE_ID, TraceRecord) is None
 
@@ -180,6 +218,9 @@ async def test_synthetic_replica_runs_on_three_configs(settings: Settings, own_b
                 assert contexts == list(range(7, 38))
             by_cfg = {c["config"]: c["predicted_e2e_ms"] for c in res["configs"]}
             assert set(by_cfg) == set(configs)
+            # the run the app simulated at first start agrees with the simulators' run
+            first = await (await client.get(f"/api/runs/{SYNTHETIC_RUN_ID}/results")).json()
+            assert {c["config"]: c["predicted_e2e_ms"] for c in first["configs"]} == pytest.approx(by_cfg)
             # the sims now serve as request models
             models = [m["id"] for m in (await (await client.get("/v1/models")).json())["data"]]
             for cfg_id in configs:

@@ -27,13 +27,13 @@ from aiohttp.test_utils import TestClient, TestServer
 from cascade.platform import subjects
 from cascade.platform.bus import Bus, connect
 from cascade.platform.samples import RECORDED_RUN_ID, SYNTHETIC_TRACE_ID
-from cascade.platform.state import RunRecord, TraceRecord
+from cascade.platform.state import TraceRecord
 from cascade.platform.storage import Storage
 from programs.embedded.nats import NatsServer
 from services.api.app import create_app
 from tests.support.fixtures_nats import nats_settings
 from tests.support.paths import REPO
-from tests.support.wait import wait_for_kv, wait_until
+from tests.support.wait import wait_for_kv
 
 pytestmark = pytest.mark.browser
 
@@ -250,23 +250,37 @@ async def test_trace_picker_keeps_value_across_refresh(stack: Stack, browser: An
     assert p.unexpected() == []
 
 
+async def test_signin_link_signs_in_once(stack: Stack, browser: Any) -> None:
+    """The link `cascade up` prints: opened without a token, it signs the browser session in
+    (a write works), leaves the address bar, and works once."""
+    from cascade.platform.signin import issue_code, signin_url
+
+    code = await issue_code(stack.bus, TOKEN)
+    link = signin_url(stack.url, code) + "#/serve"
+    p = await new_page(browser)
+    await p.page.goto(link)
+    await p.page.locator("#token-box.signed-in").wait_for(timeout=15_000)
+    assert "signin" not in p.page.url and p.page.url.endswith("#/serve")
+    assert await p.page.evaluate("sessionStorage.getItem('cascade-token')") == TOKEN
+    await p.page.locator("#sc-model option").first.wait_for(state="attached", timeout=15_000)
+    await p.page.fill("input[name=n]", "40")
+    await p.page.click("#serve button[type=submit]")  # POST /api/scenarios: a write
+    await p.page.locator("#ch-ttft path.line").wait_for(timeout=60_000)
+    assert await p.page.locator("#banner").is_hidden()
+    await shot(p, "signed-in-request-simulator")
+    again = await new_page(browser)
+    await again.page.goto(link)
+    banner = again.page.locator("#banner")
+    await banner.wait_for(state="visible", timeout=15_000)
+    assert "already used" in await banner.inner_text()
+    assert await again.page.evaluate("sessionStorage.getItem('cascade-token')") is None
+    assert await again.page.locator("#token-box.signed-in").count() == 0
+    assert p.unexpected() == [] and again.unexpected(401) == []
+
+
 async def test_request_simulator_round_trip(stack: Stack, browser: Any) -> None:
+    # the sample's synthetic run, simulated by the api at first start, is already a model
     models = (await (await stack.client.get("/v1/models")).json())["data"]
-    if not models:  # this test alone: finish a run first
-        resp = await stack.client.post("/api/runs", json={"trace_id": SYNTHETIC_TRACE_ID, "configs": ["SM90_H100"]},
-                                       headers={"Authorization": f"Bearer {TOKEN}"})
-        assert resp.status == 202
-        run_id = (await resp.json())["id"]
-        run = await wait_for_kv(stack.bus, subjects.KV_RUNS, run_id,
-                                lambda r: r.state in ("completed", "failed", "cancelled"), type_=RunRecord,
-                                timeout=300)
-        assert run.state == "completed", run
-
-        async def listed() -> list[Any]:
-            data: list[Any] = (await (await stack.client.get("/v1/models")).json())["data"]
-            return data
-
-        models = await wait_until(listed, 30, what="the finished sim listed in /v1/models", interval=0.2)
     assert models
     p = await new_page(browser, token=TOKEN)
     await p.page.goto(stack.url + "#/serve")

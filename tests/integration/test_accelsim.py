@@ -1,12 +1,18 @@
-"""The accel-sim backend without servers: the real log (golden), discovery and refusals, the
-streaming runner with a stand-in accel-sim.out (progress while it runs, crash, hang, cancel,
-timeout killing the whole process group), and unsimulated kernels falling back, flagged."""
+"""The accel-sim backend without servers: the real log (golden, statistics included),
+discovery (an Accel-Sim checkout's layout merged per config name, the config-name table and
+its override, refusals), the stand-in failing as Accel-Sim fails on a missing config or
+include, the streaming runner with a stand-in accel-sim.out (progress while it runs, crash,
+hang, cancel, timeout killing the whole process group, per-kernel statistics from run-long
+counters), and unsimulated kernels falling back, flagged."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
+import shutil
 import stat
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,8 +38,17 @@ from cascade.platform.accelsim import (
     run_accelsim,
     simulate,
 )
-from tests.support.accelsim_helpers import make_binary, make_config, pids_alive
-from tests.support.accelsim_standin import cycles_of
+from tests.support.accelsim_helpers import (
+    ACCELSIM_CFGS,
+    CHECKOUT,
+    CHECKOUT_CLOCK_MHZ,
+    GPGPUSIM_CFGS,
+    copy_checkout,
+    make_binary,
+    make_config,
+    pids_alive,
+)
+from tests.support.accelsim_standin import DRAM_CHANNELS, cycles_of, stats_of
 from tests.support.paths import SHARED_DATA
 from tests.support.wait import wait_until, wait_until_blocking
 
@@ -71,6 +86,30 @@ def test_real_log_parsed_line_by_line_golden() -> None:
     assert k.sim_rate_ips == 10516 and k.kernel_id == 1  # from "Processing kernel .../kernel-1.traceg"
     assert k.duration_ns == pytest.approx(1282 / 1607.0 * 1e3)
     assert parse_accelsim_output(LOG.read_text(), str(LOG)) == [k]
+
+
+def test_real_log_statistics_per_kernel() -> None:
+    """Occupancy and L2 BW from the kernel's lines; L2 hits and DRAM utilisation from the
+    counter blocks that follow them (computed here from the log's own lines)."""
+    import re
+
+    parser = AccelSimOutputParser(str(LOG))
+    text = LOG.read_text()
+    for line in text.splitlines():
+        parser.feed(line)
+    parser.finish()
+    [st] = parser.statistics
+    assert (st.uid, st.kernel_id, st.cycles, st.instructions) == (1, 1, 1282, 10516)
+    assert st.occupancy_pct == pytest.approx(20.686) and st.l2_bw_gbps == pytest.approx(0.5616)
+    l2a = int(re.search(r"^L2_total_cache_accesses = (\d+)", text, re.M).group(1))  # type: ignore[union-attr]
+    l2m = int(re.search(r"^L2_total_cache_misses = (\d+)", text, re.M).group(1))  # type: ignore[union-attr]
+    assert st.l2_accesses == l2a and st.l2_hit_rate == pytest.approx(1 - l2m / l2a)
+    assert st.l1d_accesses == 0 and st.l1d_hit_rate is None  # no L1D accesses: no rate
+    pairs = re.findall(r"^bwutil = ([0-9.]+) \ntotal_CMD = (\d+)", text, re.M)
+    assert len(pairs) >= 8
+    busy = sum(round(float(u) * int(c)) for u, c in pairs)
+    assert st.dram_bw_util == pytest.approx(busy / sum(int(c) for _, c in pairs))
+    assert 0 < st.dram_bw_util < 0.02
 
 
 def test_statistics_without_a_clock_name_the_line() -> None:
@@ -111,6 +150,145 @@ def test_discovery_and_refusals_name_the_settings(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match="timeline-only"):
         refuse_timeline_trace("tr-1", "timeline")
     refuse_timeline_trace("tr-1", "instructions")
+
+
+def test_checkout_layout_is_merged_per_config_name_and_paired_with_gpus(tmp_path: Path) -> None:
+    binary = make_binary(tmp_path / "bin")
+    setup = discover(str(binary), str(CHECKOUT), hashes=True)
+    assert setup.layout == "checkout" and setup.problems == []
+    assert setup.available == ["SM6_TITANX", "SM7_QV100", "SM86_RTX3070", "SM90_H100"]
+    gtx = setup.configs["SM61_GTX1080TI"]
+    assert (gtx.name, gtx.relation, gtx.core_clock_mhz) == ("SM6_TITANX", "same chip", 1417.0)
+    assert "GP102" in gtx.reason
+    gdir = CHECKOUT.joinpath(*GPGPUSIM_CFGS, "SM6_TITANX")
+    adir = CHECKOUT.joinpath(*ACCELSIM_CFGS, "SM6_TITANX")
+    assert gtx.folders == [str(gdir), str(adir)]
+    expected = {p.name: p for p in [*gdir.iterdir(), *adir.iterdir()]}
+    assert set(expected) == {"gpgpusim.config", "config_pascal_islip.icnt", "accelwattch_sass_sim.xml",
+                             "trace.config"}
+    assert gtx.paths == {k: str(v) for k, v in expected.items()}
+    assert gtx.files == {k: hashlib.sha256(v.read_bytes()).hexdigest() for k, v in expected.items()}
+    a100 = setup.serving("SM80_A100")
+    assert (a100.config, a100.relation) == ("SM86_RTX3070", "closest")
+    assert setup.serving("SM90_H200").config == "SM90_H100"
+    assert setup.serving("SM70_V100_SXM2").config == "SM7_QV100"
+    b200 = setup.serving("SM100_B200")
+    assert b200.config is None and "no Accel-Sim config pairs" in b200.reason
+    t4 = setup.serving("SM75_T4")  # paired in the table, its config not in this checkout
+    assert t4.config is None and "SM75_RTX2060 (closest)" in t4.reason and str(CHECKOUT) in t4.reason
+    with pytest.raises(ValidationError, match="SM75_T4: pairs with SM75_RTX2060") as err:
+        require(setup, ["SM75_T4"])
+    assert "CASCADE_ACCELSIM_CONFIG_MAP" in str(err.value)
+    # the setting replaces a pairing, or says a GPU has none
+    moved = discover(str(binary), str(CHECKOUT), config_map=["SM80_A100=SM90_H100", "SM90_H200="])
+    assert (moved.serving("SM80_A100").config, moved.serving("SM80_A100").relation) == ("SM90_H100", "setting")
+    assert moved.serving("SM90_H200").config is None and moved.serving("SM90_H100").config == "SM90_H100"
+    bad = discover(str(binary), str(CHECKOUT), config_map=["SM80_A100"])
+    assert any("CASCADE_ACCELSIM_CONFIG_MAP" in p and "GPU_ID=ACCELSIM_CONFIG" in p for p in bad.problems)
+    # a folder named after a Cascade GPU (or alias) wins over the table for that GPU
+    root = tmp_path / "flat"
+    make_config(root, "GTX 1080 Ti", clock_mhz=1500.0)
+    shutil.copytree(gdir, root / "SM6_TITANX")
+    (root / "SM6_TITANX" / "trace.config").write_text((adir / "trace.config").read_text())
+    flat = discover(str(binary), str(root))
+    assert flat.layout == "folders"
+    assert (flat.configs["SM61_GTX1080TI"].name, flat.configs["SM61_GTX1080TI"].relation) == (
+        "GTX 1080 Ti", "folder")
+    assert flat.configs["SM61_GTX1080"].name == "SM6_TITANX"
+    # a checkout whose gpgpu-sim is not cloned says so
+    half = tmp_path / "half"
+    shutil.copytree(CHECKOUT.joinpath(*ACCELSIM_CFGS), half.joinpath(*ACCELSIM_CFGS))
+    lone = discover(str(binary), str(half))
+    assert lone.configs == {} and any("gpgpu-sim cloned" in p for p in lone.problems)
+
+
+def test_config_map_setting_is_a_list_of_pairs() -> None:
+    from cascade.errors import ConfigError
+    from cascade.platform.settings import load_settings
+
+    got = load_settings({"CASCADE_ACCELSIM_CONFIG_MAP": "SM80_A100=SM86_RTX3070, SM90_H200="})
+    assert got.accelsim_config_map == ["SM80_A100=SM86_RTX3070", "SM90_H200="]
+    with pytest.raises(ConfigError, match="CASCADE_ACCELSIM_CONFIG_MAP.*GPU_ID=ACCELSIM_CONFIG"):
+        load_settings({"CASCADE_ACCELSIM_CONFIG_MAP": "SM80_A100"})
+
+
+def _run_standin(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    binary = make_binary(cwd.parent / "bin")
+    return subprocess.run([str(binary), *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+def test_standin_opens_configs_and_includes_relative_to_its_cwd_like_accelsim(tmp_path: Path) -> None:
+    kl = _trace(tmp_path / "trace", 1)
+    gdir = CHECKOUT.joinpath(*GPGPUSIM_CFGS, "SM6_TITANX")
+    work = tmp_path / "work"
+    work.mkdir()
+    missing = _run_standin(work, "-trace", str(kl), "-config", "gpgpusim.config")
+    assert missing.returncode == 1
+    assert "GPGPU-Sim ** ERROR: Cannot open config file 'gpgpusim.config'" in missing.stderr
+    # gpgpusim.config by absolute path, its interconnect file not in the working directory
+    lone = _run_standin(work, "-trace", str(kl), "-config", str(gdir / "gpgpusim.config"))
+    assert lone.returncode == 255  # intersim's exit(-1)
+    assert lone.stderr.strip() == "Could not open configuration file config_pascal_islip.icnt"
+    assert "-gpgpu_clock_domains 1417.0:1417.0:1417.0:2500.0 #" in lone.stdout
+    (work / "config_pascal_islip.icnt").symlink_to(gdir / "config_pascal_islip.icnt")
+    ok = _run_standin(work, "-trace", str(kl), "-config", str(gdir / "gpgpusim.config"))
+    assert ok.returncode == 0, ok.stderr
+    assert parse_accelsim_output(ok.stdout)[0].cycles == cycles_of(1)
+
+
+async def test_runs_go_through_the_stock_layout_with_relative_includes(tmp_path: Path) -> None:
+    """The working directory holds every file of the merged config folder; the stand-in (like
+    Accel-Sim) opens config_pascal_islip.icnt relative to it. Fails where only gpgpusim.config
+    and trace.config are passed by path."""
+    binary = make_binary(tmp_path / "bin")
+    checkout = copy_checkout(tmp_path / "accel-sim-framework", SM6_TITANX={"pace_s": 0.01})
+    setup = discover(str(binary), str(checkout), hashes=True)
+    gpu = setup.configs["SM61_GTX1080TI"]
+    kl = _trace(tmp_path / "trace", 3)
+    out = await run_accelsim(str(binary), str(kl), gpu, tmp_path / "work")
+    assert [k.cycles for k in out.kernels] == [cycles_of(i) for i in (1, 2, 3)]
+    assert out.kernels[0].core_clock_mhz == CHECKOUT_CLOCK_MHZ["SM6_TITANX"]
+    staged = tmp_path / "work"
+    assert sorted(p.name for p in staged.iterdir()) == sorted(gpu.paths)
+    assert (staged / "config_pascal_islip.icnt").read_text() == Path(gpu.paths["config_pascal_islip.icnt"]).read_text()
+    with pytest.raises(AccelSimError, match="exited with 255 after 0 kernels") as err:
+        await _unstaged(str(binary), str(kl), gpu, tmp_path)
+    assert "Could not open configuration file config_pascal_islip.icnt" in str(err.value)
+
+
+async def _unstaged(binary: str, kl: str, gpu: object, tmp_path: Path) -> None:
+    """What the simulator did before: the two config files by path in an empty directory."""
+    from cascade.platform.accelsim import accelsim_argv
+
+    work = tmp_path / "unstaged"
+    work.mkdir()
+    args = accelsim_argv(binary, kl, [gpu.gpgpusim_config, gpu.trace_config])  # type: ignore[attr-defined]
+    proc = await asyncio.create_subprocess_exec(*args, cwd=work, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.STDOUT)
+    text = (await proc.communicate())[0].decode()
+    if proc.returncode:
+        raise AccelSimError(f"accel-sim exited with {proc.returncode} after 0 kernels; last output:\n{text}")
+
+
+async def test_statistics_per_kernel_from_run_long_counters(tmp_path: Path) -> None:
+    binary = make_binary(tmp_path / "bin")
+    checkout = copy_checkout(tmp_path / "co", SM90_H100={"pace_s": 0.01})
+    gpu = discover(str(binary), str(checkout)).configs["SM90_H100"]
+    kl = _trace(tmp_path / "trace", 4)
+    out = await run_accelsim(str(binary), str(kl), gpu, tmp_path / "work")
+    assert [s.kernel_id for s in out.statistics] == [1, 2, 3, 4]
+    for st in out.statistics:
+        want = stats_of(st.kernel_id or 0)
+        assert st.occupancy_pct == pytest.approx(want["occupancy_pct"])
+        assert st.l1d_accesses == want["l1d_accesses"]
+        assert st.l1d_hit_rate == pytest.approx(1 - want["l1d_misses"] / want["l1d_accesses"])
+        assert st.l2_hit_rate == pytest.approx(1 - want["l2_misses"] / want["l2_accesses"])
+        assert st.dram_bw_util == pytest.approx(want["dram_busy"] / want["dram_cmd"])
+        assert st.ipc == pytest.approx(st.instructions / st.cycles, rel=1e-3)
+    # the printed counters are sums over the run: the last kernel's rate is not its own
+    last = stats_of(4)
+    assert DRAM_CHANNELS == 2 and last["l1d_misses"] / last["l1d_accesses"] != sum(
+        stats_of(k)["l1d_misses"] for k in (1, 2, 3, 4)) / sum(stats_of(k)["l1d_accesses"] for k in (1, 2, 3, 4))
 
 
 # --------------------------------------------------------------------------- the runner
@@ -293,3 +471,50 @@ def test_accelsim_model_failure_is_reported(tmp_path: Path) -> None:
     os.chmod(bad, 0o755)
     with pytest.raises(CascadeError, match="exited with 3"):
         simulate(str(bad), str(trace), [])
+
+
+def test_cascade_gpus_names_the_accelsim_config_of_every_gpu(tmp_path: Path) -> None:
+    from cascade.gpus import default_registry
+    from cascade.gpus.accelsim_names import PAIRINGS
+
+    binary = make_binary(tmp_path / "bin")
+    env = {**os.environ, "CASCADE_ACCELSIM_BIN": str(binary), "CASCADE_ACCELSIM_CONFIGS": str(CHECKOUT),
+           "CASCADE_ACCELSIM_CONFIG_MAP": "SM75_T4=SM7_QV100"}
+    env.pop("CASCADE_CONFIG", None)
+    listed = subprocess.run([sys.executable, "-m", "programs.cli", "gpus", "--json"], env=env,
+                            capture_output=True, text=True, timeout=120, check=True)
+    import json
+
+    by_id = {g["id"]: g for g in json.loads(listed.stdout)}
+    assert set(by_id) == set(default_registry().ids())
+    present = {"SM6_TITANX", "SM7_QV100", "SM86_RTX3070", "SM90_H100"}
+    for gpu_id in {p.gpu_id for p in PAIRINGS} - {"SM75_T4"}:
+        first = next((p for p in PAIRINGS if p.gpu_id == gpu_id and p.config in present), None)
+        got = by_id[gpu_id]["accelsim_config"]
+        if first is None:  # its stock config is not in this checkout: it says why
+            assert got["config"] is None and "not found in CASCADE_ACCELSIM_CONFIGS" in got["reason"]
+        else:
+            assert (got["config"], got["relation"], got["reason"]) == (first.config, first.relation, first.reason)
+            assert by_id[gpu_id]["accelsim"] and "accel-sim" in by_id[gpu_id]["models"]
+    assert by_id["SM75_T4"]["accelsim_config"]["config"] == "SM7_QV100"  # the setting
+    assert by_id["SM75_T4"]["accelsim_config"]["relation"] == "setting"
+    assert by_id["SM100_B200"]["accelsim_config"]["config"] is None and not by_id["SM100_B200"]["accelsim"]
+    table = subprocess.run([sys.executable, "-m", "programs.cli", "gpus"], env=env, capture_output=True,
+                           text=True, timeout=120, check=True).stdout
+    row = next(line for line in table.splitlines() if "SM61_GTX1080TI" in line)
+    assert "SM6_TITANX (same chip)" in row
+    assert "none" in next(line for line in table.splitlines() if "SM100_B200" in line)
+
+
+async def test_a_missing_include_fails_naming_the_file_and_the_folder(tmp_path: Path) -> None:
+    binary = make_binary(tmp_path / "bin")
+    checkout = copy_checkout(tmp_path / "co", SM7_QV100={"pace_s": 0.01})
+    gdir = checkout.joinpath(*GPGPUSIM_CFGS, "SM7_QV100")
+    (gdir / "config_volta_islip.icnt").unlink()
+    gpu = discover(str(binary), str(checkout), hashes=True).configs["SM70_V100_SXM2"]
+    assert "config_volta_islip.icnt" not in gpu.files
+    with pytest.raises(AccelSimError, match="exited with 255 after 0 kernels") as err:
+        await run_accelsim(str(binary), str(_trace(tmp_path / "trace", 1)), gpu, tmp_path / "work")
+    text = str(err.value)
+    assert f"config_volta_islip.icnt, named by the config relative to Accel-Sim's working directory, is not in the config folder {gdir} or {checkout.joinpath(*ACCELSIM_CFGS, 'SM7_QV100')}: add it there" in text
+    assert "Could not open configuration file config_volta_islip.icnt" in err.value.tail

@@ -1,9 +1,15 @@
 """The accel-sim model through the real stack: nats-server, SeaweedFS, api, ingest, prepare,
 orchestrator (local backend) and real simulator processes running a stand-in accel-sim.out.
 
-A generated instruction trace is uploaded and prepared; then runs ask for ``accel-sim`` on
-configs whose Accel-Sim folders make the stand-in behave (finish with one kernel skipped,
-crash after two kernels, hang after one). Progress events per kernel reach the api's SSE
+``CASCADE_ACCELSIM_CONFIGS`` is a copy of an Accel-Sim checkout's config layout (gpgpu-sim's
+tested-cfgs with gpgpusim.config naming its interconnect file relative to the working
+directory, Accel-Sim's tested-cfgs with trace.config) under its own config names, which the
+table pairs with Cascade GPUs (SM86_RTX3070 serves SM80_A100, SM90_H100 serves SM90_H100,
+SM7_QV100 serves SM70_V100_PCIE_32GB, SM6_TITANX serves SM61_GTX1080TI). A generated
+instruction trace is uploaded and prepared; then runs ask for ``accel-sim`` on configs whose
+folders make the stand-in behave (finish with one kernel skipped, crash after two kernels,
+hang after one); the real matrixmul trace runs on three configs and reproduces the cycles
+the stand-in prints when run by hand on the same folder. Progress events per kernel reach the api's SSE
 while the simulator runs; cancel and the sim timeout kill its process group; results carry
 its cycles; unconfigured configs, an unset binary and timeline traces are refused with 400.
 """
@@ -21,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import numpy as np
 import pytest
 
 from cascade.engine.perf import NOT_SIMULATED
@@ -30,13 +37,22 @@ from cascade.platform.state import RunRecord, SimRecord
 from programs.bench._runbed import generate_timeline, publish_trace
 from programs.cli.importer import run_import
 from programs.embedded.ports import free_port
-from tests.support.accelsim_helpers import make_binary, make_config, pids_alive
-from tests.support.accelsim_standin import cycles_of
+from tests.support.accelsim_helpers import (
+    CHECKOUT_CLOCK_MHZ,
+    GPGPUSIM_CFGS,
+    copy_checkout,
+    make_binary,
+    pids_alive,
+)
+from tests.support.accelsim_standin import cycles_of, stats_of
+from tests.support.paths import SHARED_DATA
 from tests.support.traces_stack import TOKEN, TracesStack, running_stack, write_kernels
 from tests.support.wait import wait_for_kv, wait_until
 
 SIM_TIMEOUT_S = 12.0
-A100_CLOCK = 1410.0
+#: SM80_A100 runs on SM86_RTX3070 (the closest stock config), at that config's clock.
+A100_CLOCK = CHECKOUT_CLOCK_MHZ["SM86_RTX3070"]
+MATRIXMUL = SHARED_DATA / "traces" / "matrixmul-32x32-sm61"
 
 
 @pytest.fixture(scope="module")
@@ -47,11 +63,11 @@ async def accel(s3_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Asy
     pids = base / "pids"
     pids.mkdir()
     binary = make_binary(base / "bin")
-    configs = base / "accelsim-configs"
-    make_config(configs, "SM80_A100", clock_mhz=A100_CLOCK, pace_s=0.25, skip="4")
-    make_config(configs, "SM90_H100", clock_mhz=1755.0, pace_s=0.05, mode="crash", after=2)
-    make_config(configs, "SM70_V100_PCIE_32GB", clock_mhz=1380.0, pace_s=0.1, mode="hang", after=1,
-                pids_dir=pids)
+    configs = copy_checkout(base / "accel-sim-framework",
+                            SM86_RTX3070={"pace_s": 0.25, "skip": "4"},
+                            SM90_H100={"pace_s": 0.05, "mode": "crash", "after": 2},
+                            SM7_QV100={"pace_s": 0.1, "mode": "hang", "after": 1, "pids_dir": pids},
+                            SM6_TITANX={"pace_s": 0.05})
     async with running_stack(s3_server, base, accelsim_bin=str(binary),
                              accelsim_configs=str(configs), sim_timeout_s=SIM_TIMEOUT_S) as stack:
         await stack.start("orchestrator", run_orchestrator, orchestrator_backend="local",
@@ -132,9 +148,26 @@ async def test_progress_per_kernel_reaches_sse_and_results_carry_cycles(accel: d
         assert result.model == "accel-sim" and result.simulator is not None
         sim = result.simulator
         assert sim.name == "Accel-Sim" and sim.config_id == "SM80_A100" and sim.core_clock_mhz == A100_CLOCK
-        folder = accel["configs"] / "SM80_A100"
+        assert (sim.accelsim_config, sim.config_relation) == ("SM86_RTX3070", "closest")
+        folders = [accel["configs"].joinpath(*GPGPUSIM_CFGS, "SM86_RTX3070"),
+                   accel["configs"] / "gpu-simulator" / "configs" / "tested-cfgs" / "SM86_RTX3070"]
+        assert sim.config_dirs == [str(f) for f in folders]
         assert sim.config_files == {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-                                    for p in folder.iterdir()}
+                                    for f in folders for p in f.iterdir()}
+        assert set(sim.config_files) == {"gpgpusim.config", "config_ampere_islip.icnt",
+                                         "accelwattch_sass_sim.xml", "trace.config"}
+        # Accel-Sim's per-kernel statistics beside the built-in model's prediction
+        assert [k.kernel_id for k in result.accelsim_kernels] == [1, 2, 3, 5, 6]
+        for k in result.accelsim_kernels:
+            want = stats_of(k.kernel_id)
+            assert k.cycles == cycles_of(k.kernel_id) and k.instructions == 10516 * k.kernel_id
+            assert k.occupancy_pct == pytest.approx(want["occupancy_pct"])
+            assert k.l1d_hit_rate == pytest.approx(1 - want["l1d_misses"] / want["l1d_accesses"])
+            assert k.l2_hit_rate == pytest.approx(1 - want["l2_misses"] / want["l2_accesses"])
+            assert k.dram_bw_util == pytest.approx(want["dram_busy"] / want["dram_cmd"])
+            assert k.simulated_ns == pytest.approx(k.cycles / A100_CLOCK * 1e3)
+            assert k.builtin_ns is not None and k.builtin_ns > 0 and k.builtin_model
+            assert k.difference_pct == pytest.approx((k.builtin_ns - k.simulated_ns) / k.simulated_ns * 100)
         assert sim.kernels_listed == 6 and sim.kernels_simulated == 5
         assert sim.cycles_total == sum(cycles_of(k) for k in (1, 2, 3, 5, 6))
         assert result.extrapolation.get(
@@ -147,10 +180,18 @@ async def test_progress_per_kernel_reaches_sse_and_results_carry_cycles(accel: d
             assert kernels["predicted_ns"][row] == pytest.approx(cycles_of(kid) / A100_CLOCK * 1e3)
             assert kernels["extrapolation"][row] & NOT_SIMULATED == 0
         assert kernels["sim_cycles"][by_id[4]] == -1 and kernels["extrapolation"][by_id[4]] & NOT_SIMULATED
+        assert np.isnan(kernels["sim_l2_hit_rate"][by_id[4]])
+        assert kernels["sim_occupancy_pct"][by_id[5]] == pytest.approx(stats_of(5)["occupancy_pct"])
+        assert np.all(kernels["builtin_ns"] > 0)
         assert result.gpu_busy_ns == pytest.approx(float(kernels["predicted_ns"].sum()))
     results = await _get(stack, f"/api/runs/{run_id}/results")
     entry = results["configs"][0]
     assert entry["model"] == "accel-sim" and entry["simulator"]["name"] == "Accel-Sim"
+    assert entry["simulator"]["accelsim_config"] == "SM86_RTX3070"
+    side = {k["kernel_id"]: k for k in entry["accelsim_kernels"]}
+    assert sorted(side) == [1, 2, 3, 5, 6]
+    assert side[5]["l2_hit_rate"] == pytest.approx(1 - stats_of(5)["l2_misses"] / stats_of(5)["l2_accesses"])
+    assert side[5]["builtin_ns"] > 0 and side[5]["simulated_ns"] == pytest.approx(cycles_of(5) / A100_CLOCK * 1e3)
     page = await _get(stack, f"/api/runs/{run_id}/results/{body['run']['sim_ids'][0]}/kernels")
     assert "sim_cycles" in page["columns"]
     # both replicas (one node) share one copy of the instruction files
@@ -171,22 +212,33 @@ async def test_configs_say_where_accelsim_runs_and_runs_elsewhere_are_refused(ac
     stack: TracesStack = accel["stack"]
     listing = await _get(stack, "/api/configs")
     can = {c["id"]: c for c in listing["configs"]}
-    assert listing["accelsim"]["configs"] == ["SM70_V100_PCIE_32GB", "SM80_A100", "SM90_H100"]
+    served = {c["id"]: c["accelsim_config"] for c in listing["configs"] if c["accelsim"]}
+    assert served["SM80_A100"] == {"name": "SM86_RTX3070", "relation": "closest",
+                                   "reason": served["SM80_A100"]["reason"]}
+    assert served["SM61_GTX1080TI"]["name"] == "SM6_TITANX" and served["SM61_GTX1080TI"]["relation"] == "same chip"
+    assert served["SM70_V100_PCIE_32GB"]["name"] == "SM7_QV100" and served["SM90_H200"]["name"] == "SM90_H100"
+    assert listing["accelsim"]["configs"] == sorted(served)
+    assert listing["accelsim"]["config_names"] == ["SM6_TITANX", "SM7_QV100", "SM86_RTX3070", "SM90_H100"]
+    assert listing["accelsim"]["layout"] == "checkout"
     assert can["SM80_A100"]["accelsim"] and "accel-sim" in can["SM80_A100"]["models"]
-    assert not can["SM90_H200"]["accelsim"] and "accel-sim" not in can["SM90_H200"]["models"]
+    assert not can["SM100_B200"]["accelsim"] and "accel-sim" not in can["SM100_B200"]["models"]
+    none = can["SM100_B200"]["accelsim_config"]
+    assert none["name"] is None and "no Accel-Sim config pairs" in none["reason"]
+    t4 = can["SM75_T4"]["accelsim_config"]
+    assert t4["name"] is None and "SM75_RTX2060 (closest)" in t4["reason"]
     one = await _get(stack, "/api/configs/A100")
     assert one["config"]["accelsim"] is True
-    status, err = await _post_run(stack, {"trace_id": accel["trace_id"], "configs": ["SM80_A100", "SM90_H200"],
+    status, err = await _post_run(stack, {"trace_id": accel["trace_id"], "configs": ["SM80_A100", "SM100_B200"],
                                           "model": "accel-sim"})
     assert status == 400, err
-    assert "CASCADE_ACCELSIM_CONFIGS" in err["message"] and "SM90_H200" in err["message"]
-    assert "SM70_V100_PCIE_32GB, SM80_A100, SM90_H100" in err["message"]
+    assert "CASCADE_ACCELSIM_CONFIGS" in err["message"] and "SM100_B200" in err["message"]
+    assert ", ".join(sorted(served)) in err["message"]
     # a timeline-only trace has no instruction files for Accel-Sim
     timeline = await publish_trace(stack.bus, stack.storage, "tr-accel-timeline", generate_timeline(40))
     status, err = await _post_run(stack, {"trace_id": timeline.id, "configs": ["SM80_A100"],
                                           "model": "accel-sim"})
     assert status == 400 and "timeline-only" in err["message"], err
-    status, ok = await _post_run(stack, {"trace_id": timeline.id, "configs": ["SM90_H200"], "model": "scaled"})
+    status, ok = await _post_run(stack, {"trace_id": timeline.id, "configs": ["SM100_B200"], "model": "scaled"})
     assert status == 202, ok
     # an api whose CASCADE_ACCELSIM_BIN is unset refuses accel-sim everywhere, naming the setting
     port = free_port()
@@ -301,3 +353,47 @@ async def test_instruction_files_fetched_once_per_node_from_any_listing(storage:
     assert (folder / "kernelslist.g").read_text() == (
         "MemcpyHtoD,0x7f0000000000,64\nkernel-1.traceg\nkernel-2.traceg\n")
     assert (await fetch_instruction_trace(storage, "tr-xz", "both", cache)).downloaded is False
+
+
+async def test_real_trace_on_three_configs_reproduces_the_cycles_printed_by_hand(
+        accel: dict[str, Any], tmp_path: Path) -> None:
+    """matrixmul-32x32-sm61 through the api on three GPUs served by three stock-layout config
+    folders; each result has the cycles the binary prints when run by hand on that folder."""
+    import subprocess
+
+    from cascade.engine.accelsim import parse_accelsim_output
+    from cascade.platform.accelsim import discover, stage_config
+
+    stack: TracesStack = accel["stack"]
+    summary = await run_import(argparse.Namespace(
+        path=MATRIXMUL, app=stack.base_url, token=TOKEN, name=None, source_gpu="SM61_GTX1080TI",
+        kind=None, workload="matrixmul 32x32", trace_id=None, state_file=tmp_path / "import.json",
+        no_seal=False, wait=90.0, quiet=True))
+    assert summary["state"] == "ready", summary
+    gpus = ["SM61_GTX1080TI", "SM80_A100", "SM90_H100"]
+    status, body = await _post_run(stack, {"trace_id": summary["trace_id"], "configs": gpus,
+                                           "model": "accel-sim"})
+    assert status == 202, body
+    detail = await _wait_run(stack, body["id"], {"completed", "failed", "cancelled"}, timeout=90)
+    assert detail["run"]["state"] == "completed", detail
+    setup = discover(stack.settings.accelsim_bin, stack.settings.accelsim_configs)
+    seen = set()
+    for sim_id in body["run"]["sim_ids"]:
+        result = await read_result(stack.storage, body["id"], sim_id)
+        gpu = setup.configs[result.config]
+        by_hand_dir = tmp_path / f"by-hand-{result.config}"
+        by_hand_dir.mkdir()
+        stage_config(gpu.paths, by_hand_dir)
+        printed = subprocess.run([stack.settings.accelsim_bin, "-trace", str(MATRIXMUL / "kernelslist.g"),
+                                  "-config", "gpgpusim.config", "-config", "trace.config"],
+                                 cwd=by_hand_dir, capture_output=True, text=True, timeout=60, check=True)
+        [by_hand] = parse_accelsim_output(printed.stdout)
+        [k] = result.accelsim_kernels
+        assert (k.kernel_id, k.cycles, k.instructions) == (1, by_hand.cycles, by_hand.instructions)
+        assert k.name == by_hand.name == "_Z8mult_gpuIfEvPT_S1_S1_ii"
+        assert result.simulator is not None and result.simulator.accelsim_config == gpu.name
+        assert result.simulator.core_clock_mhz == CHECKOUT_CLOCK_MHZ[gpu.name]
+        assert k.simulated_ns == pytest.approx(by_hand.cycles / CHECKOUT_CLOCK_MHZ[gpu.name] * 1e3)
+        assert result.gpu_busy_ns == pytest.approx(k.simulated_ns)
+        seen.add(gpu.name)
+    assert seen == {"SM6_TITANX", "SM86_RTX3070", "SM90_H100"}

@@ -109,7 +109,7 @@ def _table() -> KernelTable:
         {"name": "ampere_fp16_s16816gemm_fp16_256x128_ldg8_f2f_stages_32x3_nn", "op": "linear",
          "dtype": "fp16", "m": 4096, "n": 11008, "k": 4096, "duration_ns": 900_000.0},
         {"name": "ampere_fp16_s16816gemm_fp16_64x64_ldg8_f2f_stages_64x5_nn", "op": "linear",
-         "dtype": "fp16", "m": 1, "n": 40, "k": 24, "duration_ns": 4_000.0},
+         "dtype": "fp16", "m": 16, "n": 40, "k": 24, "duration_ns": 4_000.0},
         {"name": "vectorized_elementwise_kernel", "op": "elementwise", "dtype": "fp16",
          "bytes": 1_000_000, "duration_ns": 3_000.0},
         {"name": "mystery_kernel"},  # no time, no work: auto bounds it
@@ -128,6 +128,9 @@ def test_extrapolation_flags_name_each_reason() -> None:
     assert list(grid.covers(cells)) == [True, False, False, False]
     flags = extrapolation_flags(w, h100, a100, cal, "kernel")
     assert list(flags) == [0, SHAPE_OUTSIDE, 0, 0]  # non-GEMM kernels have no shape cell
+    # a GEMV (M = 1) of the same width streams its weights: a regime the operator data cover
+    gemv = workload_of(KernelTable.from_rows([{**_table().take([1]).rows().__next__(), "m": 1}]))
+    assert not extrapolation_flags(gemv, h100, a100, cal, "kernel").any()
     assert not extrapolation_flags(w, a100, a100, cal, "kernel").any()  # its own measured times
     into = extrapolation_flags(w, h200, a100, cal, "kernel")
     assert all(f & TARGET_UNCALIBRATED for f in into) and not any(f & SOURCE_UNCALIBRATED for f in into)
@@ -161,7 +164,7 @@ def test_cli_predict_prints_provenance_accuracy_and_extrapolation(tmp_path: Path
     trace = tmp_path / "k.csv"
     trace.write_text("name,op,dtype,m,n,k,duration_ns\n"
                      "sm80_gemm,linear,fp16,4096,11008,4096,900000\n"
-                     "sm80_gemm,linear,fp16,1,40,24,4000\n")
+                     "sm80_gemm,linear,fp16,16,40,24,4000\n")
     proc = subprocess.run([sys.executable, "-m", "programs.cli", "predict", "--trace", str(trace), "--source", "A100",
                            "--target", "H100,H200", "--model", "scaled"],
                           capture_output=True, text=True, check=True)
@@ -172,6 +175,8 @@ def test_cli_predict_prints_provenance_accuracy_and_extrapolation(tmp_path: Path
     assert f"calibration {cal.id}@{cal.version} ({cal.digest()})" in lines[0]
     assert "expected MAPE" in lines[0] and ("shifted shapes" in lines[0] or "held-out shapes" in lines[0])
     assert "kernels extrapolated" in lines[0] and "GEMM shape outside" in lines[0]
+    # the whole trace's figure: the end-to-end protocol's, widened by the uncovered kernel's time
+    assert "whole trace: expected error" in lines[0] and "end-to-end protocol" in lines[0]
     assert "SM90_H200 has no calibration: SM90_H100's accuracy plus a bandwidth transfer" in lines[1]
     assert "target GPU not calibrated" in lines[1]
     assert np.isfinite(float(proc.stdout.splitlines()[1].split(",")[-3]))

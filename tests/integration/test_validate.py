@@ -321,10 +321,14 @@ def test_tile_menus_keep_the_tiles_a_path_ran_often_enough() -> None:
 def test_cli_calibrate_fits_and_records_provenance_contexts_and_menus(small_data: Path, tmp_path: Path) -> None:
     out = tmp_path / "cal.json"
     proc = subprocess.run([sys.executable, "-m", "programs.cli", "calibrate", "--data", str(small_data), "--out", str(out),
-                           "--evals", "60", "--no-leave-one-gpu-out"], capture_output=True, text=True, check=False)
+                           "--evals", "30", "--no-leave-one-gpu-out", "--shift", "extremes"],
+                          capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     cal = load_calibration(out)
-    assert cal.command.endswith("--evals 60 --no-leave-one-gpu-out") and cal.data_files
+    assert cal.command.endswith("--evals 30 --no-leave-one-gpu-out --shift extremes") and cal.data_files
+    # one shifted-shape protocol (each is a whole refit; `validate --shift` covers the others)
+    shifted = cal.metrics["shifted_shapes"]
+    assert shifted and {r["shift"] for r in shifted} == {"extremes"}  # type: ignore[union-attr]
     assert set(cal.contexts) == {"kernel", "neusight"}
     assert "SM75_T4" in cal.contexts["neusight"] and "SM80_A100" in cal.contexts["kernel"]
     assert set(cal.transfer) == {"kernel", "neusight"}

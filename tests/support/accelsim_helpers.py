@@ -3,11 +3,37 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import sys
 from pathlib import Path
 
+from tests.support.paths import TEST_DATA
+
 STANDIN = Path(__file__).resolve().parent / "accelsim_standin.py"
+#: A hand-written Accel-Sim checkout's config folders (the real layout: gpgpusim.config, the
+#: interconnect file it names relative to the working directory and an AccelWattch XML under
+#: gpu-simulator/gpgpu-sim/configs/tested-cfgs/NAME, trace.config under
+#: gpu-simulator/configs/tested-cfgs/NAME).
+CHECKOUT = TEST_DATA / "accelsim-checkout"
+GPGPUSIM_CFGS = ("gpu-simulator", "gpgpu-sim", "configs", "tested-cfgs")
+ACCELSIM_CFGS = ("gpu-simulator", "configs", "tested-cfgs")
+#: Core clocks of the checkout's configs (their -gpgpu_clock_domains).
+CHECKOUT_CLOCK_MHZ = {"SM6_TITANX": 1417.0, "SM7_QV100": 1132.0, "SM86_RTX3070": 1132.0,
+                      "SM90_H100": 1132.0}
+
+
+def copy_checkout(dest: Path, **standin: dict[str, object]) -> Path:
+    """A copy of :data:`CHECKOUT` at ``dest``; ``standin[NAME]`` options are appended to that
+    config's gpgpusim.config as ``# standin-...`` comments (ignored by the real Accel-Sim)."""
+    shutil.copytree(CHECKOUT, dest)
+    for name, options in standin.items():
+        cfg = dest.joinpath(*GPGPUSIM_CFGS, name, "gpgpusim.config")
+        if not cfg.is_file():
+            raise FileNotFoundError(f"{cfg}: the test checkout has no config {name}")
+        with cfg.open("a") as fh:
+            fh.writelines(f"# standin-{k.replace('_', '-')}: {v}\n" for k, v in options.items())
+    return dest
 CLOCK_MHZ = {"SM80_A100": 1410.0, "SM90_H100": 1755.0, "SM70_V100_PCIE_32GB": 1380.0}
 
 

@@ -6,10 +6,12 @@ the synthetic OPT-125m sample timeline with its source durations as the predicti
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,12 +21,18 @@ from cascade.calibration import load_calibration
 from cascade.calibration.accuracy import expected_accuracy
 from cascade.platform import subjects
 from cascade.platform.bus import Bus
-from cascade.platform.runstore import write_result
+from cascade.platform.keys import kernels_key, result_key
 from cascade.platform.samples import load_sample
 from cascade.platform.settings import Settings
 from cascade.platform.state import Provenance, RunRecord, SimRecord, TraceRecord
 from cascade.platform.storage import Storage
-from cascade.runs.results import SimResult, build_result, kernels_with_predictions
+from cascade.runs.results import (
+    SimResult,
+    build_result,
+    encode_result,
+    kernels_npz_bytes,
+    kernels_with_predictions,
+)
 from services.api.app import create_app
 
 
@@ -41,6 +49,20 @@ class FinishedSim:
         return f"cascade/{self.trace_id}/{self.config}"
 
 
+@functools.cache
+def _sample_prediction() -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, np.ndarray, float, bytes]:
+    """The sample timeline with its source durations as the prediction, and its kernels.npz
+    bytes: the same for every finished sim, so built once per test process."""
+    table = load_sample().synthetic_table
+    predicted = table["duration_ns"].astype(float)
+    start = table["start_ns"].astype(float)
+    end = start + predicted
+    regime = np.array(["memory"] * len(table), dtype=object)
+    e2e = float(end.max() - np.nanmin(table["host_launch_ns"]))
+    npz = kernels_npz_bytes(kernels_with_predictions(table, predicted, regime, start, end))
+    return table, predicted, start, end, regime, e2e, npz
+
+
 async def make_finished_sim(bus: Bus, storage: Storage, *, config: str = "SM90_H100",
                             workload: str = "facebook/opt-125m eager greedy generation",
                             steps: list[object] | None = None) -> FinishedSim:
@@ -48,21 +70,18 @@ async def make_finished_sim(bus: Bus, storage: Storage, *, config: str = "SM90_H
     tag = uuid.uuid4().hex[:8]
     trace_id, run_id = f"tv1-{tag}", f"run-v1{tag}"
     sim_id = f"{run_id}-{config.lower()}-r0"
-    table = load_sample().synthetic_table
-    n = len(table)
+    table, predicted, start, end, regime, e2e, npz = _sample_prediction()
     cal = load_calibration()
-    predicted = table["duration_ns"].astype(float)
-    start = table["start_ns"].astype(float)
-    end = start + predicted
-    regime = np.array(["memory"] * n, dtype=object)
-    e2e = float(end.max() - np.nanmin(table["host_launch_ns"]))
     result = build_result(
         run_id=run_id, sim_id=sim_id, trace_id=trace_id, config=config, replica=0, model="scaled",
         spec_id=config, spec_hash="test", table=table, predicted_ns=predicted, regime=regime,
         start_ns=start, end_ns=end, predicted_e2e_ns=e2e, created_at=time.time(),
         source_spec_id="SM90_H100", calibration=f"{cal.id}@{cal.version}",
         accuracy=expected_accuracy(cal, "SM90_H100", config, "kernel"), steps=steps)  # type: ignore[arg-type]
-    key = await write_result(storage, result, kernels_with_predictions(table, predicted, regime, start, end))
+    # what write_result stores (kernels.npz, then result.json), the npz bytes built once
+    await storage.put_bytes(kernels_key(run_id, sim_id), npz)
+    key = result_key(run_id, sim_id)
+    await storage.put_bytes(key, encode_result(result))
     now = time.time()
     traces = await bus.kv(subjects.KV_TRACES)
     await traces.put(trace_id, TraceRecord(id=trace_id, name=f"v1 test {tag}", source_gpu="SM90_H100",

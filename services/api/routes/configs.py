@@ -29,6 +29,18 @@ from services.api.spec_index import spec_index
 routes = web.RouteTableDef()
 
 
+class AccelSimConfigRef(msgspec.Struct, frozen=True, kw_only=True):
+    """Which Accel-Sim config serves a GPU here, or why none does."""
+
+    name: str | None = None
+    """Accel-Sim config name (e.g. ``SM6_TITANX``); None when no config serves this GPU."""
+    relation: str = ""
+    """``same chip``, ``closest`` (the table), ``folder`` (a folder named after the GPU) or
+    ``setting`` (CASCADE_ACCELSIM_CONFIG_MAP); empty when none."""
+    reason: str = ""
+    """Why that config serves this GPU, or why there is none (naming the setting to change)."""
+
+
 class ConfigSummary(msgspec.Struct, frozen=True, kw_only=True):
     """One GPU configuration as the api lists it."""
 
@@ -53,7 +65,9 @@ class ConfigSummary(msgspec.Struct, frozen=True, kw_only=True):
     """Kernel models a run on this config can use (``accel-sim`` only where it is configured)."""
     accelsim: bool = False
     """True when this config can run the ``accel-sim`` model (CASCADE_ACCELSIM_BIN is usable and
-    CASCADE_ACCELSIM_CONFIGS has a folder for it)."""
+    CASCADE_ACCELSIM_CONFIGS has a config that serves it)."""
+    accelsim_config: AccelSimConfigRef | None = None
+    """The Accel-Sim config that serves this GPU, or why none does (None: not looked up)."""
 
 
 class AccelSimAvailability(msgspec.Struct, frozen=True, kw_only=True):
@@ -65,6 +79,11 @@ class AccelSimAvailability(msgspec.Struct, frozen=True, kw_only=True):
     """Config ids that can run accel-sim."""
     problems: list[str] = []
     """What keeps the model (or a config folder) from running, naming the setting."""
+    config_names: list[str] = []
+    """Usable Accel-Sim config folders found in CASCADE_ACCELSIM_CONFIGS (e.g. SM6_TITANX)."""
+    layout: str = ""
+    """``checkout`` (an Accel-Sim checkout's tested-cfgs, merged per name), ``folders`` (a folder
+    of config folders) or empty (CASCADE_ACCELSIM_CONFIGS unusable)."""
 
 
 class ConfigList(msgspec.Struct, frozen=True, kw_only=True):
@@ -93,7 +112,16 @@ async def accelsim_setup(request: web.Request) -> AccelSimSetup:
 def availability(setup: AccelSimSetup) -> AccelSimAvailability:
     """The listing's view of the accel-sim setup."""
     return AccelSimAvailability(available=bool(setup.runnable()), configs=setup.runnable(),
-                                problems=list(setup.problems))
+                                problems=list(setup.problems), config_names=list(setup.available),
+                                layout=setup.layout)
+
+
+def config_ref(spec_id: str, setup: AccelSimSetup | None) -> AccelSimConfigRef | None:
+    """The Accel-Sim config that serves ``spec_id`` (see :meth:`AccelSimSetup.serving`)."""
+    if setup is None:
+        return None
+    s = setup.serving(spec_id)
+    return AccelSimConfigRef(name=s.config, relation=s.relation, reason=s.reason)
 
 
 def summary(spec: GPUSpec, *, custom: bool, setup: AccelSimSetup | None = None) -> ConfigSummary:
@@ -106,6 +134,7 @@ def summary(spec: GPUSpec, *, custom: bool, setup: AccelSimSetup | None = None) 
         tensor_tflops=dict(spec.tensor_tflops), aliases=list(spec.aliases), custom=custom,
         spec_hash=spec.spec_hash(), models=models_for(spec.id, setup),
         accelsim=setup is not None and setup.can_run(spec.id),
+        accelsim_config=config_ref(spec.id, setup),
     )
 
 

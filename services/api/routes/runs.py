@@ -94,7 +94,7 @@ from cascade.runs.plan import (
     new_run_id,
     plan_sims,
 )
-from cascade.runs.results import SimResult, SimulatorProvenance
+from cascade.runs.results import AccelSimKernel, SimResult, SimulatorProvenance
 from cascade.tableio import write_csv_text, write_table
 from services.api.http import doc, json_response, query_choice, query_int, read_json
 from services.api.keys import BUS, SETTINGS, STORAGE
@@ -738,6 +738,7 @@ def config_results(config: str, sims: list[SimRecord], results: dict[str, SimRes
         },
         "regimes": first.regimes if first else {},
         "simulator": msgspec.to_builtins(first.simulator) if first and first.simulator else None,
+        "accelsim_kernels": [msgspec.to_builtins(k) for k in (first.accelsim_kernels if first else [])],
         "replicas": replicas,
     }
 
@@ -809,6 +810,9 @@ class ConfigResult(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     regimes: dict[str, int]
     simulator: SimulatorProvenance | None
     replicas: list[ReplicaResult]
+    accelsim_kernels: list[AccelSimKernel] = []
+    """Model accel-sim: per simulated kernel (first replica), Accel-Sim's statistics beside
+    the built-in model's prediction for the same kernel."""
     recorded: bool | msgspec.UnsetType = msgspec.UNSET
     """True where a recorded sample run's figures stand in for result files."""
 

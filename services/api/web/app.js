@@ -27,6 +27,34 @@ function showBanner(html, kind = "error") {
 }
 function hideBanner() { $("#banner").hidden = true; }
 
+// ---- sign-in link: `cascade up` prints /?signin=CODE; the code is exchanged once for the token,
+// kept for this browser session, and removed from the address bar (and history) right away
+function markSignedIn() {
+  $("#token-box").classList.add("signed-in");
+  $("#token-box").title = "signed in for this browser session";
+}
+const signedIn = (async () => {
+  const url = new URL(location.href);
+  const code = url.searchParams.get("signin");
+  if (code === null) return false;
+  url.searchParams.delete("signin");
+  history.replaceState(history.state, "", url.pathname + url.search + url.hash);
+  try {
+    const res = await fetch("/api/signin", { method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ code }) });
+    const body = await res.json().catch(() => ({}));
+    if (!res.ok || !body.token) throw new Error(body.message || res.statusText);
+    tokenInput.value = body.token;
+    sessionStorage.setItem(TOKEN_KEY, body.token);
+    markSignedIn();
+    return true;
+  } catch (e) {
+    showBanner(`Not signed in: ${esc(e.message)}`, "token");
+    return false;
+  }
+})();
+if (tokenInput.value) markSignedIn();
+
 class ApiError extends Error {
   constructor(message, status, field) { super(message); this.status = status; this.field = field; }
   // the message without the field name in front (shown beside the field itself)
@@ -567,6 +595,7 @@ function runPage(id) {
       <div id="rd-busy-wrap"></div>
       <div id="rd-steps-wrap"></div>
       <div id="rd-top"></div>
+      <div id="rd-accelsim"></div>
       <div id="rd-ref"></div>`;
     Charts.bars($("#ch-e2e"), { label: "predicted vs real end-to-end time", categories: done.map((c) => c.config),
       series: [{ name: "Predicted", values: done.map((c) => c.predicted_e2e_ms) }, { name: "Real baseline", values: done.map((c) => c.baseline_e2e_ms) }],
@@ -591,6 +620,23 @@ function runPage(id) {
       c.top_kernels.slice(0, 8).map((k) => `<tr><td>${kname(k.name)}</td><td class="num">${k.count}</td><td class="num">${fmtMs(k.source_ms)}</td><td class="num">${fmtMs(k.predicted_ms)}</td>
         <td class="num">${k.share != null ? (100 * k.share).toFixed(1) + "%" : "-"}</td><td>${esc(k.regime)}</td><td>${esc(k.family)}</td><td>${expectedError(c)}</td></tr>`).join("") +
       "</tbody></table></div>").join("");
+    const rate = (v) => (v == null ? "-" : (100 * v).toFixed(1) + "%");
+    const fmtNs = (v) => (v == null ? "-" : v >= 1e6 ? (v / 1e6).toFixed(3) + " ms" : (v / 1e3).toFixed(2) + " µs");
+    $("#rd-accelsim").innerHTML = done.filter((c) => (c.accelsim_kernels || []).length).map((c) => {
+      const sim = c.simulator || {};
+      return `<h3>${esc(c.config)}: Accel-Sim beside the built-in model</h3>
+      <p class="note">Accel-Sim config ${esc(sim.accelsim_config || sim.config_id || "")}${sim.config_relation ? ` (${esc(sim.config_relation)})` : ""}
+        at ${esc(String(sim.core_clock_mhz || ""))} MHz${sim.config_reason ? ` — ${esc(sim.config_reason)}` : ""}.</p>
+      <div class="scroll"><table class="accelsim" data-config="${esc(c.config)}"><thead><tr><th>Kernel</th><th>Cycles</th><th>Instructions</th><th>IPC</th><th>Occupancy</th>
+        <th>L1D hit</th><th>L2 hit</th><th>DRAM BW util</th><th>Accel-Sim</th><th>Built-in</th><th>Built-in vs Accel-Sim</th></tr></thead><tbody>` +
+      c.accelsim_kernels.map((k) => `<tr data-kernel="${k.kernel_id}"><td>${kname(k.name)} <span class="hint">#${k.kernel_id}</span></td>
+        <td class="num">${k.cycles}</td><td class="num">${k.instructions}</td><td class="num">${k.ipc.toFixed(2)}</td>
+        <td class="num">${k.occupancy_pct == null ? "-" : k.occupancy_pct.toFixed(1) + "%"}</td><td class="num">${rate(k.l1d_hit_rate)}</td>
+        <td class="num">${rate(k.l2_hit_rate)}</td><td class="num">${rate(k.dram_bw_util)}</td><td class="num">${fmtNs(k.simulated_ns)}</td>
+        <td class="num">${fmtNs(k.builtin_ns)} <span class="hint">${esc(k.builtin_model)}</span></td>
+        <td class="num${k.difference_pct != null && Math.abs(k.difference_pct) > 50 ? " counterfactual" : ""}">${k.difference_pct == null ? "-" : pct(k.difference_pct)}</td></tr>`).join("") +
+      "</tbody></table></div>";
+    }).join("");
     if (res.reference) {
       const r = res.reference;
       $("#rd-ref").innerHTML = `<h3>Recorded reference ${badge({ badge: r.badge || "Sample", description: r.title })}</h3>
@@ -664,7 +710,9 @@ function expectedError(c) {
   if (!a) return "-";
   const text = a.mape_pct != null ? `±${a.mape_pct.toFixed(1)}% (MAPE)` : "not measured";
   const calib = a.target_calibrated ? "" : ' <span class="counterfactual">uncalibrated GPU</span>';
-  return `<span class="accuracy" title="${esc(a.basis || "")}">${text}</span>${calib}`;
+  const total = a.total_pct != null && a.total_pct > 0
+    ? ` <span class="accuracy" title="${esc(a.total_basis || "")}">whole trace ±${a.total_pct.toFixed(1)}%</span>` : "";
+  return `<span class="accuracy" title="${esc(a.basis || "")}">${text}</span>${total}${calib}`;
 }
 
 function extrapolatedCell(c) {
@@ -942,11 +990,13 @@ function gpusPage() {
   async function list() {
     try {
       const { configs } = await api("/api/configs");
-      $("#gp-list").innerHTML = `<div class="scroll"><table id="gp-table"><thead><tr><th>Id</th><th>Name</th><th>Arch</th><th>SMs</th><th>Boost clock</th><th>Memory</th><th>Bandwidth</th><th>L2</th><th>FP32</th><th>FP16</th><th>Tensor FP16</th><th>Models</th></tr></thead><tbody>` +
+      $("#gp-list").innerHTML = `<div class="scroll"><table id="gp-table"><thead><tr><th>Id</th><th>Name</th><th>Arch</th><th>SMs</th><th>Boost clock</th><th>Memory</th><th>Bandwidth</th><th>L2</th><th>FP32</th><th>FP16</th><th>Tensor FP16</th><th>Models</th><th>Accel-Sim config</th></tr></thead><tbody>` +
         configs.map((c) => `<tr><td><b>${esc(c.id)}</b>${c.custom ? ' <span class="badge synthetic">custom</span>' : ""}</td><td>${esc(c.name)}</td><td>${esc(c.arch)} (sm_${c.sm_version})</td><td class="num">${c.sms}</td>
           <td class="num">${fmtNum(c.boost_clock_mhz)} MHz</td><td class="num">${fmtNum(c.memory_gb)} GB ${esc(c.memory_type)}</td><td class="num">${fmtNum(c.memory_bandwidth_gbps)} GB/s</td>
           <td class="num">${fmtNum(c.l2_mb)} MB</td><td class="num">${fmtNum(c.fp32_tflops)}</td><td class="num">${fmtNum(c.fp16_tflops)}</td><td class="num">${c.tensor_tflops && c.tensor_tflops.fp16 ? fmtNum(c.tensor_tflops.fp16) : "-"}</td>
-          <td><small>${esc((c.models || []).join(", "))}</small></td></tr>`).join("") + "</tbody></table></div><p class=\"hint\">TFLOPS are dense peaks.</p>";
+          <td><small>${esc((c.models || []).join(", "))}</small></td>
+          <td>${c.accelsim_config && c.accelsim_config.name ? `<span title="${esc(c.accelsim_config.reason)}">${esc(c.accelsim_config.name)} <small>(${esc(c.accelsim_config.relation)})</small></span>`
+            : `<small class="hint" title="${esc((c.accelsim_config || {}).reason || "")}">none</small>`}</td></tr>`).join("") + "</tbody></table></div><p class=\"hint\">TFLOPS are dense peaks.</p>";
       const sel = $("#gp-base");
       if (!sel.options.length) {
         sel.innerHTML = configs.filter((c) => !c.custom).map((c) => `<option value="${esc(c.id)}">${esc(c.id)}</option>`).join("");

@@ -52,6 +52,14 @@ class AccuracyEstimate(msgspec.Struct, frozen=True, kw_only=True):
     source_calibrated: bool = False
     sibling: str | None = None
     """The calibrated GPU an uncalibrated target borrows from (:mod:`cascade.calibration.family`)."""
+    total_pct: float | None = None
+    """Expected absolute error of the whole trace's total (the end-to-end protocol's figure for
+    this situation, widened by the share of time in kernels of regimes no data set covers);
+    None: not measured."""
+    total_worst_pct: float | None = None
+    """Worst whole-workload cell behind ``total_pct``."""
+    total_basis: str = ""
+    """Which measurement ``total_pct`` is (data set, variant, cells) and what widened it."""
 
 
 def calibrated_in(cal: Calibration, spec_id: str, measurement: str | None) -> bool:
@@ -132,9 +140,81 @@ def _bandwidth_transfer(cal: Calibration, model: str, context: str) -> tuple[flo
     return None
 
 
+#: The end-to-end protocol's data sets: whole models, and single operators (what a kernel of a
+#: regime no data set covers is quoted, :func:`widen_total`).
+WHOLE_DATASET = "neusight-e2e"
+OPERATOR_DATASET = "kernelbench"
+
+
+def _e2e_row(cal: Calibration, dataset: str, variant: str, model: str, group: str) -> Mapping[str, object] | None:
+    rows = cal.metrics.get("end_to_end")
+    if not isinstance(rows, list):
+        return None
+    for r in rows:
+        if (isinstance(r, dict) and r.get("dataset") == dataset and r.get("variant") == variant
+                and r.get("model") == model and r.get("group") == group):
+            return r
+    return None
+
+
+def whole_accuracy(cal: Calibration, target_id: str, target_calibrated: bool, measurement: str | None,
+                   model: str) -> tuple[float, float, str] | None:
+    """The end-to-end protocol's figure for a whole trace predicted into ``target_id``
+    (``cascade validate --e2e``, stored as ``metrics["end_to_end"]``): the target's own cells
+    where it has them, else every target's, for a calibrated target or (``target uncalibrated``)
+    one nobody measured. (mean, worst, basis) or None without such metrics."""
+    scored = "scaled" if model in ("auto", "scaled") else model
+    variant = "calibrated" if target_calibrated else "target uncalibrated"
+    row = _e2e_row(cal, WHOLE_DATASET, variant, scored, target_id) or _e2e_row(cal, WHOLE_DATASET, variant,
+                                                                               scored, "all")
+    if row is None:
+        return None
+    mean, worst, cells = float(str(row["mean_pct"])), float(str(row["worst_pct"])), int(str(row["cells"]))
+    fitted = "calibrated" if target_calibrated else "with its own fit taken out"
+    whose = f"into {target_id} ({fitted})" if row.get("group") == target_id else (
+        "into calibrated GPUs" if target_calibrated else "into GPUs with their own fit taken out")
+    kind = measurement_context(measurement) or "kernel"
+    borrowed = "" if kind == "neusight" else f"; borrowed for {kind} times (the whole models are FP32 harness times)"
+    return mean, worst, (f"end-to-end protocol: {cells} whole-model cells (neusight-e2e, the sum of predicted "
+                         f"operators vs the measured e2e time) {whose}{borrowed}")
+
+
+def widen_total(cal: Calibration, est: AccuracyEstimate, share: float) -> AccuracyEstimate:
+    """``est`` with its whole-trace figure widened for ``share`` (0-1) of the predicted time in
+    kernels of regimes no data set covers (extrapolated shapes, work inferred from a name, paths
+    moved, launch/roofline bounds only): + share x the single-operator figure into GPUs with no
+    calibration (KernelBench), never a tight figure for what nothing measured."""
+    if est.total_pct is None or share <= 0:
+        return est
+    row = _e2e_row(cal, OPERATOR_DATASET, "target uncalibrated", "scaled", "all")
+    op = float(str(row["mean_pct"])) if row is not None else 50.0
+    where = "the single-operator figure into uncalibrated GPUs (kernelbench)" if row is not None else "50% (nothing measured)"
+    total = round(est.total_pct + share * op, 1)
+    return msgspec.structs.replace(est, total_pct=total, total_worst_pct=max(est.total_worst_pct or 0.0, total),
+                                   total_basis=(f"{est.total_basis}; widened by {100 * share:.0f}% of the time in "
+                                                f"kernels no data set covers x {where} ({op:.0f}%)"))
+
+
 def expected_accuracy(cal: Calibration, source_id: str | None, target_id: str,
                       measurement: str | None = "kernel", model: str = "scaled",
                       specs: Mapping[str, GPUSpec] | None = None) -> AccuracyEstimate:
+    """The per-kernel figure of :func:`kernel_accuracy` with the whole-trace figure of
+    :func:`whole_accuracy` beside it."""
+    est = kernel_accuracy(cal, source_id, target_id, measurement, model, specs)
+    if source_id and source_id == target_id and est.mape_pct == 0.0:
+        return msgspec.structs.replace(est, total_pct=0.0, total_worst_pct=0.0,
+                                       total_basis="target is the source GPU: measured durations kept")
+    if model not in ("auto", "scaled", "roofline") or not source_id:
+        return est
+    whole = whole_accuracy(cal, target_id, est.target_calibrated, measurement, model)
+    if whole is None:
+        return est
+    return msgspec.structs.replace(est, total_pct=whole[0], total_worst_pct=whole[1], total_basis=whole[2])
+
+
+def kernel_accuracy(cal: Calibration, source_id: str | None, target_id: str,
+                    measurement: str | None = "kernel", model: str = "scaled",
+                    specs: Mapping[str, GPUSpec] | None = None) -> AccuracyEstimate:
     """The calibration's measured error for predicting ``target_id`` from ``source_id``
     (``None``: no measured source times) with ``model`` (``auto`` and ``scaled`` read the
     ``scaled`` figures; ``roofline`` its own; other models have none). ``specs`` adds GPU
@@ -182,7 +262,7 @@ def expected_accuracy(cal: Calibration, source_id: str | None, target_id: str,
                 f"clocks; {', '.join(sib.differs) or 'no spec figure differs'}; the transfer's own error is not "
                 f"measured here: no two GPUs of one die in one harness in the data)")
         if s_cal and source_id != sib.id:
-            got = expected_accuracy(cal, source_id, sib.id, measurement, model, specs)
+            got = kernel_accuracy(cal, source_id, sib.id, measurement, model, specs)
             if got.mape_pct is not None:
                 return AccuracyEstimate(mape_pct=got.mape_pct, worst_pct=got.worst_pct, cells=got.cells,
                                         basis=f"{what}; {got.basis}", sibling=sib.id, **base)
@@ -212,9 +292,15 @@ def expected_accuracy(cal: Calibration, source_id: str | None, target_id: str,
 
 
 def describe(est: AccuracyEstimate) -> str:
-    """One line for people: ``expected MAPE 7.9% (worst cell 8.9%; held-out shapes, ...)``."""
+    """One line for people: ``expected MAPE 7.9% (worst cell 8.9%; held-out shapes, ...)``,
+    then the whole trace's figure where one is measured."""
     if est.mape_pct is None:
-        return est.basis
-    if est.cells > 1 and est.worst_pct is not None:
-        return f"expected MAPE {est.mape_pct:.1f}% (worst cell {est.worst_pct:.1f}%; {est.basis})"
-    return f"expected MAPE {est.mape_pct:.1f}% ({est.basis})"
+        line = est.basis
+    elif est.cells > 1 and est.worst_pct is not None:
+        line = f"expected MAPE {est.mape_pct:.1f}% (worst cell {est.worst_pct:.1f}%; {est.basis})"
+    else:
+        line = f"expected MAPE {est.mape_pct:.1f}% ({est.basis})"
+    if est.total_pct is not None and est.total_pct > 0:
+        worst = f"worst {est.total_worst_pct:.1f}%; " if est.total_worst_pct is not None else ""
+        line += f"; whole trace: expected error {est.total_pct:.1f}% ({worst}{est.total_basis})"
+    return line

@@ -28,7 +28,13 @@ from cascade.errors import TraceFormatError, ValidationError
 from cascade.gpus.spec import GPUSpec
 from cascade.kerneltable import KernelTable
 
-_KV = re.compile(r"^\s*(kernel_name|kernel_launch_uid|gpu_sim_cycle|gpu_sim_insn|gpu_ipc)\s*=\s*(\S+)")
+_KV = re.compile(r"^\s*(kernel_name|kernel_launch_uid|gpu_sim_cycle|gpu_sim_insn|gpu_ipc|gpu_occupancy|L2_BW)"
+                 r"\s*=\s*([^\s%]+)")
+_COUNTER = re.compile(r"^\s*(L1D_total_cache_accesses|L1D_total_cache_misses|L2_total_cache_accesses|"
+                      r"L2_total_cache_misses|bwutil|total_CMD)\s*=\s*([0-9.eE+-]+|-?nan)\s*$")
+_DRAM = re.compile(r"^DRAM\[(\d+)\]:")
+#: Lines after which a kernel's statistics blocks are over.
+_STATS_END = ("kernel_name", "Processing kernel", "launching kernel", "gpgpu_simulation_time")
 _RATE = re.compile(r"^\s*gpu_total_sim_rate\s*=\s*(\d+)")
 _CLOCKS = re.compile(r"^\s*-gpgpu_clock_domains\s+([0-9.]+):([0-9.]+):([0-9.]+):([0-9.]+)")
 _PROCESSING = re.compile(r"^Processing kernel\s+(\S+)")
@@ -56,11 +62,65 @@ class SimulatedKernel:
     """N of the ``kernel-N.traceg`` file Accel-Sim was processing, when it said."""
     line: int = 0
     """Output line that completed the kernel's statistics."""
+    occupancy_pct: float | None = None
+    """``gpu_occupancy``: achieved occupancy, percent of the maximum warps."""
+    l2_bw_gbps: float | None = None
+    """``L2_BW``: L2 bandwidth the kernel used, GB/s."""
 
     @property
     def duration_ns(self) -> float:
         """Simulated duration: cycles at the core clock."""
         return self.cycles / self.core_clock_mhz * 1e3
+
+
+class KernelStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """What Accel-Sim printed for one kernel, per kernel.
+
+    Cycles, instructions, IPC, occupancy and L2 bandwidth are Accel-Sim's per-kernel lines.
+    The L1D, L2 and DRAM counters it prints add up over the whole run (its stats scripts diff
+    them between kernels), so the rates here are from the differences to the previous
+    kernel's counters: hit rate = 1 - misses / accesses; DRAM bandwidth utilisation = busy
+    data-bus cycles / DRAM command cycles over every channel (``bwutil`` x ``total_CMD``).
+    None where Accel-Sim printed nothing (or no accesses) for the kernel.
+    """
+
+    uid: int
+    """``kernel_launch_uid``."""
+    kernel_id: int | None = None
+    """N of the ``kernel-N.traceg`` Accel-Sim processed, when it said."""
+    name: str = ""
+    cycles: int = 0
+    """``gpu_sim_cycle``."""
+    instructions: int = 0
+    """``gpu_sim_insn``."""
+    ipc: float = 0.0
+    """``gpu_ipc``."""
+    occupancy_pct: float | None = None
+    """``gpu_occupancy`` (percent)."""
+    l2_bw_gbps: float | None = None
+    """``L2_BW`` (GB/s)."""
+    l1d_accesses: int | None = None
+    l1d_hit_rate: float | None = None
+    """0..1, from ``L1D_total_cache_accesses`` / ``L1D_total_cache_misses``."""
+    l2_accesses: int | None = None
+    l2_hit_rate: float | None = None
+    """0..1, from ``L2_total_cache_accesses`` / ``L2_total_cache_misses``."""
+    dram_bw_util: float | None = None
+    """0..1, DRAM data-bus utilisation over all channels (``bwutil`` per ``DRAM[i]``)."""
+
+
+def _delta(cur: float | None, prev: float | None) -> float | None:
+    if cur is None:
+        return None
+    if prev is None or cur < prev:  # first kernel, or counters that were reset
+        return cur
+    return cur - prev
+
+
+def _hit_rate(accesses: float | None, misses: float | None) -> float | None:
+    if accesses is None or misses is None or accesses <= 0:
+        return None
+    return max(0.0, min(1.0, 1.0 - misses / accesses))
 
 
 def kernel_id_of_file(path: str) -> int | None:
@@ -95,10 +155,25 @@ class AccelSimOutputParser:
         self._start_line = 0
         self._file_id: int | None = None
         self._launch_ids: dict[int, int | None] = {}
+        self.statistics: list[KernelStatistics] = []
+        """Per kernel, in output order, once its statistics blocks are over."""
+        self._post: SimulatedKernel | None = None
+        self._counters: dict[str, float] = {}
+        self._dram: dict[int, tuple[float, float]] = {}
+        self._channel: int | None = None
+        self._bwutil: float | None = None
+        self._prev: dict[str, float] = {}
+        self._prev_dram: dict[int, tuple[float, float]] = {}
 
     def feed(self, line: str) -> SimulatedKernel | None:
         """Consume one output line; the kernel whose statistics it completes, if any."""
         self.lineno += 1
+        if self._post is not None:
+            if line.startswith(_STATS_END):
+                self._close_statistics()
+            else:
+                self._post_line(line)
+                return None
         if self.clock is None and line.startswith("-gpgpu_clock_domains"):
             mc = _CLOCKS.match(line)
             if mc:
@@ -116,9 +191,11 @@ class AccelSimOutputParser:
             return None
         if self._current and "gpu_sim_insn" in self._current and line.startswith("gpu_total_sim_rate"):
             mr = _RATE.match(line)
-            return self._complete(float(mr.group(1)) if mr else 0.0)
+            kernel = self._complete(float(mr.group(1)) if mr else 0.0)
+            self._post = kernel
+            return kernel
         if not line.startswith(("kernel_name", "kernel_launch_uid", "gpu_sim_cycle", "gpu_sim_insn",
-                                "gpu_ipc")):
+                                "gpu_ipc", "gpu_occupancy", "L2_BW")):
             return None
         m = _KV.match(line)
         if not m:
@@ -126,6 +203,8 @@ class AccelSimOutputParser:
         key, value = m.group(1), m.group(2)
         if key == "kernel_name":
             done = self._complete(0.0) if "gpu_sim_insn" in self._current else None
+            if done is not None:
+                self._close_statistics(done)
             self._current = {"kernel_name": value}
             self._start_line = self.lineno
             return done
@@ -135,9 +214,71 @@ class AccelSimOutputParser:
 
     def finish(self) -> SimulatedKernel | None:
         """End of output: the last kernel if its statistics stopped before the sim rate."""
+        if self._post is not None:
+            self._close_statistics()
         if "gpu_sim_insn" in self._current:
-            return self._complete(0.0)
+            done = self._complete(0.0)
+            self._close_statistics(done)
+            return done
         return None
+
+    def _post_line(self, line: str) -> None:
+        """A line of the cache / DRAM / L2 blocks after a kernel's statistics."""
+        if line.startswith("DRAM["):
+            md = _DRAM.match(line)
+            if md:
+                self._channel = int(md.group(1))
+                self._bwutil = None
+            return
+        m = _COUNTER.match(line)
+        if not m:
+            return
+        key, raw = m.group(1), m.group(2)
+        try:
+            value = float(raw)
+        except ValueError:
+            return
+        if value != value:  # nan
+            return
+        if key == "bwutil":
+            self._bwutil = value
+        elif key == "total_CMD":
+            if self._channel is not None and self._bwutil is not None:
+                self._dram[self._channel] = (round(self._bwutil * value), value)
+                self._bwutil = None
+        else:
+            self._counters[key] = value
+
+    def _close_statistics(self, kernel: SimulatedKernel | None = None) -> None:
+        """The statistics of ``kernel`` (default: the one whose blocks were being read)."""
+        k = kernel or self._post
+        self._post = None
+        if k is None:
+            return
+        cur, prev = self._counters, self._prev
+        d = {key: _delta(cur.get(key), prev.get(key)) for key in (
+            "L1D_total_cache_accesses", "L1D_total_cache_misses", "L2_total_cache_accesses",
+            "L2_total_cache_misses")}
+        busy = cmd = 0.0
+        for ch, (b, c) in self._dram.items():
+            pb, pc = self._prev_dram.get(ch, (0.0, 0.0))
+            if c < pc:
+                pb, pc = 0.0, 0.0
+            busy += b - pb
+            cmd += c - pc
+        l1a, l2a = d["L1D_total_cache_accesses"], d["L2_total_cache_accesses"]
+        self.statistics.append(KernelStatistics(
+            uid=k.uid, kernel_id=k.kernel_id, name=k.name, cycles=k.cycles,
+            instructions=k.instructions, ipc=k.ipc, occupancy_pct=k.occupancy_pct,
+            l2_bw_gbps=k.l2_bw_gbps, l1d_accesses=None if l1a is None else int(l1a),
+            l1d_hit_rate=_hit_rate(l1a, d["L1D_total_cache_misses"]),
+            l2_accesses=None if l2a is None else int(l2a),
+            l2_hit_rate=_hit_rate(l2a, d["L2_total_cache_misses"]),
+            dram_bw_util=(max(0.0, min(1.0, busy / cmd)) if self._dram and cmd > 0 else None)))
+        self._prev = {**prev, **cur}
+        self._prev_dram = {**self._prev_dram, **self._dram}
+        self._counters, self._dram = {}, {}
+        self._channel = self._bwutil = None
 
     def _complete(self, rate: float) -> SimulatedKernel:
         cur, self._current = self._current, {}
@@ -152,6 +293,7 @@ class AccelSimOutputParser:
                 instructions=int(cur["gpu_sim_insn"]), core_clock_mhz=clock,
                 ipc=float(cur.get("gpu_ipc", "0") or 0), sim_rate_ips=rate,
                 kernel_id=self._launch_ids.get(uid), line=self.lineno,
+                occupancy_pct=_number(cur.get("gpu_occupancy")), l2_bw_gbps=_number(cur.get("L2_BW")),
             )
         except (KeyError, ValueError):
             raise TraceFormatError(self.source, self._start_line,
@@ -159,6 +301,16 @@ class AccelSimOutputParser:
                                    str(cur)) from None
         self.kernels.append(kernel)
         return kernel
+
+
+def _number(raw: str | None) -> float | None:
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if value == value else None
 
 
 def parse_accelsim_output(text: str | Iterable[str], source: str = "<accel-sim output>",

@@ -43,6 +43,10 @@ class ModelOutput:
     None: the model flags nothing (``roofline`` is a bound, not a calibrated estimate)."""
     counts: dict[str, int] | None = None
     """Kernels per model in ``model`` (None: count them from ``model``)."""
+    bracket: tuple[np.ndarray, np.ndarray] | None = None
+    """Per kernel, the least and most target time its work allows from its measured source
+    time (:func:`cascade.engine.perf.bracket_ns`), NaN where no bracket holds it (a GEMM the
+    fit covers, no measured time); None: the model keeps none."""
 
 
 class KernelModel(Protocol):

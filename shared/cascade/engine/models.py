@@ -11,6 +11,7 @@ import msgspec
 import numpy as np
 
 from cascade.calibration import Calibration
+from cascade.calibration.accuracy import calibrated_in
 from cascade.engine import perf
 from cascade.engine.analytical import AnalyticalConfig, AnalyticalModel, has_features
 from cascade.engine.base import (
@@ -52,6 +53,8 @@ class RooflineModel:
                 scaled = t_src * roof_t / roof_s
             pred = np.where(np.isfinite(scaled) & (roof_s > 0), np.maximum(scaled, roof_t), pred)
             pred = np.where(~has_work & np.isfinite(t_src), t_src, pred)
+            if ctx.source.id == target.id:  # identity: the measured times, exactly
+                pred = np.where(np.isfinite(t_src) & (t_src > 0), t_src, pred)
         peak = perf.peak_flops(w, target)
         regime = np.where(w.flops / peak >= w.bytes / target.bandwidth_bps, perf.COMPUTE, perf.MEMORY)
         regime = np.where(has_work, regime, perf.LAUNCH).astype(np.int8)
@@ -72,6 +75,10 @@ class ScaledConfig(msgspec.Struct, frozen=True, kw_only=True, tag="scaled", tag_
     residuals: bool = True
     """Apply the calibration's shape-residual grid of the target (cross-architecture GEMMs
     of a measurement kind it was fitted on)."""
+    bracket: bool = True
+    """Keep every measured kernel's target/source ratio inside the bracket its work allows
+    (:func:`cascade.engine.perf.ratio_bracket`: between its path's compute ratio and the
+    bandwidth ratio, widened by launch latency for short kernels)."""
 
 
 #: A harness's fixed per-call time as a fraction of the 1st percentile of its measured
@@ -144,14 +151,22 @@ class ScaledModel:
         fs, ft = fixed_times(t_src, src, target, cal, cfg.measurement)
         ps = cal.params_for(src, ctx.archs, cfg.measurement)
         pt = cal.params_for(target, ctx.archs, cfg.measurement)
+        if src.id != target.id and not (calibrated_in(cal, src.id, cfg.measurement)
+                                        and calibrated_in(cal, target.id, cfg.measurement)):
+            # streaming: no fit measured both GPUs' bandwidth fraction on this kind of time, so
+            # each reaches the same fraction (a memory-bound kernel scales by the bandwidth ratio)
+            pt = msgspec.structs.replace(pt, bw_eff=ps.bw_eff, family_bw=dict(ps.family_bw))
         # On GEMM paths where the target architecture has no tile policy fitted on its own
         # data (its library's choices unseen), the source is modelled with the target's rule
         # too, so the rule's error cancels in the ratio instead of landing on the target
         # alone (the source's measured time carries its own library's choices).
         # no shapes: the work the measured time implies, in the class the kernel name says;
         # on the target, fp32 convolutions as PyTorch runs them there (TF32 from Ampere on)
-        w_src, inferred = perf.infer_shapeless_work(w, t_src, src, ps, fs)
-        w_tgt, tf32 = perf.target_math(w_src, table["name"], src, target)
+        # fp32 convolutions as PyTorch's cuDNN runs them on each GPU (TF32 from Ampere on)
+        names = table["name"]
+        w_conv, conv_src = perf.cudnn_math(w, names, src, measured=True)
+        w_src, inferred = perf.infer_shapeless_work(w_conv, t_src, src, ps, fs)
+        w_tgt, tf32 = perf.target_math(perf.measured_work(w, w_src, conv_src), names, src, target)
         src_tiles = perf.target_tiles(w_src, src, cal, src, rule_of=target.arch if src.arch != target.arch else None)
         tgt_tiles = perf.target_tiles(w_tgt, target, cal, src)
         ms = perf.kernel_times(w_src, src, ps, cal, fs, src_tiles)
@@ -166,6 +181,9 @@ class ScaledModel:
             share = ms.compute_ns / (ms.compute_ns + ms.memory_ns)
         share = np.where(np.isfinite(share), share, 1.0)
         alpha = np.where(w.is_gemm, am + (ag - am) * share, ao)
+        # a GEMV streams its weights like any memory-bound kernel: its measured bandwidth
+        # fraction carries over as a streaming kernel's does (no GEMM tile fit covers it)
+        alpha = np.where(perf.streams_weights(w), ao, alpha)
         with np.errstate(invalid="ignore", divide="ignore"):
             pred = mt.total_ns * (t_src / ms.total_ns) ** alpha
         pred = np.where(np.isfinite(pred), pred, mt.total_ns)
@@ -178,8 +196,20 @@ class ScaledModel:
         flags = perf.extrapolation_flags(w, target, src, cal, cfg.measurement, cells)
         if src.id != target.id:
             flags |= inferred | tf32
+        measured = np.isfinite(t_src) & (t_src > 0)
+        bracket = None
+        if src.id == target.id:  # identity: the measured times, exactly
+            pred = np.where(measured, t_src, pred)
+        elif cfg.bracket:  # physics first: inside what the kernel's work allows
+            lo, hi = perf.ratio_bracket(w_src, w_tgt, src, target, cal.globals.sustained_clock_scale)
+            low, high = perf.bracket_ns(t_src, fs, ft, lo, hi, perf.latency_ratios(src, target))
+            held = measured & perf.bracket_applies(w, flags, t_src, ms.total_ns)
+            # the target's roofline stays the floor (the work as counted cannot run faster)
+            roof = perf.roofline_ns(w_tgt, target)
+            pred = np.maximum(np.where(held, np.clip(pred, low, high), pred), roof)
+            bracket = (np.where(held, low, np.nan), np.where(held, np.maximum(high, roof), np.nan))
         regime = perf.never_launch_bound(mt.regime, mt, t_src, fs)
-        return ModelOutput(pred, regime, model_column(len(w), self.name), flags, {self.name: len(w)})
+        return ModelOutput(pred, regime, model_column(len(w), self.name), flags, {self.name: len(w)}, bracket)
 
 
 # ---- auto ------------------------------------------------------------------------------
@@ -204,6 +234,8 @@ class AutoModel:
         flags = np.zeros(n, dtype=perf.FLAGS_DTYPE)
         counts: dict[str, int] = {}
         names = model_column(n, "")
+        low = np.full(n, np.nan)
+        high = np.full(n, np.nan)
         use_scaled = np.zeros(n, dtype=bool)
         if ctx.source is not None:
             use_scaled = np.isfinite(source_durations(table))
@@ -223,17 +255,19 @@ class AutoModel:
                 whole = np.zeros(n, dtype=perf.FLAGS_DTYPE) if out.flags is None else out.flags
                 if name == "roofline":
                     whole = whole | perf.BOUND_ONLY
-                return ModelOutput(out.predicted_ns, out.regime, out.model, whole, {name: n})
+                return ModelOutput(out.predicted_ns, out.regime, out.model, whole, {name: n}, out.bracket)
             idx = np.flatnonzero(mask)
             out = model.predict(table.take(idx), _take_workload(w, idx), target, sub_ctx)
             pred[idx] = out.predicted_ns
             regime[idx] = out.regime
             names[idx] = out.model
             flags[idx] = out.flags if out.flags is not None else 0
+            if out.bracket is not None:
+                low[idx], high[idx] = out.bracket
             if name == "roofline":
                 flags[idx] |= perf.BOUND_ONLY
             counts[name] = len(idx)
-        return ModelOutput(pred, regime, names, flags, counts)
+        return ModelOutput(pred, regime, names, flags, counts, (low, high))
 
 
 def _take_workload(w: Workload, idx: np.ndarray) -> Workload:

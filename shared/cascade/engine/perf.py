@@ -344,7 +344,8 @@ def extrapolation_flags(w: Workload, target: GPUSpec, source: GPUSpec | None, ca
             if g.width not in cells:
                 cells[g.width] = residual_cells(w, g.width)
             covered |= g.covers(cells[g.width])
-        flags |= np.where(w.is_gemm & ~covered, SHAPE_OUTSIDE, 0).astype(FLAGS_DTYPE)
+        # a GEMV's regime is a streaming kernel's, which the operator data sets cover
+        flags |= np.where(w.is_gemm & ~covered & ~streams_weights(w), SHAPE_OUTSIDE, 0).astype(FLAGS_DTYPE)
     return flags
 
 
@@ -465,48 +466,202 @@ def infer_shapeless_work(w: Workload, t_src: np.ndarray, src: GPUSpec, params: R
 
 
 _CUDNN_CONV = ("conv", "cudnn", "fprop", "dgrad", "wgrad", "winograd", "implicit_convolve")
+#: Names that pin a convolution to FP32 multiply-adds on the CUDA cores whatever the GPU has
+#: (cuDNN's ``scudnn`` / ``implicit_convolve_sgemm`` kernels, FFMA xmma kernels): the kernel that
+#: ran says how it ran.
+_FP32_CONV_NAME = ("scudnn", "sgemm", "ffma", "_simt")
 #: FLOPs a TF32 cuDNN convolution spends per FLOP of the FP32 one it replaces: public A100
 #: ResNet-50 figures put TF32 convolutions at about half the tensor efficiency of large
 #: GEMMs (implicit-GEMM address work, filter shapes that fill tiles poorly, FP32 operands).
 TF32_CONV_OVERHEAD = 2.0
 
 
+def _conv_rows(w: Workload, names: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(convolutions by name, those whose name pins them to FP32 CUDA-core math)."""
+    lowered = np.char.lower(names.astype(str))
+    conv = np.zeros(len(w), dtype=bool)
+    for word in _CUDNN_CONV:
+        conv |= np.char.find(lowered, word) >= 0
+    pinned = np.zeros(len(w), dtype=bool)
+    for word in _FP32_CONV_NAME:
+        pinned |= np.char.find(lowered, word) >= 0
+    return conv & (w.family == ops.GEMM), pinned
+
+
+def cudnn_math(w: Workload, names: np.ndarray, spec: GPUSpec, *, measured: bool = False
+               ) -> tuple[Workload, np.ndarray]:
+    """The workload as PyTorch's cuDNN runs it on ``spec``: an FP32 convolution runs on TF32
+    tensor cores where the spec has them (``torch.backends.cudnn.allow_tf32`` defaults to True),
+    at :data:`TF32_CONV_OVERHEAD` FLOPs per FP32 FLOP; elsewhere, and for FP32 matmuls
+    (``torch.backends.cuda.matmul.allow_tf32`` defaults to False), nothing changes.
+    ``measured``: ``spec`` is the GPU the times were measured on, so a name that says how the
+    kernel ran (``scudnn``, ``sgemm``, ``ffma``: FP32 CUDA-core math) is kept as it ran, and only
+    a convolution whose name does not say (a harness row named ``conv``, a generic ``cudnn``
+    kernel) is read as the TF32 one PyTorch ran there; on a target every FP32 convolution moves
+    (cuDNN picks that GPU's own kernels). Returns the workload and the rows moved."""
+    moved = np.zeros(len(w), dtype=bool)
+    if spec.tensor_flops("tf32") <= 0 or len(w) == 0:
+        return w, moved
+    fp32 = DTYPES.index("fp32")
+    cand = (w.family == ops.GEMM) & (w.dtype_code == fp32) & ~w.tensor
+    if not cand.any():
+        return w, moved
+    conv, pinned = _conv_rows(w, names)
+    moved = cand & conv & ~pinned if measured else cand & conv
+    if not moved.any():
+        return w, moved
+    fields = {f: getattr(w, f) for f in w.__dataclass_fields__}
+    dtype = w.dtype.copy()
+    dtype[moved] = "tf32"
+    code = w.dtype_code.copy()
+    code[moved] = DTYPES.index("tf32")
+    fields.update(dtype=dtype, dtype_code=code, tensor=w.tensor | moved,
+                  flops=np.where(moved, w.flops * TF32_CONV_OVERHEAD, w.flops))
+    return Workload(**fields), moved
+
+
+def measured_work(w: Workload, w_src: Workload, moved: np.ndarray) -> Workload:
+    """``w`` (the kernels as the trace names them) with the work inferred on the source
+    (``w_src``, after :func:`cudnn_math` moved ``moved`` rows to TF32 there), in the FP32 terms
+    of ``w``: a moved row's TF32 FLOPs / :data:`TF32_CONV_OVERHEAD`. What the target's own
+    :func:`target_math` starts from."""
+    if w_src is w:
+        return w
+    fields = {f: getattr(w, f) for f in w.__dataclass_fields__}
+    fields.update(flops=np.where(moved, w_src.flops / TF32_CONV_OVERHEAD, w_src.flops), bytes=w_src.bytes)
+    return Workload(**fields)
+
+
 def target_math(w: Workload, names: np.ndarray, src: GPUSpec, target: GPUSpec
                 ) -> tuple[Workload, np.ndarray]:
-    """The workload as the target runs it: fp32 convolutions measured on a GPU without TF32
-    (before Ampere) run on TF32 tensor cores on one with it, as PyTorch's default
-    (``torch.backends.cudnn.allow_tf32 = True``) has them; fp32 matmuls stay fp32
-    (``torch.backends.cuda.matmul.allow_tf32`` defaults to False), at
-    :data:`TF32_CONV_OVERHEAD` FLOPs per FP32 FLOP; tensor-core kernels of a dtype the target
-    has no tensor cores for run on its CUDA cores (:func:`on_spec`). Returns the workload and,
-    per kernel, :data:`TF32_CONV` or :data:`OFF_TENSOR` where they apply."""
+    """The workload as the target runs it: FP32 convolutions on TF32 tensor cores where the
+    target has them (:func:`cudnn_math`; flagged :data:`TF32_CONV` where the source had none, so
+    the path changed), tensor-core kernels of a dtype the target has no tensor cores for on its
+    CUDA cores (:func:`on_spec`, flagged :data:`OFF_TENSOR`). ``w`` is the workload as measured
+    (before :func:`cudnn_math` on the source). Returns the workload and the bits per kernel."""
     flags = np.zeros(len(w), dtype=FLAGS_DTYPE)
     moved = on_spec(w, target)
     if moved is not w:
         flags |= np.where(w.tensor & ~moved.tensor, OFF_TENSOR, 0).astype(FLAGS_DTYPE)
         w = moved
-    if src.tensor_flops("tf32") > 0 or target.tensor_flops("tf32") <= 0 or len(w) == 0:
-        return w, flags
-    fp32 = DTYPES.index("fp32")
-    cand = (w.family == ops.GEMM) & (w.dtype_code == fp32) & ~w.tensor
-    if not cand.any():
-        return w, flags
-    lowered = np.char.lower(names.astype(str))
-    conv = np.zeros(len(w), dtype=bool)
-    for word in _CUDNN_CONV:
-        conv |= np.char.find(lowered, word) >= 0
-    sel = cand & conv
-    if not sel.any():
-        return w, flags
-    fields = {f: getattr(w, f) for f in w.__dataclass_fields__}
-    dtype = w.dtype.copy()
-    dtype[sel] = "tf32"
-    code = w.dtype_code.copy()
-    code[sel] = DTYPES.index("tf32")
-    fields.update(dtype=dtype, dtype_code=code, tensor=w.tensor | sel,
-                  flops=np.where(sel, w.flops * TF32_CONV_OVERHEAD, w.flops))
-    flags[sel] = TF32_CONV
-    return Workload(**fields), flags
+    w, conv = cudnn_math(w, names, target)
+    if src.tensor_flops("tf32") <= 0:
+        flags |= np.where(conv, TF32_CONV, 0).astype(FLAGS_DTYPE)
+    return w, flags
+
+
+#: GEMMs with at most this many rows (or columns) of output stream their weights: a GEMV or a
+#: decode step's small-M projection reads every weight once for one or a few multiply-adds each,
+#: so DRAM bandwidth bounds it on every GPU, whatever tile the library names (a tile's unused
+#: rows are not FLOPs any unit waits on).
+GEMV_ROWS = 8.0
+
+
+def streams_weights(w: Workload) -> np.ndarray:
+    """Unbatched GEMMs whose output has at most :data:`GEMV_ROWS` rows or columns (a GEMV, a
+    small-M projection over a weight matrix; batched small GEMMs such as attention's keep their
+    tiles: their operands are activations, and their under-filled grids are latency-bound)."""
+    with np.errstate(invalid="ignore"):
+        small = np.fmin(np.where(w.m > 0, w.m, np.nan), np.where(w.n > 0, w.n, np.nan)) <= GEMV_ROWS
+    return w.is_gemm & small & ~(w.batch > 1)
+
+
+#: How much the achievable fraction of a peak (compute or bandwidth) may differ between two
+#: GPUs on the same kernel: the bracket of :func:`ratio_bracket` is widened by this factor on
+#: each side. In the measured FP32 data the largest GEMMs reach 85-93% of the FP32 peak on the
+#: V100 and the A100 alike, and streaming kernels 60-90% of DRAM bandwidth: a spread of about
+#: 1.2 between architectures, never the 2-8x a wrong regime gives.
+ACHIEVABLE_SPREAD = 1.5
+
+#: A kernel whose measured work (source time less its fixed launch or harness time) is under this
+#: many microseconds is latency-bound: its ratio may follow the fixed-time, clock or DRAM latency
+#: ratio; longer ones keep to the bracket of their work.
+SHORT_KERNEL_US = 10.0
+
+
+def ratio_bracket(w_src: Workload, w_tgt: Workload, src: GPUSpec, target: GPUSpec,
+                  sustained_scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """Per kernel, the least and the most that its work's time may scale by from ``src`` to
+    ``target`` (target time / source time), whatever a model says: between the compute ratio
+    of its path (FLOPs over the peak of its dtype and unit on each GPU, so a convolution moved
+    to TF32 or a tensor kernel moved to CUDA cores scales by what it runs on) and the DRAM
+    bandwidth ratio, and, for a working set that fits both L2s, the L2 bandwidth ratio.
+    A power-limited board (``sustained_clock_mhz``) widens its compute side by its boost /
+    sustained clock ratio (x ``sustained_scale``), and both ends by :data:`ACHIEVABLE_SPREAD`
+    (the fraction of a peak two architectures reach on one kernel differs that much). Physics,
+    no fitted efficiency: a name-based or fitted model may move inside it, never outside."""
+    ps = peak_flops(w_src, src)
+    pt = peak_flops(w_tgt, target)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        known = (w_src.flops > 0) & (w_tgt.flops > 0)
+        rc = np.where(known, (w_tgt.flops / pt) / (w_src.flops / ps), ps / pt)
+    rc = np.where(np.isfinite(rc) & (rc > 0), rc, 1.0)
+    slow_s = max(1.0, src.sustained_clock_ratio / max(sustained_scale, 1e-9))
+    slow_t = max(1.0, target.sustained_clock_ratio / max(sustained_scale, 1e-9))
+    rb = src.bandwidth_bps / target.bandwidth_bps
+    # a grid that does not fill the GPU runs at its SMs' speed, not the whole GPU's
+    rsm = rc * (target.sms / src.sms)
+    lo = np.minimum(np.minimum(rc, rsm) / slow_s, rb) / ACHIEVABLE_SPREAD
+    hi = np.maximum(np.maximum(rc, rsm) * slow_t, rb) * ACHIEVABLE_SPREAD
+    with np.errstate(invalid="ignore"):
+        fits = np.nan_to_num(w_src.bytes, nan=np.inf) <= min(src.l2_bytes, target.l2_bytes)
+    rl2 = src.l2_bandwidth_bps / target.l2_bandwidth_bps
+    lo = np.where(fits, np.minimum(lo, rl2), lo)
+    hi = np.where(fits, np.maximum(hi, rl2), hi)
+    return lo, hi
+
+
+#: A GEMM whose measured source time is more than this factor off its source model ran a kernel
+#: that physics does not explain (a library's serial K loop where another GPU's splits K, a
+#: fallback kernel): its measured time says nothing of what the same work costs elsewhere, so
+#: the bracket does not hold it.
+UNEXPLAINED_FACTOR = 3.0
+
+
+def bracket_applies(w: Workload, flags: np.ndarray, t_src: np.ndarray | None = None,
+                    model_src: np.ndarray | None = None) -> np.ndarray:
+    """Kernels a prediction must keep inside :func:`ratio_bracket`: every kernel but a GEMM that
+    the calibration's fit covers (both GPUs calibrated, its shape cell in the fit data, its path
+    unchanged: no extrapolation bit), whose fitted library behaviour (tile choice, split-K,
+    under-filled waves) is measured and may reach past the physics of peaks. GEMVs and small-M
+    GEMMs are always held to it (no GEMM grid reaches their regime's physics from the fit). A
+    GEMM (not a GEMV) whose measured source time (``t_src``) is more than :data:`UNEXPLAINED_FACTOR`
+    off the source model's (``model_src``) is not: the library ran something physics does not
+    describe."""
+    held = ~w.is_gemm | (flags != 0) | streams_weights(w)
+    if t_src is not None and model_src is not None:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            off = t_src / model_src
+        odd = np.isfinite(off) & ((off > UNEXPLAINED_FACTOR) | (off < 1.0 / UNEXPLAINED_FACTOR))
+        held &= ~(w.is_gemm & odd & ~streams_weights(w))
+    return held
+
+
+def bracket_ns(t_src: np.ndarray, fixed_src: float, fixed_tgt: float, lo: np.ndarray, hi: np.ndarray,
+               latency_ratios: tuple[float, ...] = ()) -> tuple[np.ndarray, np.ndarray]:
+    """The least and most target time of each measured kernel: its fixed (launch or harness)
+    time on the target plus its measured work (source time less the source's fixed time) x the
+    ratio bracket of :func:`ratio_bracket`. A kernel whose work is under :data:`SHORT_KERNEL_US` is
+    latency-bound: it may also land anywhere its source time x the fixed-time ratio or any of
+    ``latency_ratios`` (the clock ratio, the DRAM latency ratio: :func:`latency_ratios`) takes it,
+    x :data:`ACHIEVABLE_SPREAD`. NaN where the source time is unknown."""
+    work = np.maximum(np.nan_to_num(t_src, nan=0.0) - fixed_src, 0.0)
+    low = fixed_tgt + work * lo
+    high = fixed_tgt + work * hi
+    # latency-bound: the work beyond the fixed (launch, harness) time is under a few microseconds
+    short = np.isfinite(t_src) & (work < SHORT_KERNEL_US * 1e3)
+    ratios = [*latency_ratios, *([fixed_tgt / fixed_src] if fixed_src > 0 else [])]
+    if short.any() and ratios:
+        low = np.where(short, np.minimum(low, t_src * min(ratios) / ACHIEVABLE_SPREAD), low)
+        high = np.where(short, np.maximum(high, t_src * max(ratios) * ACHIEVABLE_SPREAD), high)
+    unknown = ~np.isfinite(t_src) | (t_src <= 0)
+    return np.where(unknown, np.nan, low), np.where(unknown, np.nan, high)
+
+
+def latency_ratios(src: GPUSpec, target: GPUSpec) -> tuple[float, float]:
+    """Target / source time of a latency-bound kernel: the clock ratio (a dependent chain of
+    instructions) and the DRAM latency ratio (a dependent chain of loads)."""
+    return src.clock_hz / target.clock_hz, target.dram_latency_ns / src.dram_latency_ns
 
 
 def never_launch_bound(regime: np.ndarray, times: KernelTimes, t_src: np.ndarray,
@@ -556,7 +711,7 @@ def kernel_times(
     tiled = gemm_compute_ns(w, spec, rate, ta, tb, cal.globals.min_tile_area, cal.globals.wave_quant, splits,
                             cal.globals.tile_reuse, cal.globals.tensor_tile_reuse, cal.globals.tile_latency,
                             cal.globals.warp_fill, params.simt_step * spec.dram_latency_ns)
-    use_tiles = gemm & (ta > 0) & (tb > 0) & np.isfinite(tiled)
+    use_tiles = gemm & (ta > 0) & (tb > 0) & np.isfinite(tiled) & ~streams_weights(w)
     plain = w.flops / rate * 1e9
     compute = np.where(use_tiles, np.maximum(tiled, plain), plain)
     compute = compute * clock_slowdown(compute, spec, cal.globals.clock_tau_ns,

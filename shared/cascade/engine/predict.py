@@ -10,9 +10,19 @@ import msgspec
 import numpy as np
 
 from cascade.calibration import Calibration, load_calibration
-from cascade.calibration.accuracy import AccuracyEstimate, expected_accuracy
+from cascade.calibration.accuracy import AccuracyEstimate, expected_accuracy, widen_total
 from cascade.engine.base import ModelContext, ModelOutput
-from cascade.engine.perf import BOUND_ONLY, REGIMES, TARGET_UNCALIBRATED, describe_flags
+from cascade.engine.perf import (
+    BOUND_ONLY,
+    INFERRED_BLEND,
+    INFERRED_FROM_NAME,
+    OFF_TENSOR,
+    REGIMES,
+    SHAPE_OUTSIDE,
+    TARGET_UNCALIBRATED,
+    TF32_CONV,
+    describe_flags,
+)
 from cascade.engine.registry import get_model
 from cascade.engine.workload import Workload, workload_of
 from cascade.gpus.registry import GPURegistry, default_registry
@@ -57,6 +67,9 @@ class Prediction:
     None when the model flags nothing."""
     counts: Mapping[str, int] | None = None
     """Kernels per model that predicted them (what the accuracy estimate was read for)."""
+    bracket: tuple[np.ndarray, np.ndarray] | None = None
+    """Per kernel, the physical least and most target time (NaN where none holds): see
+    :attr:`cascade.engine.base.ModelOutput.bracket`."""
 
     @property
     def extrapolated(self) -> np.ndarray:
@@ -116,7 +129,7 @@ def predict_many(
         res = impl.predict(table, w, spec, ctx)
         counts = _counts(model, res)
         acc = accuracy_of(cal, src.id if src else None, spec.id, measurement, model, counts,
-                          res.flags)
+                          res.flags, res.predicted_ns)
         prov = PredictionProvenance(
             model=model, spec_id=spec.id, spec_hash=spec.spec_hash(),
             source_id=src.id if src else "", source_hash=src.spec_hash() if src else "",
@@ -125,7 +138,7 @@ def predict_many(
         )
         out.append(Prediction(target=spec.id, predicted_ns=res.predicted_ns.astype(np.float64),
                               regime=res.regime, models=res.model, provenance=prov, flags=res.flags,
-                              counts=counts))
+                              counts=counts, bracket=res.bracket))
     return out
 
 
@@ -138,11 +151,16 @@ class PredictionTotals:
     total_ns: float = 0.0
     counts: dict[str, int] | None = None
     flags: list[np.ndarray] | None = None
+    uncovered_ns: float = 0.0
+    """Predicted time in kernels of regimes no data set covers (:data:`UNCOVERED`)."""
 
     def add(self, pred: Prediction) -> None:
         """Count one more batch's predictions of this target."""
         self.kernels += len(pred.predicted_ns)
         self.total_ns += pred.total_ns
+        if pred.flags is not None:
+            hit = (pred.flags & UNCOVERED) != 0
+            self.uncovered_ns += float(np.nansum(pred.predicted_ns[hit]))
         counts = self.counts if self.counts is not None else {}
         for name, n in (pred.counts or {}).items():
             counts[name] = counts.get(name, 0) + n
@@ -159,7 +177,8 @@ class PredictionTotals:
         """The first batch's provenance with the accuracy read for every batch's kernels."""
         pv = self.first.provenance
         acc = accuracy_of(cal, pv.source_id or None, pv.spec_id, pv.measurement, pv.model,
-                          self.counts or {}, self.all_flags)
+                          self.counts or {}, self.all_flags,
+                          share=self.uncovered_ns / self.total_ns if self.total_ns > 0 else 0.0)
         return msgspec.structs.replace(pv, accuracy=acc)
 
 
@@ -172,8 +191,27 @@ def _counts(model: str, res: ModelOutput) -> dict[str, int]:
     return {str(k): int(v) for k, v in zip(names, n, strict=True)}
 
 
+#: Extrapolation bits of kernels in regimes no data set covers (their share of the time widens a
+#: whole trace's quoted error: :func:`cascade.calibration.accuracy.widen_total`).
+UNCOVERED = (SHAPE_OUTSIDE | BOUND_ONLY | INFERRED_FROM_NAME | INFERRED_BLEND | OFF_TENSOR | TF32_CONV)
+
+
+def uncovered_share(flags: np.ndarray | None, times: np.ndarray | None) -> float:
+    """Share (0-1) of the predicted time (of the kernels, where no times) in kernels flagged
+    :data:`UNCOVERED`."""
+    if flags is None or len(flags) == 0:
+        return 0.0
+    hit = (flags & UNCOVERED) != 0
+    if times is None or len(times) != len(flags):
+        return float(hit.mean())
+    t = np.nan_to_num(np.asarray(times, dtype=float))
+    total = float(t.sum())
+    return float(t[hit].sum() / total) if total > 0 else float(hit.mean())
+
+
 def accuracy_of(cal: Calibration, source_id: str | None, target_id: str, measurement: str, model: str,
-                counts: Mapping[str, int], flags: np.ndarray | None) -> AccuracyEstimate:
+                counts: Mapping[str, int], flags: np.ndarray | None,
+                times: np.ndarray | None = None, *, share: float | None = None) -> AccuracyEstimate:
     """The measured accuracy of the model that actually predicted the kernels (``counts``:
     kernels per model that predicted them; ``flags``: their extrapolation bits): ``auto``
     reads the figure of the model behind most of its rows (kernels it could only bound,
@@ -195,7 +233,7 @@ def accuracy_of(cal: Calibration, source_id: str | None, target_id: str, measure
         others = ", ".join(f"{v} by {k}" for k, v in sorted(used.items()) if k != main)
         est = msgspec.structs.replace(est, basis=f"{est.basis}; for the {used[main]} kernels "
                                                  f"predicted by {main} ({others})")
-    return est
+    return widen_total(cal, est, uncovered_share(flags, times) if share is None else share)
 
 
 def measurement_of_config(config: Any) -> str:

@@ -1,15 +1,19 @@
 """Running Accel-Sim for real: what is configured, the trace on disk, the subprocess.
 
 - :func:`discover` reads ``CASCADE_ACCELSIM_BIN`` (``accel-sim.out``) and
-  ``CASCADE_ACCELSIM_CONFIGS`` (one sub-folder per Cascade GPU config id, each with that GPU's
-  ``gpgpusim.config`` and ``trace.config`` plus files they include) into an
-  :class:`AccelSimSetup`: which configs can run the ``accel-sim`` model, and why not.
+  ``CASCADE_ACCELSIM_CONFIGS`` (an Accel-Sim checkout, whose
+  ``gpu-simulator/gpgpu-sim/configs/tested-cfgs`` and ``gpu-simulator/configs/tested-cfgs``
+  are merged per config name as Accel-Sim's run scripts merge them, or any folder of config
+  folders) into an :class:`AccelSimSetup`: which Accel-Sim config serves which Cascade GPU
+  (:mod:`cascade.gpus.accelsim_names`, ``CASCADE_ACCELSIM_CONFIG_MAP``), and why not.
   :func:`require` refuses a run that cannot (``ValidationError`` naming the setting).
 - :func:`fetch_instruction_trace` puts a trace's instruction files (``kernel-N.traceg``,
   decompressed, and ``kernelslist.g``) into a per-node cache, once per trace (a file lock
   serialises simulators on one node; a marker says the copy is complete).
-- :func:`run_accelsim` runs ``accel-sim.out -trace .../kernelslist.g -config gpgpusim.config
-  -config trace.config`` in its own process group and working directory, reads stdout as it
+- :func:`run_accelsim` links every file of the config folder into a fresh working directory
+  (:func:`stage_config`: ``-inter_config_file config_*_islip.icnt`` and other includes are
+  opened relative to it) and runs ``accel-sim.out -trace .../kernelslist.g -config
+  gpgpusim.config -config trace.config`` there in its own process group, reads stdout as it
   is written and calls ``on_kernel`` for every finished kernel; cancellation (of the awaiting
   task) and the timeout kill the whole process group; a non-zero exit raises
   :class:`AccelSimError` with the tail of the output.
@@ -46,7 +50,8 @@ from cascade.engine.accelsim import (
     SimulatedKernel,
     core_clock_of_config,
 )
-from cascade.errors import AccelSimError, JobTimeoutError, ValidationError
+from cascade.errors import AccelSimError, ConfigError, JobTimeoutError, ValidationError
+from cascade.gpus.accelsim_names import ConfigPairing, pairings_for, parse_overrides
 from cascade.platform.keys import raw_prefix
 from cascade.platform.log import get_logger
 from cascade.platform.storage import Storage
@@ -57,6 +62,7 @@ log = get_logger("cascade.accelsim")
 MODEL = "accel-sim"
 BIN_VAR = "CASCADE_ACCELSIM_BIN"
 CONFIGS_VAR = "CASCADE_ACCELSIM_CONFIGS"
+MAP_VAR = "CASCADE_ACCELSIM_CONFIG_MAP"
 CONFIG_FILES = ("gpgpusim.config", "trace.config")
 BUILD_DOCS = "https://github.com/accel-sim/accel-sim-framework#accel-sim-framework"
 #: Lines of output kept for an error message.
@@ -69,11 +75,12 @@ _COMPLETE = ".complete"
 
 
 class AccelSimGPUConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """One GPU's Accel-Sim configuration folder."""
+    """The Accel-Sim configuration folder that serves one Cascade GPU."""
 
     config_id: str
-    """Cascade GPU config id (the sub-folder's name, resolved through the spec registry)."""
+    """Cascade GPU config id it serves."""
     folder: str
+    """The folder holding its gpgpusim.config."""
     gpgpusim_config: str
     """Path of gpgpusim.config."""
     trace_config: str
@@ -81,7 +88,28 @@ class AccelSimGPUConfig(msgspec.Struct, frozen=True, kw_only=True):
     core_clock_mhz: float | None = None
     """Core clock of ``-gpgpu_clock_domains`` in gpgpusim.config."""
     files: dict[str, str] = {}
-    """File name (relative to the folder) -> sha256, when hashed."""
+    """File name (relative to the folder) -> sha256, when hashed (every file of the folder)."""
+    name: str = ""
+    """Accel-Sim config name (the folder's name, e.g. ``SM6_TITANX``)."""
+    folders: list[str] = []
+    """Every folder merged into this config (gpgpu-sim's, then Accel-Sim's ``tested-cfgs``)."""
+    paths: dict[str, str] = {}
+    """File name (relative to the folder) -> path of that file: what the working directory holds."""
+    relation: str = "folder"
+    """How it pairs with the GPU (:data:`cascade.gpus.accelsim_names.Relation`)."""
+    reason: str = ""
+    """Why this config serves this GPU."""
+
+
+class AccelSimServing(msgspec.Struct, frozen=True, kw_only=True):
+    """Which Accel-Sim config serves one GPU, or why none does."""
+
+    config: str | None = None
+    """Accel-Sim config name, or None when no config serves this GPU here."""
+    relation: str = ""
+    """``same chip``, ``closest``, ``folder`` or ``setting`` (empty when none)."""
+    reason: str = ""
+    """Why this config pairs with the GPU, or why there is none."""
 
 
 class AccelSimSetup(msgspec.Struct, frozen=True, kw_only=True):
@@ -96,6 +124,12 @@ class AccelSimSetup(msgspec.Struct, frozen=True, kw_only=True):
     """Usable configs by Cascade config id."""
     problems: list[str] = []
     """Why the model (or a config folder) is unusable, one sentence each."""
+    layout: str = ""
+    """``checkout`` (an Accel-Sim checkout's tested-cfgs) or ``folders`` (a folder of folders)."""
+    available: list[str] = []
+    """Usable Accel-Sim config folder names found."""
+    candidates: dict[str, list[ConfigPairing]] = {}
+    """GPU id -> the Accel-Sim configs that may serve it, best first (table and setting)."""
 
     def runnable(self) -> list[str]:
         """Config ids that can run accel-sim (none without a usable binary)."""
@@ -104,6 +138,20 @@ class AccelSimSetup(msgspec.Struct, frozen=True, kw_only=True):
     def can_run(self, config_id: str) -> bool:
         """True when ``config_id`` can run the accel-sim model."""
         return self.binary_ok and config_id in self.configs
+
+    def serving(self, config_id: str) -> AccelSimServing:
+        """Which Accel-Sim config serves ``config_id`` here, or why none does."""
+        got = self.configs.get(config_id)
+        if got is not None:
+            return AccelSimServing(config=got.name, relation=got.relation, reason=got.reason)
+        wanted = self.candidates.get(config_id, [])
+        if not wanted:
+            return AccelSimServing(reason=(
+                "no Accel-Sim config pairs with this GPU (add a folder named after it to "
+                f"{CONFIGS_VAR} or an entry to {MAP_VAR})"))
+        names = ", ".join(f"{p.config} ({p.relation})" for p in wanted)
+        where = self.configs_dir or f"({CONFIGS_VAR} is not set)"
+        return AccelSimServing(reason=f"pairs with {names}, not found in {CONFIGS_VAR} {where}")
 
 
 def _sha256(path: Path) -> str:
@@ -114,22 +162,65 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+#: Where an Accel-Sim checkout keeps its tested configs, in merge order (gpgpu-sim's folder
+#: holds gpgpusim.config and the files it includes, Accel-Sim's own holds trace.config).
+CHECKOUT_CONFIG_DIRS = (("gpu-simulator", "gpgpu-sim", "configs", "tested-cfgs"),
+                        ("gpu-simulator", "configs", "tested-cfgs"))
+
+
+def config_roots(root: Path) -> tuple[list[Path], str]:
+    """The folders of config folders under ``root`` and the layout: an Accel-Sim checkout
+    (``root`` or ``root/..`` holding ``gpu-simulator``), else ``root`` itself."""
+    for parts in (CHECKOUT_CONFIG_DIRS, tuple(p[1:] for p in CHECKOUT_CONFIG_DIRS)):
+        found = [root.joinpath(*p) for p in parts if root.joinpath(*p).is_dir()]
+        if found:
+            return found, "checkout"
+    return [root], "folders"
+
+
+def config_folders(root: Path) -> tuple[dict[str, dict[str, Path]], dict[str, list[Path]], str]:
+    """Config name -> {file name: path} merged over :func:`config_roots` (a later root's file
+    of the same name wins), the folders merged per name, and the layout."""
+    roots, layout = config_roots(root)
+    merged: dict[str, dict[str, Path]] = {}
+    dirs: dict[str, list[Path]] = {}
+    for base in roots:
+        for sub in sorted(base.iterdir()):
+            if not sub.is_dir() or sub.name.startswith("."):
+                continue
+            files = merged.setdefault(sub.name, {})
+            dirs.setdefault(sub.name, []).append(sub)
+            for f in sorted(sub.rglob("*")):
+                rel = f.relative_to(sub)
+                if f.is_file() and not any(part.startswith(".") for part in rel.parts):
+                    files[str(rel)] = f
+    return merged, dirs, layout
+
+
+def _default_resolve() -> Callable[[str], str | None]:
+    from cascade.gpus import default_registry
+
+    reg = default_registry()
+
+    def resolve(name: str) -> str | None:
+        spec = reg.resolve(name)
+        return spec.id if spec is not None else None
+
+    return resolve
+
+
 def discover(binary: str, configs_dir: str, *, hashes: bool = False,
-             resolve: Callable[[str], str | None] | None = None) -> AccelSimSetup:
+             resolve: Callable[[str], str | None] | None = None,
+             config_map: list[str] | None = None) -> AccelSimSetup:
     """Read the two settings' targets (see the module docstring); never raises for bad folders.
 
-    ``resolve`` maps a sub-folder name to a Cascade config id (default: the built-in spec
-    registry's id for that name or alias, else the folder name itself).
+    Each GPU gets, in this order: the config ``config_map`` (``CASCADE_ACCELSIM_CONFIG_MAP``)
+    names for it; a folder named after it (its id or an alias, through ``resolve``: default
+    the built-in spec registry); the first of its :data:`~cascade.gpus.accelsim_names.PAIRINGS`
+    present. A folder that is neither a GPU nor a paired config name serves the config id of
+    its own name (a custom spec).
     """
-    if resolve is None:
-        from cascade.gpus import default_registry
-
-        reg = default_registry()
-
-        def resolve(name: str) -> str | None:
-            spec = reg.resolve(name)
-            return spec.id if spec is not None else name
-
+    resolve = resolve or _default_resolve()
     problems: list[str] = []
     binary_ok = False
     if not binary:
@@ -140,38 +231,89 @@ def discover(binary: str, configs_dir: str, *, hashes: bool = False,
         problems.append(f"{BIN_VAR}={binary} is not executable")
     else:
         binary_ok = True
-    configs: dict[str, AccelSimGPUConfig] = {}
+    try:
+        overrides = parse_overrides(config_map or [])
+    except ConfigError as exc:
+        problems.append(str(exc))
+        overrides = {}
+    candidates = pairings_for(overrides)
+    folders: dict[str, dict[str, Path]] = {}
+    dirs: dict[str, list[Path]] = {}
+    layout = ""
     if not configs_dir:
-        problems.append(f"{CONFIGS_VAR} is not set (a folder with one sub-folder per GPU config id "
-                        "holding gpgpusim.config and trace.config)")
+        problems.append(f"{CONFIGS_VAR} is not set (an Accel-Sim checkout, or a folder of config "
+                        "folders each holding gpgpusim.config and trace.config)")
     elif not Path(configs_dir).is_dir():
         problems.append(f"{CONFIGS_VAR}={configs_dir} is not a folder")
     else:
-        for sub in sorted(Path(configs_dir).iterdir()):
-            if not sub.is_dir() or sub.name.startswith("."):
-                continue
-            missing = [f for f in CONFIG_FILES if not (sub / f).is_file()]
+        merged, dirs, layout = config_folders(Path(configs_dir))
+        for name, files in merged.items():
+            missing = [f for f in CONFIG_FILES if f not in files]
             if missing:
-                problems.append(f"{sub} has no {' or '.join(missing)}")
+                where = " or ".join(str(d) for d in dirs[name])
+                problems.append(f"{where} has no {' or '.join(missing)}"
+                                + (" (is gpu-simulator/gpgpu-sim cloned? Accel-Sim's "
+                                   "setup_environment.sh fetches it)" if layout == "checkout"
+                                   and "gpgpusim.config" in missing else ""))
                 continue
-            cid = resolve(sub.name) or sub.name
+            folders[name] = files
+    chosen: dict[str, ConfigPairing] = {}
+    named: dict[str, str] = {}
+    for name in folders:  # folders named after a GPU (id or alias)
+        gpu = resolve(name)
+        if gpu is not None:
+            named[gpu] = name
+    for gpu, pairs in candidates.items():
+        if gpu in overrides:
+            if pairs and pairs[0].config in folders:
+                chosen[gpu] = pairs[0]
+            continue
+        if gpu in named:
+            continue
+        hit = next((p for p in pairs if p.config in folders), None)
+        if hit is not None:
+            chosen[gpu] = hit
+    for gpu, name in named.items():
+        if gpu not in overrides:
+            same = next((p for p in candidates.get(gpu, []) if p.config == name), None)
+            chosen[gpu] = same or ConfigPairing(
+                gpu_id=gpu, config=name, relation="folder",
+                reason=f"{CONFIGS_VAR} has a folder named {name} for it")
+    paired = {p.config for pairs in candidates.values() for p in pairs}
+    for name in folders:  # neither a GPU nor a paired config: a custom spec's own folder
+        if resolve(name) is None and name not in paired and name not in chosen:
+            chosen[name] = ConfigPairing(gpu_id=name, config=name, relation="folder",
+                                         reason=f"{CONFIGS_VAR} has a folder named {name}")
+    configs: dict[str, AccelSimGPUConfig] = {}
+    clocks: dict[str, float | None] = {}
+    hashed: dict[str, dict[str, str]] = {}
+    for gpu, pairing in sorted(chosen.items()):
+        name = pairing.config
+        files = folders[name]
+        if name not in clocks:
             try:
-                clock = core_clock_of_config((sub / "gpgpusim.config").read_text(errors="replace"))
+                clocks[name] = core_clock_of_config(files["gpgpusim.config"].read_text(errors="replace"))
             except OSError as exc:
-                problems.append(f"{sub / 'gpgpusim.config'} cannot be read: {exc}")
+                problems.append(f"{files['gpgpusim.config']} cannot be read: {exc}")
                 continue
-            files = ({str(p.relative_to(sub)): _sha256(p) for p in sorted(sub.rglob("*")) if p.is_file()}
-                     if hashes else {})
-            configs[cid] = AccelSimGPUConfig(
-                config_id=cid, folder=str(sub), gpgpusim_config=str(sub / "gpgpusim.config"),
-                trace_config=str(sub / "trace.config"), core_clock_mhz=clock, files=files)
+            if hashes:
+                hashed[name] = {rel: _sha256(p) for rel, p in sorted(files.items())}
+        configs[gpu] = AccelSimGPUConfig(
+            config_id=gpu, folder=str(files["gpgpusim.config"].parent),
+            gpgpusim_config=str(files["gpgpusim.config"]), trace_config=str(files["trace.config"]),
+            core_clock_mhz=clocks[name], files=hashed.get(name, {}), name=name,
+            folders=[str(d) for d in dirs[name]], paths={k: str(v) for k, v in files.items()},
+            relation=pairing.relation, reason=pairing.reason)
     return AccelSimSetup(binary=binary, binary_ok=binary_ok, configs_dir=configs_dir,
-                         configs=configs, problems=problems)
+                         configs=configs, problems=problems, layout=layout,
+                         available=sorted(folders), candidates=dict(candidates))
 
 
-def discover_from(settings: Any, *, hashes: bool = False) -> AccelSimSetup:
-    """:func:`discover` with the two settings of ``settings``."""
-    return discover(settings.accelsim_bin, settings.accelsim_configs, hashes=hashes)
+def discover_from(settings: Any, *, hashes: bool = False,
+                  resolve: Callable[[str], str | None] | None = None) -> AccelSimSetup:
+    """:func:`discover` with the settings of ``settings``."""
+    return discover(settings.accelsim_bin, settings.accelsim_configs, hashes=hashes, resolve=resolve,
+                    config_map=list(getattr(settings, "accelsim_config_map", []) or []))
 
 
 def require(setup: AccelSimSetup, config_ids: list[str]) -> None:
@@ -185,11 +327,48 @@ def require(setup: AccelSimSetup, config_ids: list[str]) -> None:
             field="model")
     lacking = [c for c in config_ids if c not in setup.configs]
     if lacking:
-        where = setup.configs_dir or f"({CONFIGS_VAR} is not set)"
+        why = "; ".join(f"{c}: {setup.serving(c).reason}" for c in lacking)
         raise ValidationError(
-            f"model accel-sim has no Accel-Sim configuration for {', '.join(lacking)}: add a "
-            f"sub-folder named after the config id with gpgpusim.config and trace.config to "
-            f"{CONFIGS_VAR} {where}. Configs that can run accel-sim: {can}", field="configs")
+            f"model accel-sim has no Accel-Sim configuration for {', '.join(lacking)} ({why}): "
+            f"point {CONFIGS_VAR} at an Accel-Sim checkout or add a config folder (named after "
+            f"the Accel-Sim config or the GPU id, with gpgpusim.config and trace.config) to "
+            f"{CONFIGS_VAR}, or pair one in {MAP_VAR}. Configs that can run accel-sim: {can}",
+            field="configs")
+
+
+def stage_config(paths: dict[str, str], workdir: Path) -> None:
+    """Put every file of a config folder into ``workdir`` (a symlink, a copy where links fail),
+    so the files gpgpusim.config names relative to the working directory resolve."""
+    for rel, src in sorted(paths.items()):
+        dest = workdir / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if dest.is_symlink() or dest.exists():
+            dest.unlink()
+        try:
+            dest.symlink_to(Path(src).resolve())
+        except OSError:
+            shutil.copyfile(src, dest)
+
+
+def folder_of_files(config_files: list[str]) -> tuple[dict[str, str], list[str]]:
+    """For config files given by path: every file of their folders (name -> path) and the
+    ``-config`` names relative to the working directory they are staged into."""
+    paths: dict[str, str] = {}
+    names: list[str] = []
+    for cfg in config_files:
+        p = Path(cfg)
+        for f in sorted(p.parent.iterdir()) if p.parent.is_dir() else []:
+            if f.is_file() and not f.name.startswith("."):
+                if f.name in paths and Path(paths[f.name]).resolve() != f.resolve():
+                    if f.name == p.name:
+                        raise ValidationError(
+                            f"two config files named {f.name} ({paths[f.name]} and {f}): Accel-Sim "
+                            "reads both from one working directory", field="configs")
+                    continue
+                paths.setdefault(f.name, str(f))
+        paths[p.name] = str(p)
+        names.append(p.name)
+    return paths, names
 
 
 def refuse_timeline_trace(trace_id: str, kind: str) -> None:
@@ -366,6 +545,8 @@ class AccelSimOutcome(msgspec.Struct, frozen=True, kw_only=True):
     lines: int
     tail: str
     """Last lines of output."""
+    statistics: list[Any] = []
+    """:class:`~cascade.engine.accelsim.KernelStatistics` per kernel, in output order."""
 
 
 def accelsim_argv(binary: str, kernelslist: str, config_files: list[str]) -> list[str]:
@@ -419,10 +600,33 @@ async def _stop_group(proc: asyncio.subprocess.Process) -> None:
         await proc.wait()
 
 
+_MISSING_FILE = re.compile(r"(?:Could not open configuration file (\S+)|Cannot open config file '([^']+)')")
+
+
+def missing_file_hint(tail: str, paths: dict[str, str]) -> str:
+    """When Accel-Sim could not open a file a config names: which file, and what to do."""
+    m = _MISSING_FILE.search(tail)
+    if not m:
+        return ""
+    name = m.group(1) or m.group(2)
+    folders = list(dict.fromkeys(str(Path(p).parent) for p in paths.values()))
+    return (f" ({name}, named by the config relative to Accel-Sim's working directory, is not in "
+            f"the config folder {' or '.join(folders) or '(none)'}: add it there; every file of "
+            "the folder is linked into the working directory)")
+
+
+def _staged(config: AccelSimGPUConfig | list[str]) -> tuple[dict[str, str], list[str]]:
+    if isinstance(config, AccelSimGPUConfig):
+        paths = dict(config.paths) or {Path(p).name: p for p in (config.gpgpusim_config,
+                                                                 config.trace_config)}
+        return paths, list(CONFIG_FILES)
+    return folder_of_files([str(c) for c in config])
+
+
 async def run_accelsim(
     binary: str,
     kernelslist: str,
-    config_files: list[str],
+    config: AccelSimGPUConfig | list[str],
     workdir: str | Path,
     *,
     timeout_s: float = 3600.0,
@@ -433,13 +637,19 @@ async def run_accelsim(
 ) -> AccelSimOutcome:
     """Run Accel-Sim on ``kernelslist`` (see the module docstring) and return its kernels.
 
+    ``config``: the GPU's config folder, or config files by path (every file of their folders
+    is staged too). The working directory holds every file of the folder (:func:`stage_config`)
+    and Accel-Sim is given ``-config gpgpusim.config -config trace.config`` relative to it, as
+    Accel-Sim's own run scripts do, so includes such as ``-inter_config_file`` resolve.
     ``on_kernel`` is awaited for each kernel as its statistics appear; ``on_start`` gets the
     process (group) id. Cancelling the awaiting task or passing ``timeout_s`` kills the
     process group (:class:`JobTimeoutError` for the timeout).
     """
     work = Path(workdir)
     await asyncio.to_thread(work.mkdir, parents=True, exist_ok=True)
-    args = accelsim_argv(binary, kernelslist, config_files)
+    paths, names = _staged(config)
+    await asyncio.to_thread(stage_config, paths, work)
+    args = accelsim_argv(binary, kernelslist, names)
     t0 = time.perf_counter()
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -502,26 +712,36 @@ async def run_accelsim(
     if returncode != 0:
         how = f"was killed by signal {-returncode}" if returncode < 0 else f"exited with {returncode}"
         raise AccelSimError(
-            f"accel-sim {how} after {len(parser.kernels)} kernels; last output:\n{text_tail}",
-            returncode=returncode, tail=text_tail)
+            f"accel-sim {how} after {len(parser.kernels)} kernels{missing_file_hint(text_tail, paths)}; "
+            f"last output:\n{text_tail}", returncode=returncode, tail=text_tail)
     return AccelSimOutcome(kernels=list(parser.kernels), returncode=returncode,
                            first_line_s=first_line_s, wall_s=time.perf_counter() - t0,
-                           lines=parser.lineno, tail=text_tail)
+                           lines=parser.lineno, tail=text_tail, statistics=list(parser.statistics))
 
 
 def run_accelsim_blocking(binary: str, trace_dir: str, config_files: list[str], *,
                           timeout_s: float = 3600.0) -> list[SimulatedKernel]:
     """Run Accel-Sim to completion without an event loop (``cascade predict``, scripts): a plain
     subprocess in its own process group, killed whole on timeout."""
-    kernelslist = Path(trace_dir) / "kernelslist.g"
+    import tempfile
+
+    kernelslist = Path(trace_dir).resolve() / "kernelslist.g"
     if not kernelslist.is_file():
         raise ValidationError(f"{kernelslist} does not exist", field="trace_dir")
+    with tempfile.TemporaryDirectory(prefix="cascade-accelsim-") as work:
+        paths, names = folder_of_files(config_files)
+        stage_config(paths, Path(work))
+        return _run_blocking(binary, str(kernelslist), names, work, trace_dir, timeout_s)
+
+
+def _run_blocking(binary: str, kernelslist: str, names: list[str], work: str, trace_dir: str,
+                  timeout_s: float) -> list[SimulatedKernel]:
     parser = AccelSimOutputParser(binary)
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
     try:
-        proc = subprocess.Popen(accelsim_argv(binary, str(kernelslist), config_files),
+        proc = subprocess.Popen(accelsim_argv(binary, kernelslist, names),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, cwd=trace_dir, start_new_session=True)
+                                stderr=subprocess.STDOUT, cwd=work, start_new_session=True)
     except OSError as exc:
         raise AccelSimError(f"cannot start accel-sim {binary}: {exc}") from None
     timer = threading.Timer(timeout_s, kill_group, (proc.pid,))

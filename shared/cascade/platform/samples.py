@@ -209,6 +209,9 @@ class SampleInfo(msgspec.Struct, frozen=True, kw_only=True):
     """Trace id of the runnable synthetic replica (``sample-<name>-synthetic``)."""
     recorded_run_id: str
     """Run id of the recorded reference run (``sample-<name>``)."""
+    synthetic_run_id: str = ""
+    """Run id of the synthetic replica's finished run, simulated at first start
+    (``sample-<name>-synthetic-run``)."""
     badge: str = RECORDED_BADGE
     """Badge of the recorded run and trace."""
     synthetic_label: str = SYNTHETIC_LABEL
@@ -244,6 +247,10 @@ class Sample:
     def recorded_run_id(self) -> str:
         return self.info.recorded_run_id
 
+    @property
+    def synthetic_run_id(self) -> str:
+        return self.info.synthetic_run_id
+
 
 def recorded_trace_id(name: str) -> str:
     """Stable trace id of a sample's recorded (read-only) trace."""
@@ -255,6 +262,11 @@ def synthetic_trace_id(name: str) -> str:
     return f"sample-{name}-synthetic"
 
 
+def synthetic_run_id(name: str) -> str:
+    """Stable run id of the synthetic replica's run that the app simulates at first start."""
+    return f"sample-{name}-synthetic-run"
+
+
 def recorded_run_id(name: str) -> str:
     """Stable run id of a sample's recorded reference run."""
     return f"sample-{name}"
@@ -264,6 +276,7 @@ def recorded_run_id(name: str) -> str:
 RECORDED_TRACE_ID = recorded_trace_id(DEFAULT_SAMPLE)
 SYNTHETIC_TRACE_ID = synthetic_trace_id(DEFAULT_SAMPLE)
 RECORDED_RUN_ID = recorded_run_id(DEFAULT_SAMPLE)
+SYNTHETIC_RUN_ID = synthetic_run_id(DEFAULT_SAMPLE)
 
 
 def samples_dir(override: str | Path | None = None) -> Path:
@@ -330,7 +343,7 @@ def _info(name: str, path: Path, title: str = "") -> SampleInfo:
     return SampleInfo(
         name=name, title=title or name, path=str(path),
         recorded_trace_id=recorded_trace_id(name), synthetic_trace_id=synthetic_trace_id(name),
-        recorded_run_id=recorded_run_id(name),
+        recorded_run_id=recorded_run_id(name), synthetic_run_id=synthetic_run_id(name),
         has_reference=(path / REFERENCE_FILE).is_file(),
         has_synthetic=(path / SYNTHETIC_TIMELINE_FILE).is_file(),
     )

@@ -196,9 +196,18 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     ] = ""
     accelsim_configs: Annotated[
         str,
-        _doc("Folder with one sub-folder per GPU config id (e.g. SM90_H100/) holding that GPU's "
-             "gpgpusim.config and trace.config for accel-sim (empty: none)"),
+        _doc("An Accel-Sim checkout (its gpu-simulator/gpgpu-sim/configs/tested-cfgs and "
+             "gpu-simulator/configs/tested-cfgs, merged per config name) or a folder of config "
+             "folders named after Accel-Sim configs (SM7_QV100/) or Cascade GPU ids (SM90_H100/), "
+             "each with gpgpusim.config, trace.config and the files they include (empty: none)"),
     ] = ""
+    accelsim_config_map: Annotated[
+        list[Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*=[A-Za-z0-9_.-]*$")]],
+        _doc("Pairings of Cascade GPU ids with Accel-Sim config names that replace or add to the "
+             "built-in table (cascade.gpus.accelsim_names), e.g. SM80_A100=SM86_RTX3070; "
+             "GPU_ID= says that GPU has none",
+             expected="a comma-separated list of GPU_ID=ACCELSIM_CONFIG (e.g. SM80_A100=SM86_RTX3070)"),
+    ] = []
 
     # --- identity --------------------------------------------------------
     service_name: Annotated[

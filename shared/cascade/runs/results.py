@@ -120,6 +120,48 @@ class SimulatorProvenance(msgspec.Struct, frozen=True, kw_only=True):
     """Seconds the simulator ran."""
     first_output_s: float | None = None
     """Seconds from starting the simulator to its first output line."""
+    accelsim_config: str = ""
+    """Accel-Sim config name that ran (e.g. ``SM6_TITANX``)."""
+    config_relation: str = ""
+    """How that config pairs with the GPU (``same chip``, ``closest``, ``folder``, ``setting``)."""
+    config_reason: str = ""
+    """Why that config serves this GPU."""
+    config_dirs: list[str] = []
+    """Every folder merged into the config (gpgpu-sim's and Accel-Sim's tested-cfgs)."""
+
+
+class AccelSimKernel(msgspec.Struct, frozen=True, kw_only=True):
+    """One kernel as Accel-Sim simulated it, beside the built-in model's prediction for it."""
+
+    kernel_id: int
+    """The table's ``kernel_id`` (N of ``kernel-N.traceg``)."""
+    name: str = ""
+    uid: int = 0
+    """Accel-Sim's ``kernel_launch_uid``."""
+    cycles: int = 0
+    """``gpu_sim_cycle``."""
+    instructions: int = 0
+    """``gpu_sim_insn``."""
+    ipc: float = 0.0
+    """``gpu_ipc``."""
+    occupancy_pct: float | None = None
+    """``gpu_occupancy`` (percent)."""
+    l1d_hit_rate: float | None = None
+    """L1D hit rate, 0..1 (this kernel's accesses)."""
+    l2_hit_rate: float | None = None
+    """L2 hit rate, 0..1 (this kernel's accesses)."""
+    dram_bw_util: float | None = None
+    """DRAM data-bus utilisation, 0..1, over every channel."""
+    l2_bw_gbps: float | None = None
+    """``L2_BW`` (GB/s)."""
+    simulated_ns: float = 0.0
+    """Cycles at the config's core clock."""
+    builtin_ns: float | None = None
+    """The built-in model's prediction for the same kernel on the same GPU."""
+    builtin_model: str = ""
+    """The built-in model that predicted ``builtin_ns`` (``auto`` resolved)."""
+    difference_pct: float | None = None
+    """(builtin - simulated) / simulated x 100: where the built-in model disagrees."""
 
 
 class SimResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -177,10 +219,16 @@ class SimResult(msgspec.Struct, frozen=True, kw_only=True):
     created_at: float = 0.0
     simulator: SimulatorProvenance | None = None
     """The cycle-level simulator behind the kernel times (model ``accel-sim``), else None."""
+    accelsim_kernels: list[AccelSimKernel] = []
+    """Per simulated kernel (model ``accel-sim``): Accel-Sim's statistics and the built-in
+    model's prediction beside it, in table order (at most :data:`MAX_ACCELSIM_KERNELS`)."""
 
 
 
 # --------------------------------------------------------------------------- building
+
+#: Simulated kernels listed in a result document at most (all are in ``kernels.npz``).
+MAX_ACCELSIM_KERNELS = 2000
 
 
 def _family_names(table: KernelTable) -> np.ndarray:
@@ -334,6 +382,7 @@ def build_result(
     worker: str = "",
     created_at: float = 0.0,
     simulator: SimulatorProvenance | None = None,
+    accelsim_kernels: Sequence[AccelSimKernel] = (),
 ) -> SimResult:
     """Assemble a :class:`SimResult` from per-kernel predictions (numpy arrays, table order)."""
     n = len(table)
@@ -354,6 +403,7 @@ def build_result(
         regimes=regimes, kernel_count=n, extrapolated=int(extrapolated), wall_s=float(wall_s),
         extrapolation=dict(extrapolation or {}), accuracy=accuracy,
         attempt=attempt, worker=worker, created_at=created_at, simulator=simulator,
+        accelsim_kernels=list(accelsim_kernels)[:MAX_ACCELSIM_KERNELS],
     )
 
 

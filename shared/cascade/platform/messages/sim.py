@@ -55,6 +55,8 @@ class KernelSimulated(msgspec.Struct, frozen=True, kw_only=True):
     """Simulation rate, instructions per wall second (``gpu_total_sim_rate``)."""
     duration_ns: float = 0.0
     """``cycles`` at the configuration's core clock."""
+    occupancy_pct: float | None = None
+    """Achieved occupancy, percent (``gpu_occupancy``), when printed."""
 
 
 class SimProgress(_SimMessage, frozen=True, kw_only=True, tag="sim.progress.v1"):

@@ -1,0 +1,355 @@
+"""The end-to-end protocol: whole workloads predicted from one GPU's measured per-operator times
+into every other GPU that has a measured total, scored on the total (``cascade validate --e2e``).
+
+Two data sets under ``../shared/data/measured``:
+
+* ``neusight-e2e/<GPU folder>/<model>-<inf|train>-<seq>-<batch>.kernels.csv`` (every operator of
+  the whole model as a Cascade kernel table, NeuSight's harness times) with ``<config>.json``
+  (``e2e_latency`` ms, the whole model measured end to end): a cell is one model and mode from a
+  source GPU into a target GPU; its error is the predicted total (the sum of predicted operator
+  times) against the target's measured ``e2e_latency``. Beside it, ``anchored``: the source's
+  measured ``e2e_latency`` x predicted / measured operator sum (what a replay of a measured
+  timeline does with the time its kernels do not explain), and per op family the predicted
+  against the target's own measured operator times, time-weighted.
+* ``kernelbench/kernelbench_level1.csv`` (single PyTorch operators, FP32, one column of mean
+  times per GPU): a cell is one operator from a source GPU into a target GPU, scored when the
+  target's measured time is at least :data:`KERNELBENCH_MIN_MS` (launch and dispatch dominate
+  shorter ones), per op family, beside the ratio roofline (source time x roofline ratio, from
+  datasheet peaks alone).
+
+Both are harness timings (CUDA events around a PyTorch call): the ``neusight`` and
+``kernelbench`` measurement kinds, whose per-call fixed cost is the harness's.
+
+Each cell is scored twice: with the calibration as it is (``calibrated``: a GPU whose per-operator
+data the fit saw is in-sample for its own fit, never for these totals) and with the target's own
+fit taken out (``target uncalibrated``: :func:`without_gpu`, the situation of a GPU nobody has
+measured: its parameters, floors, residual grids and context membership removed, the other
+GPUs' fits kept as fitted -- no refit, so the globals still saw the target's rows).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from cascade.calibration import Calibration
+from cascade.engine.models import RooflineConfig, ScaledConfig
+from cascade.engine.predict import predict
+from cascade.errors import TraceFormatError, UnknownGPUError
+from cascade.gpus.registry import GPURegistry
+from cascade.gpus.spec import GPUSpec
+from cascade.kerneltable import KernelTable
+
+#: KernelBench operators are scored where the target's measured time is at least this (ms).
+KERNELBENCH_MIN_MS = 0.1
+#: KernelBench ``family`` -> the kernel table's ``op`` (what :func:`cascade.engine.ops.family_of`
+#: reads): scans and losses are reductions, pooling a memory-bound window op.
+KERNELBENCH_OPS: dict[str, str] = {
+    "gemm": "matmul", "gemv": "gemv", "conv": "conv", "norm": "norm", "softmax": "softmax",
+    "elementwise": "elementwise", "reduce": "reduce", "scan": "reduce", "pool": "elementwise",
+    "loss": "reduce",
+}
+VARIANTS: tuple[str, ...] = ("calibrated", "target uncalibrated")
+MODELS: tuple[str, ...] = ("scaled", "roofline")
+
+
+@dataclass(frozen=True, slots=True)
+class WholeRun:
+    """One whole workload measured on one GPU."""
+
+    dataset: str
+    workload: str
+    """``<model>-<inf|train>-<seq>-<batch>``."""
+    mode: str
+    """``inference`` or ``training``."""
+    spec: GPUSpec
+    label: str
+    table: KernelTable
+    total_ns: float
+    """The workload's measured end-to-end time on this GPU."""
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorSet:
+    """KernelBench: one row per operator, a measured time per GPU (NaN where not measured)."""
+
+    names: np.ndarray
+    families: np.ndarray
+    work: KernelTable
+    """The operators' work columns (no durations)."""
+    times_ns: dict[str, np.ndarray]
+    """Spec id -> measured time per operator."""
+    specs: dict[str, GPUSpec]
+
+
+class WholeCell(msgspec.Struct, frozen=True, kw_only=True):
+    """One whole workload predicted from one GPU into another."""
+
+    dataset: str
+    workload: str
+    mode: str
+    source: str
+    target: str
+    variant: str
+    model: str
+    measured_ms: float
+    """The target's measured end-to-end time."""
+    predicted_ms: float
+    """Sum of predicted operator times on the target."""
+    error_pct: float
+    """(predicted - measured) / measured x 100."""
+    anchored_ms: float
+    """The source's measured end-to-end time x predicted / measured operator sum."""
+    anchored_error_pct: float
+    families: dict[str, list[float]] = {}
+    """Op family -> [predicted ms, the target's measured operator ms]."""
+
+
+class OperatorCell(msgspec.Struct, frozen=True, kw_only=True):
+    """Single operators of one family predicted from one GPU into another."""
+
+    dataset: str
+    family: str
+    source: str
+    target: str
+    variant: str
+    model: str
+    count: int
+    mape: float
+
+
+class Summary(msgspec.Struct, frozen=True, kw_only=True):
+    """Mean and worst absolute error of a group of cells."""
+
+    dataset: str
+    variant: str
+    model: str
+    group: str
+    """``all``, a target spec id, an op family, or a mode."""
+    cells: int
+    mean_pct: float
+    worst_pct: float
+
+
+def _spec(reg: GPURegistry, label: str, path: Path) -> GPUSpec:
+    try:
+        return reg.get(label)
+    except UnknownGPUError as exc:
+        raise UnknownGPUError(label, exc.known, suggestions=exc.suggestions,
+                              hint=f"named by {path}; add a spec with --specs DIR") from None
+
+
+def load_neusight_e2e(root: str | Path, reg: GPURegistry) -> list[WholeRun]:
+    """Every ``<GPU folder>/<config>.kernels.csv`` with its ``<config>.json`` under ``root``
+    (folder names are device names with ``_`` for spaces)."""
+    from cascade.tableio import read_table
+
+    base = Path(root)
+    runs: list[WholeRun] = []
+    for folder in sorted(p for p in base.iterdir() if p.is_dir()):
+        label = folder.name.replace("_", " ")
+        spec = _spec(reg, label, folder)
+        for path in sorted(folder.glob("*.kernels.csv")):
+            meta = path.with_name(path.name[: -len(".kernels.csv")] + ".json")
+            if not meta.is_file():
+                raise TraceFormatError(str(path), None, f"{meta.name} beside it with the measured e2e_latency")
+            try:
+                doc = json.loads(meta.read_text())
+                total_ms = float(doc["e2e_latency"])
+            except (ValueError, KeyError, TypeError) as exc:
+                raise TraceFormatError(str(meta), None, "a JSON object with a numeric 'e2e_latency' (ms)",
+                                       str(exc)) from None
+            workload = path.name[: -len(".kernels.csv")]
+            mode = "training" if "-train-" in workload else "inference"
+            runs.append(WholeRun(dataset="neusight-e2e", workload=workload, mode=mode, spec=spec, label=label,
+                                 table=read_table(path), total_ns=total_ms * 1e6, path=str(path)))
+    return runs
+
+
+def _num(text: str, default: float) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return default
+
+
+def load_kernelbench(path: str | Path, reg: GPURegistry) -> OperatorSet:
+    """``kernelbench_level1.csv``: one row per problem, a column of mean ms per GPU (``<GPU>``;
+    ``<GPU>__std`` beside it), work columns ``family,dtype,batch,m,n,k,flops,bytes``."""
+    p = Path(path)
+    with p.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        header = reader.fieldnames or []
+        rows = list(reader)
+    need = {"problem", "family", "flops", "bytes"}
+    if not need <= set(header):
+        raise TraceFormatError(str(p), 1, f"the columns {sorted(need)}", ",".join(header))
+    gpus = [h for h in header if h not in {"problem", "family", "dtype", "batch", "m", "n", "k", "flops", "bytes",
+                                           "aten_ops"} and not h.endswith("__std")]
+    specs = {label: _spec(reg, label, p) for label in gpus}
+    cols: dict[str, list[object]] = {c: [] for c in ("name", "op", "dtype", "flops", "bytes", "batch", "m", "n", "k")}
+    for line, r in enumerate(rows, start=2):
+        fam = r["family"]
+        if fam not in KERNELBENCH_OPS:
+            raise TraceFormatError(str(p), line, f"a family among {sorted(KERNELBENCH_OPS)}", fam)
+        cols["name"].append(r["problem"])
+        cols["op"].append(KERNELBENCH_OPS[fam])
+        cols["dtype"].append(r.get("dtype") or "fp32")
+        cols["flops"].append(_num(r["flops"], 0.0))
+        cols["bytes"].append(_num(r["bytes"], 0.0))
+        for c in ("batch", "m", "n", "k"):
+            cols[c].append(_num(r.get(c, ""), -1.0))
+    work = KernelTable({k: np.asarray(v) for k, v in cols.items()})
+    times = {specs[g].id: np.array([_num(r[g], np.nan) * 1e6 for r in rows]) for g in gpus}
+    return OperatorSet(names=np.asarray(cols["name"]), families=np.asarray([r["family"] for r in rows]),
+                       work=work, times_ns=times, specs={s.id: s for s in specs.values()})
+
+
+def without_gpu(cal: Calibration, spec_id: str) -> Calibration:
+    """The calibration as if ``spec_id`` had never been measured: its own parameters, fixed
+    times, shape-residual grids and context membership removed (no refit)."""
+    return msgspec.structs.replace(
+        cal,
+        specs={k: v for k, v in cal.specs.items() if k != spec_id},
+        floors_ns={c: {k: v for k, v in d.items() if k != spec_id} for c, d in cal.floors_ns.items()},
+        residuals={c: {k: v for k, v in d.items() if k != spec_id} for c, d in cal.residuals.items()},
+        contexts={c: [s for s in ids if s != spec_id] for c, ids in cal.contexts.items()},
+        defaults={k: v for k, v in cal.defaults.items() if k != spec_id},
+    )
+
+
+def _config(model: str, measurement: str) -> msgspec.Struct:
+    return ScaledConfig(measurement=measurement) if model == "scaled" else RooflineConfig()
+
+
+def _family_sums(table: KernelTable, values: np.ndarray) -> dict[str, float]:
+    ops = table["op"].astype(str) if "op" in table else np.full(len(table), "other")
+    return {str(f): float(np.nansum(values[ops == f])) for f in np.unique(ops)}
+
+
+def whole_cells(runs: Sequence[WholeRun], cal: Calibration, reg: GPURegistry, *,
+                variants: Iterable[str] = VARIANTS, models: Iterable[str] = MODELS,
+                measurement: str = "neusight") -> list[WholeCell]:
+    """Every (workload, source, target) of ``runs`` measured on both GPUs, per variant and model."""
+    by: dict[str, list[WholeRun]] = {}
+    for r in runs:
+        by.setdefault(r.workload, []).append(r)
+    out: list[WholeCell] = []
+    for variant in variants:
+        for model in models:
+            for workload, group in sorted(by.items()):
+                for src in group:
+                    measured_src = float(np.nansum(src.table["duration_ns"]))
+                    for tgt in group:
+                        if tgt.spec.id == src.spec.id:
+                            continue
+                        use = without_gpu(cal, tgt.spec.id) if variant == "target uncalibrated" else cal
+                        p = predict(src.table, tgt.spec, source=src.spec, model=model, calibration=use,
+                                    config=_config(model, measurement), registry=reg)
+                        total = float(np.nansum(p.predicted_ns))
+                        anchored = src.total_ns * total / measured_src if measured_src > 0 else float("nan")
+                        fam_pred = _family_sums(src.table, p.predicted_ns)
+                        same_rows = len(tgt.table) == len(src.table)
+                        fam_meas = _family_sums(tgt.table, tgt.table["duration_ns"]) if same_rows else {}
+                        out.append(WholeCell(
+                            dataset=src.dataset, workload=workload, mode=src.mode, source=src.spec.id,
+                            target=tgt.spec.id, variant=variant, model=model, measured_ms=tgt.total_ns / 1e6,
+                            predicted_ms=total / 1e6, error_pct=(total / tgt.total_ns - 1.0) * 100.0,
+                            anchored_ms=anchored / 1e6, anchored_error_pct=(anchored / tgt.total_ns - 1.0) * 100.0,
+                            families={f: [v / 1e6, fam_meas.get(f, float("nan")) / 1e6] for f, v in fam_pred.items()}))
+    return out
+
+
+def operator_cells(ops: OperatorSet, cal: Calibration, reg: GPURegistry, *,
+                   variants: Iterable[str] = VARIANTS, models: Iterable[str] = MODELS,
+                   measurement: str = "kernelbench", min_ms: float = KERNELBENCH_MIN_MS) -> list[OperatorCell]:
+    """Every (source, target) pair of GPUs with common operators, per family, variant and model:
+    MAPE over the operators whose measured target time is at least ``min_ms``."""
+    out: list[OperatorCell] = []
+    ids = sorted(ops.times_ns)
+    for variant in variants:
+        for model in models:
+            for s in ids:
+                for t in ids:
+                    if s == t:
+                        continue
+                    ts, tt = ops.times_ns[s], ops.times_ns[t]
+                    # every operator measured on both is predicted (the harness's fixed time is read
+                    # from all of them), the long ones scored
+                    both = np.flatnonzero(np.isfinite(ts) & np.isfinite(tt))
+                    scored = tt[both] >= min_ms * 1e6
+                    if not scored.any():
+                        continue
+                    table = ops.work.take(both)
+                    table["duration_ns"] = ts[both]
+                    use = without_gpu(cal, t) if variant == "target uncalibrated" else cal
+                    p = predict(table, ops.specs[t], source=ops.specs[s], model=model, calibration=use,
+                                config=_config(model, measurement), registry=reg)
+                    idx = both[scored]
+                    err = np.abs(p.predicted_ns[scored] / tt[idx] - 1.0) * 100.0
+                    fams = ops.families[idx]
+                    for fam in [*sorted(set(fams.tolist())), "all"]:
+                        sel = np.ones(len(idx), dtype=bool) if fam == "all" else fams == fam
+                        out.append(OperatorCell(dataset="kernelbench", family=str(fam), source=s, target=t,
+                                                variant=variant, model=model, count=int(sel.sum()),
+                                                mape=float(err[sel].mean())))
+    return out
+
+
+def _summary(dataset: str, variant: str, model: str, group: str, errs: Sequence[float]) -> Summary:
+    a = np.abs(np.asarray(errs, dtype=float))
+    return Summary(dataset=dataset, variant=variant, model=model, group=group, cells=len(a),
+                   mean_pct=round(float(a.mean()), 2), worst_pct=round(float(a.max()), 2))
+
+
+def summarize(whole: Sequence[WholeCell], operators: Sequence[OperatorCell], *,
+              anchored: bool = False) -> list[Summary]:
+    """Per data set, variant and model: ``all``, per target GPU and per mode (whole workloads;
+    the total's error, or the anchored one), and per family and target (operators: the mean of
+    the pairs' MAPEs, each pair weighing the same)."""
+    out: list[Summary] = []
+    keys = sorted({(c.dataset, c.variant, c.model) for c in whole})
+    for ds, var, model in keys:
+        cells = [c for c in whole if (c.dataset, c.variant, c.model) == (ds, var, model)]
+        err = [c.anchored_error_pct if anchored else c.error_pct for c in cells]
+        out.append(_summary(ds, var, model, "all", err))
+        for group in sorted({c.target for c in cells}) + sorted({c.mode for c in cells}):
+            sel = [e for c, e in zip(cells, err, strict=True) if group in (c.target, c.mode)]
+            out.append(_summary(ds, var, model, group, sel))
+    keys = sorted({(c.dataset, c.variant, c.model) for c in operators})
+    for ds, var, model in keys:
+        ops = [c for c in operators if (c.dataset, c.variant, c.model) == (ds, var, model)]
+        targets = {c.target for c in ops}
+        for group in ["all", *sorted({c.family for c in ops} - {"all"}), *sorted(targets)]:
+            if group in targets:
+                sel = [c.mape for c in ops if c.target == group and c.family == "all"]
+            else:
+                sel = [c.mape for c in ops if c.family == group]
+            if sel:
+                out.append(_summary(ds, var, model, group, sel))
+    return out
+
+
+def family_errors(cells: Sequence[WholeCell]) -> dict[str, float]:
+    """Per op family, the time-weighted error of the family's predicted time against the target's
+    own measured operator times, over ``cells``: sum |pred - meas| / sum meas, %."""
+    num: dict[str, float] = {}
+    den: dict[str, float] = {}
+    for c in cells:
+        for fam, (pred, meas) in c.families.items():
+            if np.isfinite(meas) and meas > 0:
+                num[fam] = num.get(fam, 0.0) + abs(pred - meas)
+                den[fam] = den.get(fam, 0.0) + meas
+    return {f: round(100.0 * num[f] / den[f], 2) for f in sorted(num) if den[f] > 0}
+
+
+def metrics_rows(summaries: Sequence[Summary]) -> list[dict[str, object]]:
+    """The summaries as the plain rows :attr:`Calibration.metrics` keeps (``end_to_end``)."""
+    return [msgspec.to_builtins(s) for s in summaries]

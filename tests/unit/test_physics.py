@@ -1,0 +1,271 @@
+"""Physics that must hold in every regime, over every real trace and table in ``../shared/data``
+and the bundled sample (issue 28): identity on the source GPU exact for every input format, a
+measured kernel's target / source ratio inside the bracket its work allows, GEMVs and small-M
+GEMMs bandwidth-bound, convolutions on the path cuDNN takes on each architecture."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cascade.engine import perf
+from cascade.engine.models import ScaledConfig
+from cascade.engine.predict import predict
+from cascade.engine.workload import workload_of
+from cascade.fitting import e2e
+from cascade.fitting.measured import discover
+from cascade.gpus import default_registry
+from cascade.kerneltable import KernelTable
+from cascade.tableio import write_table
+from cascade.traces.inputs import load_trace
+from tests.support.paths import REPO, SHARED_DATA
+from tests.unit.test_traces_timeline_bundle import _nsys_db
+
+SAMPLE = REPO / "samples" / "opt125m-h100-e2e" / "synthetic" / "timeline.csv.gz"
+MEASURED = SHARED_DATA / "measured"
+TARGETS = ("SM80_A100", "SM90_H100", "SM90_H200", "SM70_V100_PCIE_32GB", "SM75_T4", "SM86_A10",
+           "SM89_L40S", "SM100_B200", "SM60_P100_PCIE_16GB")
+needs_data = pytest.mark.skipif(not MEASURED.is_dir(), reason="../shared/data is not beside this checkout")
+
+
+def _source(loaded_source: object, device: str, fallback: str) -> str:
+    reg = default_registry()
+    if loaded_source is not None:
+        return loaded_source.id  # type: ignore[attr-defined]
+    return reg.get(device).id if device else fallback
+
+
+def real_inputs() -> Iterator[tuple[str, KernelTable, str, str]]:
+    """(label, table, source spec id, measurement kind) of every real input with measured times."""
+    reg = default_registry()
+    lt = load_trace(SAMPLE)
+    yield "sample synthetic replica", lt.table, _source(lt.source, lt.device, "SM90_H100"), "kernel"
+    for path in sorted((SHARED_DATA / "timelines").glob("*.pt.trace.json.gz")):
+        lt = load_trace(path)
+        yield path.name, lt.table, _source(lt.source, lt.device, "SM90_H100"), "kernel"
+    if not MEASURED.is_dir():
+        return
+    for run in e2e.load_neusight_e2e(MEASURED / "neusight-e2e", reg):
+        if run.workload.startswith(("bert_large-inf-512-8", "gpt2_large-train", "opt_13-inf-2048-2")):
+            yield f"neusight-e2e {run.label} {run.workload}", run.table, run.spec.id, "neusight"
+    ops = e2e.load_kernelbench(MEASURED / "kernelbench" / "kernelbench_level1.csv", reg)
+    for sid, times in ops.times_ns.items():
+        keep = np.flatnonzero(np.isfinite(times))
+        table = ops.work.take(keep)
+        table["duration_ns"] = times[keep]
+        yield f"kernelbench {sid}", table, sid, "kernelbench"
+    seen: set[tuple[str, str]] = set()
+    for ms in discover(MEASURED, reg, skipped=[]):
+        if (ms.dataset, ms.spec.id) in seen:
+            continue
+        seen.add((ms.dataset, ms.spec.id))
+        idx = np.linspace(0, len(ms.table) - 1, min(len(ms.table), 3000)).astype(int)
+        yield f"{ms.kind} {ms.dataset} {ms.spec.id}", ms.table.take(idx), ms.spec.id, ms.measurement
+
+
+INPUTS = list(real_inputs())
+
+
+@pytest.mark.parametrize(("label", "table", "source", "measurement"), INPUTS, ids=[i[0] for i in INPUTS])
+def test_every_measured_kernel_stays_inside_its_bracket(label: str, table: KernelTable, source: str,
+                                                       measurement: str) -> None:
+    t_src = np.asarray(table["duration_ns"], dtype=float)
+    measured = np.isfinite(t_src) & (t_src > 0)
+    w = workload_of(table)
+    for target in TARGETS:
+        if target == source:
+            continue
+        for model in ("scaled", "auto"):
+            cfg = ScaledConfig(measurement=measurement) if model == "scaled" else None
+            p = predict(table, target, source=source, model=model, config=cfg)
+            assert np.all(np.isfinite(p.predicted_ns)) and np.all(p.predicted_ns > 0), (label, target)
+            assert p.bracket is not None, (label, target)
+            low, high = p.bracket
+            held = np.isfinite(low)
+            assert held.any(), (label, target)
+            assert not np.any(held & ~measured)
+            tol = 1e-9 * np.nan_to_num(high, nan=0.0)
+            assert np.all(p.predicted_ns[held] >= low[held] - tol[held]), (label, target, model)
+            assert np.all(p.predicted_ns[held] <= high[held] + tol[held]), (label, target, model)
+            # held: every non-GEMM, every GEMV, every GEMM the fit does not cover (but one whose
+            # measured time its source model does not explain: a library artefact)
+            always = measured & (~w.is_gemm | perf.streams_weights(w))
+            may = measured & (~w.is_gemm | perf.streams_weights(w) | (p.flags != 0))
+            assert np.array_equal(held & always, always), (label, target)
+            assert not np.any(held & ~may), (label, target)
+
+
+@pytest.mark.parametrize(("label", "table", "source", "measurement"), INPUTS, ids=[i[0] for i in INPUTS])
+def test_identity_on_the_source_is_exact(label: str, table: KernelTable, source: str, measurement: str) -> None:
+    t_src = np.asarray(table["duration_ns"], dtype=float)
+    measured = np.isfinite(t_src) & (t_src > 0)
+    for model in ("scaled", "auto", "roofline"):
+        cfg = ScaledConfig(measurement=measurement) if model == "scaled" else None
+        p = predict(table, source, source=source, model=model, config=cfg)
+        assert np.array_equal(p.predicted_ns[measured], t_src[measured]), (label, model)
+    # the spec's aliases name the same GPU: still the identity
+    spec = default_registry().get(source)
+    if spec.aliases:
+        p = predict(table, spec.aliases[0], source=source, model="auto")
+        assert np.array_equal(p.predicted_ns[measured], t_src[measured])
+
+
+def _formats(tmp: Path) -> Iterator[tuple[str, Path, str]]:
+    """The sample's table, and a timeline, in every input format Cascade reads (path, source)."""
+    table = load_trace(SAMPLE).table
+    for suffix in (".csv", ".csv.gz", ".parquet"):
+        out = tmp / f"sample{suffix}"
+        write_table(table, out)
+        yield suffix, out, "SM90_H100"
+    jsonl = tmp / "sample.jsonl"
+    with jsonl.open("w") as fh:
+        for row in table.take(np.arange(200)).rows():
+            plain = {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
+            fh.write(json.dumps({k: v for k, v in plain.items() if v != "" and v == v}) + "\n")  # no NaN
+    yield "jsonl", jsonl, "SM90_H100"
+    for path in sorted((SHARED_DATA / "timelines").glob("*.pt.trace.json.gz")):
+        yield "kineto", path, "SM90_H100"
+    db = tmp / "report.sqlite"
+    _nsys_db(db)
+    yield "nsys sqlite", db, "SM80_A100"
+    bundle = tmp / "copy.pt.trace.json.gz"
+    first = next(iter(sorted((SHARED_DATA / "timelines").glob("*.pt.trace.json.gz"))), None)
+    if first is not None:
+        shutil.copy(first, bundle)
+        yield "kineto copy", bundle, "SM90_H100"
+
+
+def test_identity_exact_for_every_input_format(tmp_path: Path) -> None:
+    seen = set()
+    for fmt, path, fallback in _formats(tmp_path):
+        lt = load_trace(path)
+        source = _source(lt.source, lt.device, fallback)
+        t = np.asarray(lt.table["duration_ns"], dtype=float)
+        m = np.isfinite(t) & (t > 0)
+        assert m.any(), fmt
+        p = predict(lt.table, source, source=source, model="auto")
+        assert abs(p.predicted_ns[m].sum() / t[m].sum() - 1.0) < 1e-3, fmt  # the issue's 0.1%
+        assert np.array_equal(p.predicted_ns[m], t[m]), fmt
+        seen.add(fmt)
+    assert {".csv", ".csv.gz", ".parquet", "jsonl", "nsys sqlite"} <= seen
+
+
+def test_the_samples_decode_gemvs_are_bandwidth_bound() -> None:
+    """OPT-125m decode at batch 1 traced on an H100, on an A100: every GEMV (M = 1) between the
+    bandwidth ratio's neighbourhood (1.0x-1.9x; 3350 / 2039 GB/s = 1.64), GPU busy at most 1.8x."""
+    lt = load_trace(SAMPLE)
+    t = lt.table
+    p = predict(t, "SM80_A100", source="SM90_H100", model="auto")
+    w = workload_of(t)
+    gemv = perf.streams_weights(w)
+    names = t["name"].astype(str)
+    assert gemv.sum() > 1000 and np.all(np.char.find(names[np.char.find(names, "gemv2T") >= 0], "gemv") >= 0)
+    ratio = p.predicted_ns / t["duration_ns"]
+    assert np.all((ratio[gemv] >= 1.0) & (ratio[gemv] <= 1.9)), (ratio[gemv].min(), ratio[gemv].max())
+    assert p.predicted_ns.sum() / np.nansum(t["duration_ns"]) <= 1.8
+    # whatever the kernel's name: a GEMM named as a tiled tensor-core kernel with M = 1 streams too
+    rows = [{"name": "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64", "dtype": "fp16", "m": 1,
+             "n": 4096, "k": 4096, "batch": 1, "op": "linear", "duration_ns": 15_000.0}]
+    q = predict(KernelTable.from_rows(rows), "SM80_A100", source="SM90_H100", model="scaled")
+    assert 1.0 <= q.predicted_ns[0] / 15_000.0 <= 1.9
+
+
+def test_convolutions_take_the_path_cudnn_takes_on_each_architecture() -> None:
+    """An FP32 convolution runs FP32 on Volta / Turing and TF32 from Ampere on: V100 -> A100
+    gains more than the FP32 peak ratio (19.5 / 15.7), A100 -> V100 loses more than it, and
+    between two TF32 GPUs it scales by their TF32 peaks, not their FP32 ones."""
+    conv = {"name": "conv", "op": "conv", "dtype": "fp32", "flops": 2e11, "bytes": 2e8, "duration_ns": 2e7}
+    t = KernelTable.from_rows([conv])
+    reg = default_registry()
+    v100, a100, a10 = reg.get("SM70_V100_SXM2"), reg.get("SM80_A100"), reg.get("SM86_A10")
+    fp32 = a100.simt_flops("fp32") / v100.simt_flops("fp32")
+    up = predict(t, a100.id, source=v100.id, model="scaled").predicted_ns[0]
+    down = predict(t, v100.id, source=a100.id, model="scaled").predicted_ns[0]
+    assert 2e7 / up > fp32 and down / 2e7 > fp32
+    # A10 -> A100: FP32 peaks say the A100 is slower (31.2 vs 19.5 TFLOP/s), TF32 ones faster
+    across = predict(t, a100.id, source=a10.id, model="scaled").predicted_ns[0]
+    assert across < 2e7
+    # a kernel whose name says it ran FP32 on an Ampere source stays FP32 there
+    named = KernelTable.from_rows([{**conv, "name": "sm80_scudnn_128x64_relu_interior_nn_v1"}])
+    w = workload_of(named)
+    moved_named = perf.cudnn_math(w, named["name"], a100, measured=True)[1]
+    moved_plain = perf.cudnn_math(workload_of(t), t["name"], a100, measured=True)[1]
+    assert not moved_named[0] and moved_plain[0]
+
+
+def test_the_bracket_is_physics_alone() -> None:
+    """Between the compute ratio of the path, the per-SM one, the bandwidth ratio (and L2 for a
+    working set both L2s hold), widened by the spread and power limits only."""
+    reg = default_registry()
+    a100, h100, t4 = reg.get("SM80_A100"), reg.get("SM90_H100"), reg.get("SM75_T4")
+    rows = [{"name": "big_gemm", "dtype": "fp16", "m": 8192, "n": 8192, "k": 8192, "op": "linear"},
+            {"name": "stream", "dtype": "fp16", "op": "elementwise", "bytes": 4e9, "flops": 1e9}]
+    w = workload_of(KernelTable.from_rows(rows))
+    lo, hi = perf.ratio_bracket(w, w, a100, h100)
+    s = perf.ACHIEVABLE_SPREAD
+    rb = a100.bandwidth_bps / h100.bandwidth_bps
+    rc = a100.tensor_flops("fp16") / h100.tensor_flops("fp16")
+    assert lo[0] == pytest.approx(min(rc, rc * h100.sms / a100.sms, rb) / s)
+    assert hi[0] == pytest.approx(max(rc, rc * h100.sms / a100.sms, rb) * s)
+    lo2, hi2 = perf.ratio_bracket(w, w, a100, t4)
+    assert hi2[0] > hi[0] and lo2[1] <= a100.bandwidth_bps / t4.bandwidth_bps <= hi2[1]
+    # the fixed time: a short kernel may sit at the launch ratio, a long one may not
+    low, high = perf.bracket_ns(np.array([3_000.0, 3e6]), 2_000.0, 2_400.0, np.array([0.6, 0.6]),
+                                np.array([0.7, 0.7]))
+    assert low[0] <= 3_000 * 1.2 <= high[0] and low[1] == pytest.approx(2_400 + (3e6 - 2_000) * 0.6)
+
+
+@needs_data
+def test_e2e_protocol_scores_whole_models_and_operators() -> None:
+    reg = default_registry()
+    from cascade.calibration import load_calibration
+
+    cal = load_calibration()
+    runs = e2e.load_neusight_e2e(MEASURED / "neusight-e2e", reg)
+    assert {r.spec.id for r in runs} == {"SM70_V100_PCIE_32GB", "SM75_T4", "SM80_A100_PCIE_40GB"}
+    assert {r.mode for r in runs} == {"inference", "training"}
+    whole = e2e.whole_cells(runs, cal, reg, variants=("target uncalibrated",))
+    assert len(whole) == 2 * 36 and {c.model for c in whole} == {"scaled", "roofline"}
+    summary = {(s.model, s.group): s for s in e2e.summarize(whole, [])}
+    # whole models: far ahead of the ratio roofline, and inside the issue's 15% per target
+    assert summary[("scaled", "all")].mean_pct < 0.5 * summary[("roofline", "all")].mean_pct
+    assert all(summary[("scaled", g)].mean_pct < 15.0 for g in ("SM70_V100_PCIE_32GB", "SM75_T4",
+                                                               "SM80_A100_PCIE_40GB"))
+    ops = e2e.load_kernelbench(MEASURED / "kernelbench" / "kernelbench_level1.csv", reg)
+    cells = e2e.operator_cells(ops, cal, reg, variants=("target uncalibrated",))
+    per = {(s.model, s.group): s.mean_pct for s in e2e.summarize([], cells)}
+    assert per[("scaled", "all")] < per[("roofline", "all")]
+    for fam in ("gemm", "gemv", "conv", "loss", "scan"):
+        assert per[("scaled", fam)] < per[("roofline", fam)], fam
+
+
+def test_a_whole_trace_quotes_the_end_to_end_figure_widened_for_what_nothing_covers() -> None:
+    from cascade.calibration import load_calibration
+    from cascade.calibration.accuracy import _e2e_row
+
+    cal = load_calibration()
+    covered = {"name": "sm80_gemm", "op": "linear", "dtype": "fp16", "m": 4096, "n": 11008, "k": 4096,
+               "duration_ns": 900_000.0}
+    odd = {"name": "sm80_gemm", "op": "linear", "dtype": "fp16", "m": 16384, "n": 96, "k": 24576,
+           "duration_ns": 900_000.0}  # a width no Llama-2-7B layer has
+    tight = predict(KernelTable.from_rows([covered]), "SM90_H100", source="SM80_A100").provenance.accuracy
+    row = _e2e_row(cal, "neusight-e2e", "calibrated", "scaled", "all")
+    assert row is not None and tight.total_pct == row["mean_pct"] and "end-to-end protocol" in tight.total_basis
+    both = predict(KernelTable.from_rows([covered, odd]), "SM90_H100", source="SM80_A100")
+    assert both.flags is not None and both.flags[1] & perf.SHAPE_OUTSIDE and not both.flags[0]
+    wide = both.provenance.accuracy
+    ops = _e2e_row(cal, "kernelbench", "target uncalibrated", "scaled", "all")
+    assert ops is not None and wide.total_pct is not None and tight.total_pct is not None
+    assert wide.total_pct > tight.total_pct + 0.2 * float(ops["mean_pct"])  # about half the time uncovered
+    assert "no data set covers" in wide.total_basis
+    # into a GPU nobody measured: the variant with the target's own fit taken out
+    new = predict(KernelTable.from_rows([covered]), "SM100_B200", source="SM80_A100").provenance.accuracy
+    row = _e2e_row(cal, "neusight-e2e", "target uncalibrated", "scaled", "all")
+    assert row is not None and new.total_pct == row["mean_pct"]
+    same = predict(KernelTable.from_rows([covered]), "SM80_A100", source="SM80_A100").provenance.accuracy
+    assert same.total_pct == 0.0

@@ -551,9 +551,15 @@ class _EventFeed:
             await self._lost()
             return []
         self.checked_at = time.monotonic()
-        if msgs:
-            self.next_seq = msgs[-1].metadata.sequence.stream + 1
-        return list(msgs)
+        fresh = [m for m in msgs if self.next_seq is None
+                 or m.metadata.sequence.stream >= self.next_seq]
+        if len(fresh) < len(msgs):
+            # a memory consumer its restarted node made again replays from its first sequence:
+            # what was sent already is dropped, and the feed starts over after it
+            await self._lost()
+        if fresh:
+            self.next_seq = fresh[-1].metadata.sequence.stream + 1
+        return fresh
 
     async def alive(self) -> bool:
         """Whether the server still has the consumer (a slow answer counts as alive)."""

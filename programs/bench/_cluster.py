@@ -11,6 +11,10 @@ process of its own.
   ``python -m services.<name>`` process with its own data directory (so each simulator keeps
   its own bundle cache, as separate machines would).
 
+Jobs are acknowledged within ``ack_wait_s`` (15 s, half the default): a NATS node lost takes a
+few seconds of consumer leader election during which a job's heartbeats may not land, and at
+5 s three deliveries of a job still running could pass before the new leader counts them.
+
 Any part can be killed with SIGKILL and started again on the same ports and data
 (:meth:`kill`, :meth:`restart`), which is what ``cascade bench cluster`` and
 ``tests/integration/test_cluster.py`` do mid-run.
@@ -47,7 +51,7 @@ class ClusterTopology:
     """Three NATS nodes, S3, orchestrator, two apis and pool simulators as processes."""
 
     def __init__(self, workdir: Path, *, simulators: int = 3, apis: int = 2,
-                 ack_wait_s: float = 5.0) -> None:
+                 ack_wait_s: float = 15.0) -> None:
         self.workdir = Path(workdir)
         self.simulators = simulators
         self.apis = apis

@@ -5,7 +5,8 @@ stream from are killed with SIGKILL and started again: the run completes, every 
 result and one completion event, and every client, reconnecting to the other replica with
 Last-Event-ID, got exactly the run's events in the stream, in order, none twice. The node killed
 is first the one holding the SSE streams' JetStream consumers (the api opens them again after
-the last event sent), then another.
+the last event sent, or drops what a consumer its restarted node made again replays), then
+another.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ def test_a_run_survives_a_nats_node_and_an_api_replica_killed(topology: ClusterT
     killed = result["nats_node"]
     assert node in (-1, killed)
     assert [f["part"] for f in result["faults"]] == [f"nats-{killed}", "api-1"]
-    if node == -1:  # the SSE streams lost their consumers with it and opened new ones
-        assert result["node_held_sse_consumers"] and result["sse_consumers_reopened"] >= 1
+    if node == -1:  # the SSE streams' consumers went with it (the streams went on regardless)
+        assert result["node_held_sse_consumers"]
     assert result["run_state"] == "completed", result
     assert result["sims"] == 4 and result["with_result"] == 4, result
     assert result["duplicated"] == 0 and result["missing"] == 0, result

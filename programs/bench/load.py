@@ -54,13 +54,26 @@ HELP = "p50/p99 and errors of reads and /v1 at 200 concurrent clients, /healthz 
 
 #: Route classes and their share of the mix.
 MIX: tuple[tuple[str, float], ...] = (
-    ("GET /api/runs", 0.15),
-    ("GET /api/runs/{id}", 0.15),
-    ("GET /api/configs", 0.15),
-    ("GET /v1/models", 0.15),
-    ("POST /v1/completions", 0.25),
-    ("POST /v1/completions stream", 0.15),
+    ("GET /api/runs", 0.10),
+    ("GET /api/runs/{id}", 0.10),
+    ("GET /api/traces", 0.10),
+    ("GET /api/traces/{id}", 0.10),
+    ("GET /api/traces/{id}/kernels", 0.10),
+    ("GET /api/configs", 0.10),
+    ("GET /v1/models", 0.10),
+    ("POST /v1/completions", 0.20),
+    ("POST /v1/completions stream", 0.10),
 )
+#: Groups of route classes ``--only`` accepts besides single classes.
+GROUPS: dict[str, tuple[str, ...]] = {
+    "traces": ("GET /api/traces", "GET /api/traces/{id}", "GET /api/traces/{id}/kernels"),
+    "runs": ("GET /api/runs", "GET /api/runs/{id}"),
+    "reads": ("GET /api/runs", "GET /api/runs/{id}", "GET /api/traces", "GET /api/traces/{id}",
+              "GET /api/traces/{id}/kernels", "GET /api/configs", "GET /v1/models"),
+    "v1": ("GET /v1/models", "POST /v1/completions", "POST /v1/completions stream"),
+}
+#: Sort columns the kernel-page clients pick from.
+KERNEL_SORTS = ("kernel_id", "duration_ns", "name", "grid_x")
 HEALTHZ_TARGET_MS = 100.0
 #: Seconds of /healthz probes before the load starts (the machine's own baseline).
 IDLE_PROBE_S = 5.0
@@ -87,6 +100,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path,
                         help="with --url: the stack's data directory (its state.json names the "
                              "processes whose CPU is reported)")
+    parser.add_argument("--only", default="",
+                        help="route classes to send, comma-separated: groups traces, runs, reads, "
+                             "v1 or classes as printed (default: the whole mix)")
+    parser.add_argument("--traces", type=int, default=0,
+                        help="seed this many traces into the stack it starts first (default 0)")
+    parser.add_argument("--runs", type=int, default=0,
+                        help="seed this many finished runs into the stack it starts first")
+    parser.add_argument("--kernels", type=int, default=0,
+                        help="one of the seeded traces is ready with this many kernels (its "
+                             "bundle in S3); kernel pages are read from it")
+    parser.add_argument("--restart-api", action="store_true",
+                        help="after seeding, kill -9 the api and time its restart until the "
+                             "lists hold everything seeded")
 
 
 # ---- the stack ----------------------------------------------------------------------------------
@@ -121,32 +147,130 @@ def _post_json(url: str, body: Any, token: str) -> Any:
 
 
 def _targets(base: str, token: str, timeout: float, proc: subprocess.Popen[bytes] | None,
-             log: Path | None) -> tuple[str, str]:
+             log: Path | None, *, need_model: bool = True) -> tuple[str, str]:
     """(a servable model id, a run id) of the sample. Without a servable model yet (the
     recorded run has no per-step results), the sample's synthetic replica is run once on
-    SM90_H100, as a user would from the UI."""
+    SM90_H100, as a user would from the UI. Without ``need_model`` the model is ''."""
 
     def models() -> list[str]:
         data = _get_json(f"{base}/v1/models")["data"]
         return [m["id"] for m in data if m["id"].startswith(SAMPLE_MODEL_PREFIX)]
 
     def synthetic() -> str | None:
-        traces = _get_json(f"{base}/api/traces")["traces"]
+        traces = _get_json(f"{base}/api/traces?name=sample-&limit=100")["traces"]
         ids = [t["id"] for t in traces if t["state"] == "ready"
                and t.get("provenance", {}).get("source") == "sample-synthetic"]
         return ids[0] if ids else None
 
-    if not models():
-        trace = _wait_for(synthetic, timeout, "sample synthetic trace on /api/traces", proc, log)
-        _post_json(f"{base}/api/runs", {"trace_id": trace, "configs": ["SM90_H100"],
-                                        "name": "cascade bench load"}, token)
-    model = _wait_for(lambda: next(iter(models()), None), timeout, "model on /v1/models", proc, log)
+    model = ""
+    if need_model:
+        if not models():
+            trace = _wait_for(synthetic, timeout, "sample synthetic trace on /api/traces", proc, log)
+            _post_json(f"{base}/api/runs", {"trace_id": trace, "configs": ["SM90_H100"],
+                                            "name": "cascade bench load"}, token)
+        model = _wait_for(lambda: next(iter(models()), None), timeout, "model on /v1/models",
+                          proc, log)
 
     def run() -> str | None:
-        runs = _get_json(f"{base}/api/runs")["runs"]
+        runs = _get_json(f"{base}/api/runs?limit=1")["runs"]
         return runs[0]["id"] if runs else None
 
     return model, _wait_for(run, timeout, "run on /api/runs", proc, log)
+
+
+def _read_targets(base: str, seeded: Any) -> dict[str, list[str]]:
+    """Ids the read clients pick from: the seeded traces and runs, else the stack's own; the
+    trace whose kernels are paged (the seeded big one, else a ready trace)."""
+    if seeded is not None and seeded.trace_ids:
+        traces = list(seeded.trace_ids)
+    else:
+        traces = [t["id"] for t in _get_json(f"{base}/api/traces?limit=1000")["traces"]]
+    if seeded is not None and seeded.run_ids:
+        runs = list(seeded.run_ids)
+    else:
+        runs = [r["id"] for r in _get_json(f"{base}/api/runs?limit=1000")["runs"]]
+    if seeded is not None and seeded.big_trace_id:
+        kernels = [seeded.big_trace_id]
+    else:
+        kernels = [t["id"] for t in _get_json(f"{base}/api/traces?state=ready&limit=1000")["traces"]
+                   if t.get("bundle_key")][:1]
+    return {"traces": traces or ["tr-none"], "runs": runs, "kernels": kernels or traces[:1]}
+
+
+def _stack_settings(workdir: Path) -> Any:
+    """Settings reaching the NATS and S3 of the stack this bench started."""
+    from cascade.platform.settings import load_settings
+    from programs.embedded.stack import StackLayout, load_state, read_credentials
+
+    layout = StackLayout(workdir / "data")
+    state = load_state(layout)
+    creds = read_credentials(layout)
+    if state is None or creds is None:
+        raise SystemExit(f"no state.json or credentials under {layout.root}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
+    return load_settings(env, nats_url=state.nats_url, s3_endpoint=state.s3_endpoint,
+                         s3_access_key=creds.s3_access_key, s3_secret_key=creds.s3_secret_key)
+
+
+async def _seed(settings: Any, args: argparse.Namespace) -> Any:
+    from cascade.platform.bus import connect
+    from cascade.platform.storage import Storage
+    from programs.bench._seed import seed_state
+
+    bus = await connect(settings, name="cascade-bench-seed")
+    try:
+        async with Storage.from_settings(settings) as storage:
+            return await seed_state(bus, storage, traces=args.traces, runs=args.runs,
+                                    kernels=args.kernels)
+    finally:
+        await bus.close()
+
+
+def _restart_api(base: str, workdir: Path, traces: int, runs: int, timeout: float) -> dict[str, float]:
+    """kill -9 the api; seconds until its lists answer with every seeded trace and run again."""
+    pids = stack_pids(workdir / "data")
+    if "api" not in pids:
+        raise SystemExit("no api process in the stack's state.json")
+
+    def totals() -> tuple[int, int]:
+        t = _get_json(f"{base}/api/traces?limit=1", timeout=2.0)["total"]
+        r = _get_json(f"{base}/api/runs?limit=1", timeout=2.0)["total"]
+        return int(t), int(r)
+
+    os.kill(pids["api"], signal.SIGKILL)
+    t0 = time.perf_counter()
+    first = None
+    deadline = t0 + timeout
+    while time.perf_counter() < deadline:
+        try:
+            t, r = totals()
+        except (urllib.error.URLError, OSError, ValueError, KeyError):
+            time.sleep(0.05)
+            continue
+        first = first if first is not None else time.perf_counter() - t0
+        if t >= traces and r >= runs:
+            return {"ready_s": time.perf_counter() - t0, "first_answer_s": first,
+                    "traces": float(t), "runs": float(r)}
+        time.sleep(0.05)
+    raise SystemExit(f"the api did not come back with {traces} traces and {runs} runs within "
+                     f"{timeout:g} s")
+
+
+def _mix(only: str) -> tuple[tuple[str, float], ...]:
+    """The route classes ``--only`` keeps (their shares renormalised by the draw)."""
+    if not only.strip():
+        return MIX
+    wanted: set[str] = set()
+    known = {name for name, _ in MIX}
+    for part in (p.strip() for p in only.split(",")):
+        if part in GROUPS:
+            wanted.update(GROUPS[part])
+        elif part in known:
+            wanted.add(part)
+        elif part:
+            raise SystemExit(f"--only: unknown route class {part!r}; groups {', '.join(GROUPS)}, "
+                             f"classes {', '.join(sorted(known))}")
+    return tuple((name, w) for name, w in MIX if name in wanted)
 
 
 def _start_stack(workdir: Path, timeout: float) -> tuple[subprocess.Popen[bytes], str, Path]:
@@ -245,22 +369,35 @@ def _probe_in_process(ctx: Any, base: str, interval: float, seconds: float) -> l
 # ---- the clients --------------------------------------------------------------------------------
 
 async def _load(base: str, model: str, run_id: str, token: str, args: argparse.Namespace,
-                pids: dict[str, int]) -> dict[str, Any]:
+                pids: dict[str, int], ids: dict[str, list[str]] | None = None) -> dict[str, Any]:
     import aiohttp
 
-    names = [name for name, _ in MIX]
-    weights = [w for _, w in MIX]
+    mix = _mix(args.only)
+    names = [name for name, _ in mix]
+    weights = [w for _, w in mix]
     samples: dict[str, list[float]] = {name: [] for name in names}
     errors: dict[str, int] = dict.fromkeys(names, 0)
     statuses: dict[str, dict[str, int]] = {name: {} for name in names}
     completion = {"model": model, "prompt": PROMPT, "max_tokens": args.max_tokens}
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    ids = ids or {"traces": ["tr-none"], "runs": [run_id], "kernels": ["tr-none"]}
+    runs = ids["runs"] or [run_id]
+    kernel_total = 1000
 
-    async def send(http: aiohttp.ClientSession, name: str) -> int:
+    async def send(http: aiohttp.ClientSession, name: str, rng: random.Random) -> int:
         if name == "GET /api/runs":
-            call = http.get(f"{base}/api/runs")
+            call = http.get(f"{base}/api/runs?limit=50")
         elif name == "GET /api/runs/{id}":
-            call = http.get(f"{base}/api/runs/{run_id}")
+            call = http.get(f"{base}/api/runs/{rng.choice(runs)}")
+        elif name == "GET /api/traces":
+            call = http.get(f"{base}/api/traces?limit=50")
+        elif name == "GET /api/traces/{id}":
+            call = http.get(f"{base}/api/traces/{rng.choice(ids['traces'])}")
+        elif name == "GET /api/traces/{id}/kernels":
+            offset = rng.randrange(0, max(1, kernel_total - 100))
+            call = http.get(f"{base}/api/traces/{ids['kernels'][0]}/kernels?offset={offset}"
+                            f"&limit=100&sort={rng.choice(KERNEL_SORTS)}"
+                            f"&order={rng.choice(('asc', 'desc'))}")
         elif name == "GET /api/configs":
             call = http.get(f"{base}/api/configs")
         elif name == "GET /v1/models":
@@ -272,6 +409,11 @@ async def _load(base: str, model: str, run_id: str, token: str, args: argparse.N
         async with call as resp:
             await resp.read()
             return resp.status
+
+    if "GET /api/traces/{id}/kernels" in names:
+        async with aiohttp.ClientSession() as http, http.get(
+                f"{base}/api/traces/{ids['kernels'][0]}/kernels?limit=1") as resp:
+            kernel_total = int((await resp.json()).get("total", 1000)) if resp.status == 200 else 1000
 
     measuring = asyncio.Event()
     stop = asyncio.Event()
@@ -285,7 +427,7 @@ async def _load(base: str, model: str, run_id: str, token: str, args: argparse.N
                 name = rng.choices(names, weights)[0]
                 t0 = time.perf_counter()
                 try:
-                    status = await send(http, name)
+                    status = await send(http, name, rng)
                 except (aiohttp.ClientError, TimeoutError) as exc:
                     status = 0
                     statuses[name][type(exc).__name__] = statuses[name].get(type(exc).__name__, 0) + 1
@@ -367,7 +509,7 @@ def _ms(v: float | None) -> str:
 
 def print_figures(f: dict[str, Any]) -> None:
     """The human-readable report."""
-    print(f"cascade bench load: {f['clients']} clients, {f['duration_s']:.1f} s, model {f['model']}")
+    print(f"cascade bench load: {f['clients']} clients, {f['duration_s']:.1f} s, model {f['model'] or '-'}")
     print(f"  {'route':<30} {'requests':>8} {'errors':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
           f"{'req/s':>7}")
     for name, r in f["routes"].items():
@@ -395,9 +537,14 @@ def run(args: argparse.Namespace) -> int:
     """Run the benchmark and print its figures."""
     if args.clients < 1 or args.duration <= 0:
         raise SystemExit("--clients must be >= 1 and --duration > 0")
+    if (args.traces or args.runs or args.kernels) and args.url:
+        raise SystemExit("--traces/--runs/--kernels seed a stack this bench starts (not --url)")
+    mix = _mix(args.only)
     proc: subprocess.Popen[bytes] | None = None
     workdir: Path | None = None
     log: Path | None = None
+    seeded: Any = None
+    restart: dict[str, float] | None = None
     try:
         token = args.token
         pids: dict[str, int] = {}
@@ -412,21 +559,37 @@ def run(args: argparse.Namespace) -> int:
             proc, base, log = _start_stack(workdir, args.timeout)
             creds = read_credentials(StackLayout(workdir / "data"))
             token = token or (creds.api_token if creds is not None else "")
+            if args.traces or args.runs or args.kernels:
+                seeded = asyncio.run(_seed(_stack_settings(workdir), args))
+                print(f"seeded {len(seeded.trace_ids):,} traces, {len(seeded.run_ids):,} runs"
+                      + (f", a {seeded.kernels:,}-kernel ready trace" if seeded.kernels else "")
+                      + f" in {seeded.seconds:.1f} s", flush=True)
+            if args.restart_api:
+                restart = _restart_api(base, workdir, args.traces, args.runs, args.timeout)
             pids = stack_pids(workdir / "data")
-        model, run_id = _targets(base, token, args.timeout, proc, log)
-        raw = asyncio.run(_load(base, model, run_id, token, args, pids))
+        need_model = any(name.startswith(("POST /v1", "GET /v1")) for name, _ in mix)
+        model, run_id = _targets(base, token, args.timeout, proc, log, need_model=need_model)
+        ids = _read_targets(base, seeded)
+        raw = asyncio.run(_load(base, model, run_id, token, args, pids, ids))
     finally:
         code = _stop_stack(proc) if proc is not None else 0
         if workdir is not None and not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
     result = figures(raw, args, model)
     result["stack_exit_code"] = code
+    if seeded is not None:
+        result["seeded"] = {"traces": len(seeded.trace_ids), "runs": len(seeded.run_ids),
+                            "kernels": seeded.kernels, "seconds": seeded.seconds}
+    if restart is not None:
+        result["api_restart"] = restart
     if args.json:
         print(json.dumps(result, indent=1))
     else:
+        if restart is not None:
+            print(f"api kill -9 with {int(restart['traces']):,} traces and {int(restart['runs']):,} "
+                  f"runs stored: first answer after {restart['first_answer_s']:.1f} s, both lists "
+                  f"complete after {restart['ready_s']:.1f} s")
         print_figures(result)
         if workdir is not None and args.keep:
             print(f"  data and log kept in {workdir}")
     return 0 if result["errors"] == 0 else 1
-
-

@@ -25,10 +25,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gpus": ("gpus", "list the GPU specs Cascade knows"),
     "import": ("importer", "upload an existing trace folder or timeline file to a running app"),
     "predict": ("predict", "predict a traced kernel table on other GPUs"),
+    "runs": ("lists", "list the app's runs, newest first (paged; --state, --name, --all)"),
     "profile": ("profile", "trace a workload (baseline, timeline, NVBit instructions) and stream it to the app"),
     "scenario": ("scenario", "simulate request traffic (TTFT, TPOT, ITL, throughput) on replicas"),
     "status": ("up", "show which parts of the embedded stack are up"),
     "trace": ("trace", "work with local trace files"),
+    "traces": ("lists", "list the app's traces, newest first (paged; --state, --name, --all)"),
     "up": ("up", "run NATS, S3 and the five services on this machine (Ctrl-C stops them)"),
     "validate": ("validate", "predict each GPU's measured times from another GPU's"),
 }

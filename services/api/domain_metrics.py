@@ -60,15 +60,15 @@ class DomainCollector(Collector):
             log.warning("queue depths unavailable", error=str(exc))
 
     def collect(self) -> Iterator[Metric]:
-        runs = Counter(r.state for r in list(self.models._runs.values()))
-        sims = Counter(s.state for s in list(self.models._sims.values()))
+        runs = Counter(r.state for r in self.models.run_records())
+        sims = Counter(s.state for s in self.models.sim_records())
         for name, counts, what in (("cascade_runs", runs, "Runs"), ("cascade_sims", sims, "Sims")):
             family = GaugeMetricFamily(name, f"{what} by state (whole stack, from KV)",
                                        labels=["state"])
             for state in RUN_STATES:
                 family.add_metric([state], counts.get(state, 0))
             yield family
-        traces = list(self.models._traces.values())
+        traces = list(self.models.traces.records.values())
         by_state = Counter(t.state for t in traces)
         family = GaugeMetricFamily("cascade_traces", "Traces by state (whole stack, from KV)",
                                    labels=["state"])
@@ -85,7 +85,7 @@ class DomainCollector(Collector):
             gauge = GaugeMetricFamily(name, help_text)
             gauge.add_metric([], value)
             yield gauge
-        durations = sorted(s.finished_at - s.started_at for s in list(self.models._sims.values())
+        durations = sorted(s.finished_at - s.started_at for s in self.models.sim_records()
                            if s.state == "completed" and s.started_at and s.finished_at
                            and s.finished_at >= s.started_at)
         buckets: list[tuple[str, float]] = []

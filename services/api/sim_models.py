@@ -16,11 +16,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import msgspec
-import nats.js.errors
 from aiohttp import web
 
 from cascade.errors import CascadeError, ConflictError, NotFoundError, ValidationError
@@ -39,6 +38,9 @@ from cascade.runs.estimates import (
 )
 from cascade.runs.results import SimResult, steps_to_records
 from cascade.serving.contexts import context_length
+from services.api.paging import NewestFirst, Page, PageRequest
+from services.api.trace_index import TraceIndex
+from services.api.trace_index import install as install_traces
 
 log = get_logger("cascade.api.models")
 
@@ -96,22 +98,28 @@ def _usable(sim: SimRecord, run: RunRecord | None) -> bool:
 
 _SIM_DEC = msgspec.json.Decoder(SimRecord)
 _RUN_DEC = msgspec.json.Decoder(RunRecord)
-_TRACE_DEC = msgspec.json.Decoder(TraceRecord)
 
 
 class SimModels:
     """In-memory index of finished sims (fed by KV watches) and their fitted step models."""
 
-    def __init__(self, bus: Any, storage: Storage, *, predictor: Any = None) -> None:
+    def __init__(self, bus: Any, storage: Storage, traces: TraceIndex, *,
+                 predictor: Any = None) -> None:
         self.bus = bus
         self.storage = storage
+        self.traces = traces
+        """Trace records (a sim of a deleted trace is not servable), from the api's trace index."""
         self.predictor = predictor
         """``(config, table) -> predicted ns per row`` for kernel-model extrapolation, or None."""
         self.cache = StepModelCache()
         self._sims: dict[str, SimRecord] = {}
-        self._runs: dict[str, RunRecord] = {}
-        self._traces: dict[str, TraceRecord] = {}
-        """Trace records by id (a sim of a deleted trace is not servable)."""
+        self._runs: NewestFirst[RunRecord] = NewestFirst(
+            created=lambda r: r.created_at, state=lambda r: r.state,
+            name=lambda r: f"{r.name}\n{r.trace_id}")
+        """Run records by id, paged newest first."""
+        self._applied: dict[str, int] = {"sims": 0, "runs": 0}
+        """Revision of the last change applied, per bucket."""
+        self._kvs: dict[str, Any] = {}
         self._unusable: dict[str, str] = {}
         """sim id -> fingerprint whose fit failed (left out of the model list)."""
         self._tasks: list[asyncio.Task[None]] = []
@@ -120,21 +128,19 @@ class SimModels:
         self._by_id: dict[str, ModelEntry] = {}
         """Model id -> entry, rebuilt with :meth:`entries`."""
         self._changed = asyncio.Condition()
-        self._loaded = {"sims": asyncio.Event(), "runs": asyncio.Event(),
-                        "traces": asyncio.Event()}
+        self._loaded = {"sims": asyncio.Event(), "runs": asyncio.Event()}
+        traces.on_record_change(self._trace_changed)
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
         """Start watching the sims and runs buckets; returns once their current values are in."""
-        sims = await self.bus.kv(subjects.KV_SIMS)
-        runs = await self.bus.kv(subjects.KV_RUNS)
-        traces = await self.bus.kv(subjects.KV_TRACES)
+        self._kvs = {"sims": await self.bus.kv(subjects.KV_SIMS),
+                     "runs": await self.bus.kv(subjects.KV_RUNS)}
         self._tasks = [
-            asyncio.create_task(self._watch(sims.raw, "sims"), name="models:sims"),
-            asyncio.create_task(self._watch(runs.raw, "runs"), name="models:runs"),
-            asyncio.create_task(self._watch(traces.raw, "traces"), name="models:traces"),
+            asyncio.create_task(self._watch(kv, what), name=f"models:{what}")
+            for what, kv in self._kvs.items()
         ]
-        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in self._loaded.values())), 30.0)
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in self._loaded.values())), 60.0)
 
     async def stop(self) -> None:
         """Stop the watches (idempotent)."""
@@ -145,38 +151,37 @@ class SimModels:
                 await task
         self._tasks = []
 
-    async def _watch(self, raw: Any, what: str) -> None:
+    async def _watch(self, kv: Any, what: str) -> None:
         while True:
-            watcher = None
             try:
-                watcher = await raw.watch("*")
-                async for entry in watcher:
-                    if entry is None:
-                        self._loaded[what].set()
-                        continue
-                    self._apply(what, entry)
-                    async with self._changed:
-                        self._changed.notify_all()
+                async with kv.watch_raw("*") as watcher:
+                    async for entry in watcher:
+                        if entry is None:
+                            self._loaded[what].set()
+                        else:
+                            self._apply(what, entry)
+                        if self._loaded[what].is_set():
+                            async with self._changed:
+                                self._changed.notify_all()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - reconnects: watch again
                 log.warning("model index watch failed, retrying", bucket=what, error=str(exc))
                 await asyncio.sleep(1.0)
-            finally:
-                if watcher is not None:
-                    with contextlib.suppress(Exception):
-                        await watcher.stop()
+
+    def _trace_changed(self, _trace_id: str) -> None:
+        self._entries = None
 
     def _apply(self, what: str, entry: Any) -> None:
         key = entry.key
-        if what == "traces" and "." in key:
-            return  # per-file records of a trace, not the trace itself
+        self._applied[what] = max(self._applied[what], int(entry.revision or 0))
         self._entries = None
         deleted = entry.operation in ("DEL", "PURGE") or not entry.value
-        table: dict[str, Any] = self._table(what)
         if deleted:
-            table.pop(key, None)
-            if what == "sims":
+            if what == "runs":
+                self._runs.remove(key)
+            else:
+                self._sims.pop(key, None)
                 self.cache.invalidate(key)
             return
         try:
@@ -184,15 +189,16 @@ class SimModels:
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             log.warning("skipping unreadable record", bucket=what, key=key, error=str(exc))
             return
-        table[key] = value
-        if what == "sims":
-            old = self.cache.peek(key, sim_fingerprint(value))
-            if old is None:
-                self.cache.invalidate(key)
+        if what == "runs":
+            self._runs.put(key, value)
+            return
+        self._sims[key] = value
+        old = self.cache.peek(key, sim_fingerprint(value))
+        if old is None:
+            self.cache.invalidate(key)
 
-    def _table(self, what: str) -> dict[str, Any]:
-        tables: dict[str, dict[str, Any]] = {"sims": self._sims, "runs": self._runs, "traces": self._traces}
-        return tables[what]
+    def _lookup(self, what: str) -> Callable[[str], Any]:
+        return self._runs.get if what == "runs" else self._sims.get
 
     async def wait_until(self, predicate: Any, timeout: float = 10.0) -> None:
         """Wait (bounded) until ``predicate()`` holds after KV changes reach the index."""
@@ -208,6 +214,14 @@ class SimModels:
         """Every RunRecord (a copy of the list; no KV round trip)."""
         return list(self._runs.values())
 
+    def sim_records(self) -> list[SimRecord]:
+        """Every SimRecord (a copy of the list; no KV round trip)."""
+        return list(self._sims.values())
+
+    def run_page(self, want: PageRequest) -> Page[RunRecord]:
+        """One page of runs, newest first."""
+        return self._runs.page(want)
+
     def sim_record(self, sim_id: str) -> Any:
         """The SimRecord ``sim_id`` as last seen, or None."""
         return self._sims.get(sim_id)
@@ -219,9 +233,9 @@ class SimModels:
     async def caught_up(self, what: str, key: str, predicate: Any, timeout: float = 2.0) -> bool:
         """Wait (bounded) until ``predicate(record)`` holds for ``key`` of ``what`` (runs, sims):
         a write this instance made is then visible to its reads. False on timeout."""
-        table = self._table(what)
+        lookup = self._lookup(what)
         try:
-            await self.wait_until(lambda: predicate(table.get(key)), timeout=timeout)
+            await self.wait_until(lambda: predicate(lookup(key)), timeout=timeout)
         except TimeoutError:
             return False
         return True
@@ -240,7 +254,7 @@ class SimModels:
             run = self._runs.get(sim.run_id)
             if run is None or not _usable(sim, run):
                 continue
-            trace = self._traces.get(run.trace_id)
+            trace = self.traces.get(run.trace_id)
             if trace is None:
                 continue  # the trace was deleted: nothing to describe the model by
             fp = sim_fingerprint(sim)
@@ -255,21 +269,17 @@ class SimModels:
                 best[entry.id] = entry
         return [best[k] for k in sorted(best)]
 
-    async def _refresh(self) -> None:
-        """Read both buckets now (a miss right after a write may beat the watch)."""
-        for what, bucket in (("sims", subjects.KV_SIMS), ("runs", subjects.KV_RUNS),
-                             ("traces", subjects.KV_TRACES)):
-            kv = await self.bus.kv(bucket)
-            table = self._table(what)
-            dec = _DECODERS[what]
-            for key in await kv.keys("*"):
-                if what == "traces" and "." in key:
-                    continue
-                try:
-                    entry = await kv.raw.get(key)
-                    table[key] = dec.decode(entry.value or b"")
-                except (msgspec.ValidationError, msgspec.DecodeError, nats.js.errors.KeyNotFoundError):
-                    continue
+    async def _refresh(self, timeout: float = 2.0) -> None:
+        """Wait (bounded) until every write made to the sims, runs and traces buckets before
+        this call is applied (a miss right after a write may beat the watch): one stream-info
+        request per bucket, no consumer."""
+        targets = {what: await kv.last_revision() for what, kv in self._kvs.items()}
+        await self.traces.sync(timeout)
+        try:
+            await self.wait_until(
+                lambda: all(self._applied[w] >= t for w, t in targets.items()), timeout)
+        except TimeoutError:
+            log.warning("model index behind its buckets", targets=targets, applied=self._applied)
         self._entries = None
 
     def find(self, model: str) -> ModelEntry | None:
@@ -310,7 +320,7 @@ class SimModels:
                                 "synthetic replica instead", state="recorded")
         if sim.state != "completed":
             raise ConflictError(f"sim {sim_id!r} is {sim.state}, not completed", state=sim.state)
-        trace = self._traces.get(run.trace_id)
+        trace = self.traces.get(run.trace_id)
         return ModelEntry(id=model_id(run.trace_id, sim.config), trace_id=run.trace_id,
                           config=sim.config, sim=sim, run=run,
                           workload=_workload_of(trace) if trace else "")
@@ -415,13 +425,13 @@ class SimModels:
         return SimStepModel(stored=stored, extrapolator=extrapolator, kernels=kernels)
 
     async def _trace(self, trace_id: str) -> TraceRecord | None:
-        kv = await self.bus.kv(subjects.KV_TRACES)
-        entry = await kv.get(subjects.kv_key(trace_id), TraceRecord)
-        return entry.value if entry else None
+        found = self.traces.get(trace_id)
+        if found is None and await self.traces.sync():
+            found = self.traces.get(trace_id)
+        return found
 
 
-_DECODERS: dict[str, msgspec.json.Decoder[Any]] = {
-    "sims": _SIM_DEC, "runs": _RUN_DEC, "traces": _TRACE_DEC}
+_DECODERS: dict[str, msgspec.json.Decoder[Any]] = {"sims": _SIM_DEC, "runs": _RUN_DEC}
 
 
 def _workload_of(trace: TraceRecord) -> str:
@@ -453,7 +463,8 @@ def install(app: web.Application) -> SimModels:
         return app[SIM_MODELS]
     from services.api.keys import BUS, STORAGE
 
-    models = SimModels(app[BUS], app[STORAGE], predictor=engine_predictor())
+    traces = install_traces(app)  # first: its cleanup context starts before this one
+    models = SimModels(app[BUS], app[STORAGE], traces, predictor=engine_predictor())
     app[SIM_MODELS] = models
 
     async def ctx(_app: web.Application) -> AsyncIterator[None]:

@@ -4,7 +4,8 @@ The api runs on a real port against the session's real NATS and S3, with a beare
 token and one finished sim (so ``/v1`` and the run routes have something to serve);
 schemathesis' CLI runs as a subprocess over every operation, with every check and every phase
 (examples, coverage, fuzzing, stateful), a fixed seed and a small example budget per operation
-(``CASCADE_SCHEMATHESIS_EXAMPLES``, default 4) so the suite stays short;
+(``CASCADE_SCHEMATHESIS_EXAMPLES``, default 4) so the suite stays short; no answer is a 5xx and
+no request makes the api scan a KV bucket (a JetStream consumer each);
 ``tests/e2e/schemathesis.toml`` lets POST /api/scenarios answer its documented 422 (fields that
 cannot go together) to schema-valid bodies; half the generated path ids and /v1 ``model``
 fields are the finished sim's real ones (schemathesis dictionaries), and the HAR report must
@@ -25,6 +26,7 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient
 
+from cascade.platform.bus import Bus
 from tests.support.fixtures_api import FinishedSim
 
 TOKEN = "contract-token"
@@ -97,10 +99,11 @@ async def run_schemathesis(url: str, report: Path, config: Path, *extra: str
     return proc.returncode or 0, out.decode(errors="replace"), events
 
 
-async def test_schemathesis_finds_nothing(client: TestClient, finished: FinishedSim,
+async def test_schemathesis_finds_nothing(client: TestClient, finished: FinishedSim, bus: Bus,
                                           tmp_path: Path) -> None:
     url = str(client.make_url("")).rstrip("/")
     config = write_config(tmp_path / "schemathesis.toml", finished)
+    scans_before = bus.stats.jetstream_consumers_created.get("kv-scan", 0)
     rc, out, _events = await run_schemathesis(url, tmp_path / "events.ndjson", config)
     (tmp_path / "schemathesis.txt").write_text(out)
     dump = os.environ.get("CASCADE_SCHEMATHESIS_OUT")
@@ -117,6 +120,20 @@ async def test_schemathesis_finds_nothing(client: TestClient, finished: Finished
                   "GET /api/runs/{run}/events text/event-stream", "GET /api/traces/{trace}",
                   "GET /api/runs/{run}/results/{sim}/kernels"):
         assert reached.get(route, 0) > 0, (route, reached)
+    assert server_errors(tmp_path / "events.har") == []
+    # thousands of requests, and not one KV scan: every read answered from the api's indexes,
+    # the only consumers open are its watches (traces, runs, sims, custom specs)
+    assert bus.stats.jetstream_consumers_created.get("kv-scan", 0) == scans_before
+    assert bus.stats.jetstream_consumers_open.get("kv-scan", 0) == 0
+    assert bus.stats.jetstream_consumers_open.get("events", 0) == 0
+    assert bus.stats.jetstream_consumers_open.get("kv-watch", 0) <= 4
+
+
+def server_errors(har: Path) -> list[str]:
+    """Every 5xx answer in schemathesis' HAR report (method, URL, status)."""
+    return [f"{e['request']['method']} {e['request']['url']} {e['response']['status']}"
+            for e in json.loads(har.read_text())["log"]["entries"]
+            if e["response"]["status"] >= 500]
 
 
 def answered(har: Path, finished: FinishedSim) -> dict[str, int]:

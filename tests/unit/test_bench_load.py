@@ -43,3 +43,13 @@ def test_figures_per_route_and_healthz() -> None:
     h = f["healthz"]
     assert (h["probes"], h["failed"], h["max_ms"]) == (3, 1, 150.0)
     assert h["idle_p50_ms"] == pytest.approx(1.5)
+
+
+def test_only_picks_route_classes_and_groups() -> None:
+    assert [n for n, _ in load._mix("traces")] == [
+        "GET /api/traces", "GET /api/traces/{id}", "GET /api/traces/{id}/kernels"]
+    assert [n for n, _ in load._mix("runs,GET /v1/models")] == [
+        "GET /api/runs", "GET /api/runs/{id}", "GET /v1/models"]
+    assert load._mix("") == load.MIX
+    with pytest.raises(SystemExit, match="unknown route class"):
+        load._mix("traces,GET /nope")

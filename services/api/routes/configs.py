@@ -20,9 +20,11 @@ from cascade.gpus import ARCHES, GPUSpec, default_registry, normalize_name, spec
 from cascade.gpus.spec import plausibility_error
 from cascade.platform.accelsim import MODEL as ACCELSIM
 from cascade.platform.accelsim import AccelSimSetup, discover_from
-from cascade.platform.specstore import load_custom_specs, save_custom_spec
+from cascade.platform.specstore import save_custom_spec
 from services.api.http import doc, integral_floats, json_response
 from services.api.keys import BUS, SETTINGS
+from services.api.spec_index import install as install_specs
+from services.api.spec_index import spec_index
 
 routes = web.RouteTableDef()
 
@@ -139,7 +141,7 @@ def summary(spec: GPUSpec, *, custom: bool, setup: AccelSimSetup | None = None) 
 async def all_configs(request: web.Request, setup: AccelSimSetup | None = None) -> list[ConfigSummary]:
     """Built-in specs (registry order) followed by custom specs (by id)."""
     out = [summary(s, custom=False, setup=setup) for s in default_registry()]
-    custom = await load_custom_specs(request.app[BUS])
+    custom = spec_index(request.app).specs()
     out.extend(summary(custom[k], custom=True, setup=setup) for k in sorted(custom))
     return out
 
@@ -192,8 +194,9 @@ async def list_configs(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    """The per-instance listing cache."""
+    """The per-instance listing cache and the custom-spec index it reads."""
     app[LISTING] = {}
+    install_specs(app)
 
 
 class ConfigDetail(msgspec.Struct, frozen=True, kw_only=True):
@@ -217,13 +220,13 @@ async def get_config(request: web.Request) -> web.Response:
     spec = default_registry().resolve(name)
     custom = False
     if spec is None:
-        specs = await load_custom_specs(request.app[BUS])
+        specs = await spec_index(request.app).fresh()
         wanted = normalize_name(name)
         spec = next((s for s in specs.values()
                      if wanted in (normalize_name(s.id), *map(normalize_name, s.aliases))), None)
         custom = spec is not None
     if spec is None:
-        known = [*default_registry().ids(), *(await load_custom_specs(request.app[BUS]))]
+        known = [*default_registry().ids(), *spec_index(request.app).specs()]
         raise NotFoundError(f"unknown GPU config {name!r}; known: {', '.join(known)}")
     setup = await accelsim_setup(request)
     return json_response(ConfigDetail(config=summary(spec, custom=custom, setup=setup), spec=spec))
@@ -275,6 +278,7 @@ async def add_config(request: web.Request) -> web.Response:
         raise ValidationError("expected a JSON object with the GPU spec fields", field="body")
     spec = spec_from_mapping(_checked_fields(integral_floats(data)), "request body", strict=True)
     await save_custom_spec(request.app[BUS], spec)
+    await spec_index(request.app).fresh()
     cache = request.app[LISTING]  # this instance lists it at once
     cache["generation"] = cache.get("generation", 0) + 1
     cache.pop("body", None)

@@ -3,7 +3,8 @@
 Endpoints:
 
 - ``POST /api/runs`` ``{trace_id, configs, replicas, model, options, name}`` -> 202 ``{id, state, run}``.
-- ``GET /api/runs`` -> ``{"runs": [RunRecord...]}`` (newest first).
+- ``GET /api/runs?limit=&cursor=&state=&name=`` -> ``{"runs": [RunRecord...], "next_cursor",
+  "total"}`` (newest first, paged).
 - ``GET /api/runs/{id}`` -> ``{"run": RunRecord, "sims": [SimRecord...]}``.
 - ``POST /api/runs/{id}/cancel`` -> 202 ``{id, state, cancel_requested}``.
 - ``GET /api/runs/{id}/events`` -> ``text/event-stream`` (see below).
@@ -43,10 +44,11 @@ import io
 import math
 import time
 from collections import OrderedDict
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 import msgspec
 import nats.errors
+import nats.js.errors
 from aiohttp import web
 from nats.js import api as jsapi
 
@@ -81,6 +83,7 @@ from cascade.platform.samples import is_recorded_run, list_samples, load_referen
 from cascade.platform.state import (
     TERMINAL_RUN_STATES,
     RunRecord,
+    RunStateName,
     SimRecord,
     SimStateName,
     TraceRecord,
@@ -95,10 +98,14 @@ from cascade.runs.results import AccelSimKernel, SimResult, SimulatorProvenance
 from cascade.tableio import write_csv_text, write_table
 from services.api.http import doc, json_response, query_choice, query_int, read_json
 from services.api.keys import BUS, SETTINGS, STORAGE
+from services.api.paging import page_query, page_request
 from services.api.sim_models import install as install_models
 from services.api.sim_models import sim_models
+from services.api.spec_index import spec_index
 
 routes = web.RouteTableDef()
+
+RUN_STATES: tuple[str, ...] = get_args(RunStateName)
 
 HEARTBEAT_S = 15.0
 """Seconds between ``: ping`` comments on an idle event stream."""
@@ -108,15 +115,19 @@ ModelName = Annotated[str, msgspec.Meta(extra_json_schema={"enum": model_names()
 """A kernel model by name, with its default settings (the names come from the model registry)."""
 
 
+ConfigName = Annotated[str, msgspec.Meta(extra_json_schema={"enum": known_gpu_names()})]
+"""A built-in GPU spec id or alias (a stored custom spec's name is accepted too)."""
+InlineSpec = Annotated[dict[str, Any], msgspec.Meta(
+    extra_json_schema={"$ref": "#/components/schemas/GPUSpec"})]
+"""A custom GPU spec given inline."""
+
+
 class CreateRun(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Body of POST /api/runs."""
 
     trace_id: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
     """A ready trace."""
-    configs: Annotated[list[str | dict[str, Any]], msgspec.Meta(
-        min_length=1, max_length=64, extra_json_schema={"items": {"anyOf": [
-            {"type": "string", "enum": known_gpu_names()},
-            {"$ref": "#/components/schemas/GPUSpec"}]}})]
+    configs: Annotated[list[ConfigName | InlineSpec], msgspec.Meta(min_length=1, max_length=64)]
     """GPU spec ids / aliases / custom spec names, or custom specs given inline."""
     replicas: Annotated[int, msgspec.Meta(ge=1, le=MAX_REPLICAS)] = 1
     """Independent simulations per configuration."""
@@ -137,9 +148,13 @@ class RunAccepted(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class RunList(msgspec.Struct, frozen=True, kw_only=True):
-    """Answer of GET /api/runs: every run, newest first."""
+    """Answer of GET /api/runs: one page of runs, newest first."""
 
     runs: list[RunRecord]
+    next_cursor: str | None = None
+    """Pass as ``cursor`` for the next page (null: this is the last)."""
+    total: int = 0
+    """Runs matching the filters, on every page together."""
 
 
 class RunDetail(msgspec.Struct, frozen=True, kw_only=True):
@@ -294,7 +309,7 @@ async def create_run(request: web.Request) -> web.Response:
     run_id = new_run_id()
     record, plan = await new_run(bus, run_id=run_id, trace_id=trace.id, configs=body.configs,
                                  replicas=body.replicas, model=body.model, replay=body.options,
-                                 name=body.name)
+                                 name=body.name, custom=await spec_index(request.app).fresh())
     if record.model == ACCELSIM:
         refuse_timeline_trace(trace.id, trace.kind)
         require(await asyncio.to_thread(discover_from, request.app[SETTINGS]), record.configs)
@@ -313,17 +328,15 @@ async def create_run(request: web.Request) -> web.Response:
 
 
 @routes.get("/api/runs")
-@doc(response=RunList, tags=("runs",))
+@doc(response=RunList, tags=("runs",), query=page_query("runs", list(RUN_STATES)),
+     responses={400: "bad limit, cursor, state or name"})
 async def list_runs(request: web.Request) -> web.Response:
-    """Every run, newest first: ``{"runs": [...]}``."""
-    models = sim_models(request.app)
-    if models.loaded():  # the KV-fed index: no consumer per request
-        records: list[RunRecord] = models.run_records()
-    else:
-        kv = await request.app[BUS].kv(subjects.KV_RUNS)
-        records = list((await kv.values(RunRecord)).values())
-    runs = sorted(records, key=lambda r: (r.created_at, r.id), reverse=True)
-    return json_response(RunList(runs=runs))
+    """Runs, newest first, a page at a time (``limit``, ``cursor``), optionally only one state
+    or those whose name, id or trace id contains ``name``: ``{"runs": [...], "next_cursor",
+    "total"}``."""
+    want = page_request(request, RUN_STATES)
+    page = sim_models(request.app).run_page(want)  # the KV-fed index: no consumer per request
+    return json_response(RunList(runs=page.items, next_cursor=page.next_cursor, total=page.total))
 
 
 @routes.get("/api/runs/{run_id}")
@@ -469,37 +482,138 @@ def parse_last_event_id(value: str, field: str = "Last-Event-ID") -> int:
     return int(text) + 1
 
 
+class _EventFeed:
+    """A run's events from the CASCADE stream through one ephemeral consumer (memory, one
+    replica: it lives on one NATS node). When that node goes away (a cluster node lost, the
+    server restarted) the consumer is opened again right after the last sequence taken, so the
+    client's stream goes on without a gap or a repeat."""
+
+    def __init__(self, bus: Any, filters: list[str], start_seq: int | None) -> None:
+        self.bus = bus
+        self.filters = filters
+        self.next_seq = start_seq
+        """Sequence to start from when (re)opened (None: the stream's first)."""
+        self.name = ""
+        self.sub: Any = None
+        self.broken_since: float | None = None
+        self.checked_at = time.monotonic()
+
+    async def open(self) -> None:
+        config = jsapi.ConsumerConfig(
+            ack_policy=jsapi.AckPolicy.NONE,
+            deliver_policy=(jsapi.DeliverPolicy.BY_START_SEQUENCE if self.next_seq
+                            else jsapi.DeliverPolicy.ALL),
+            opt_start_seq=self.next_seq,
+            filter_subjects=self.filters,
+            inactive_threshold=30.0,
+            mem_storage=True,
+            num_replicas=1,
+        )
+        info = await self.bus.jsm.add_consumer(subjects.EVENTS_STREAM, config=config)
+        self.name = info.name
+        self.bus.stats.consumer_opened("events")
+        try:
+            self.sub = await self.bus.js.pull_subscribe_bind(
+                durable=None, stream=subjects.EVENTS_STREAM, name=self.name)
+        except BaseException:
+            await self.close()
+            raise
+        self.broken_since = None
+
+    async def close(self) -> None:
+        if not self.name:
+            return
+        self.bus.stats.consumer_closed("events")
+        name, sub = self.name, self.sub
+        self.name, self.sub = "", None
+        if sub is not None:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        with contextlib.suppress(Exception):
+            await self.bus.jsm.delete_consumer(subjects.EVENTS_STREAM, name)
+
+    async def fetch(self) -> list[Any]:
+        """The next messages (none after a second without any); a lost consumer is replaced."""
+        if self.sub is None:
+            try:
+                await self.open()
+            except (nats.errors.Error, TimeoutError, OSError):
+                await asyncio.sleep(0.5)
+                return []
+        try:
+            msgs = await self.sub.fetch(256, timeout=1.0)
+        except (TimeoutError, nats.errors.TimeoutError):
+            # a consumer whose node restarted is gone without an error on fetch: ask for it
+            if time.monotonic() - self.checked_at >= CONSUMER_CHECK_S and not await self.alive():
+                await self._lost()
+            return []
+        except (nats.errors.Error, OSError):
+            await self._lost()
+            return []
+        self.checked_at = time.monotonic()
+        fresh = [m for m in msgs if self.next_seq is None
+                 or m.metadata.sequence.stream >= self.next_seq]
+        if len(fresh) < len(msgs):
+            # a memory consumer its restarted node made again replays from its first sequence:
+            # what was sent already is dropped, and the feed starts over after it
+            await self._lost()
+        if fresh:
+            self.next_seq = fresh[-1].metadata.sequence.stream + 1
+        return fresh
+
+    async def alive(self) -> bool:
+        """Whether the server still has the consumer (a slow answer counts as alive)."""
+        self.checked_at = time.monotonic()
+        try:
+            await self.sub.consumer_info()
+        except (nats.js.errors.NotFoundError, nats.js.errors.ServiceUnavailableError,
+                nats.errors.NoRespondersError):
+            return False
+        except (nats.errors.Error, TimeoutError, OSError):
+            return True
+        return True
+
+    async def _lost(self) -> None:
+        self.broken_since = self.broken_since or time.monotonic()
+        await self.close()
+        await asyncio.sleep(0.5)
+
+    async def pending(self) -> int | None:
+        """Messages not yet fetched (None when unknown)."""
+        if self.sub is None:
+            return None
+        try:
+            info = await self.sub.consumer_info()
+        except (nats.errors.Error, TimeoutError, OSError):
+            return None
+        return int(info.num_pending)
+
+
+#: Seconds without a message after which an event stream asks whether its consumer still exists.
+CONSUMER_CHECK_S = 3.0
+#: Seconds an event stream waits for its lost consumer to come back before it ends (the
+#: client then reconnects, to this replica or another, with Last-Event-ID).
+FEED_LOST_S = 30.0
+
+
 async def _stream_events(request: web.Request, bus: Any, run: RunRecord,
                          start_seq: int | None) -> web.StreamResponse:
     filters = [subjects.run_events(run.id), *(subjects.sim_events(s) for s in run.sim_ids)]
-    config = jsapi.ConsumerConfig(
-        ack_policy=jsapi.AckPolicy.NONE,
-        deliver_policy=jsapi.DeliverPolicy.BY_START_SEQUENCE if start_seq else jsapi.DeliverPolicy.ALL,
-        opt_start_seq=start_seq,
-        filter_subjects=filters,
-        inactive_threshold=30.0,
-        mem_storage=True,
-        num_replicas=1,
-    )
-    info = await bus.jsm.add_consumer(subjects.EVENTS_STREAM, config=config)
-    name = info.name
+    feed = _EventFeed(bus, filters, start_seq)
+    await feed.open()
     response = web.StreamResponse(headers={
         "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
         "X-Accel-Buffering": "no",
     })
-    await response.prepare(request)
-    sub = await bus.js.pull_subscribe_bind(durable=None, stream=subjects.EVENTS_STREAM, name=name)
-    runs_kv = await bus.kv(subjects.KV_RUNS)
     last_write = time.monotonic()
     last_kv_check = 0.0
     try:
+        await response.prepare(request)
+        runs_kv = await bus.kv(subjects.KV_RUNS)
         if start_seq is None:
             await response.write(_frame("run", _run_view(run)))
         while True:
-            try:
-                msgs = await sub.fetch(256, timeout=1.0)
-            except (TimeoutError, nats.errors.TimeoutError):
-                msgs = []
+            msgs = await feed.fetch()
             finished = False
             for msg in msgs:
                 seq = msg.metadata.sequence.stream
@@ -517,12 +631,14 @@ async def _stream_events(request: web.Request, bus: Any, run: RunRecord,
             if finished:
                 break
             now = time.monotonic()
-            if not msgs and now - last_kv_check >= 2.0:
+            if feed.broken_since is not None and now - feed.broken_since > FEED_LOST_S:
+                break
+            if not msgs and feed.sub is not None and now - last_kv_check >= 2.0:
                 last_kv_check = now
-                entry = await runs_kv.get(run.id, RunRecord)
-                if entry is not None and entry.value.state in TERMINAL_RUN_STATES:
-                    pending = await sub.consumer_info()
-                    if not pending.num_pending:
+                with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
+                    entry = await runs_kv.get(run.id, RunRecord)
+                    if (entry is not None and entry.value.state in TERMINAL_RUN_STATES
+                            and await feed.pending() == 0):
                         await response.write(_frame("run", _run_view(entry.value)))
                         break
             if now - last_write >= HEARTBEAT_S:
@@ -531,10 +647,7 @@ async def _stream_events(request: web.Request, bus: Any, run: RunRecord,
     except (ConnectionResetError, asyncio.CancelledError):
         pass
     finally:
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()
-        with contextlib.suppress(Exception):
-            await bus.jsm.delete_consumer(subjects.EVENTS_STREAM, name)
+        await feed.close()
     with contextlib.suppress(ConnectionResetError):
         await response.write_eof()
     return response

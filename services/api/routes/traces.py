@@ -13,7 +13,7 @@ import asyncio
 import math
 import time
 import uuid
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 import numpy as np
@@ -29,10 +29,10 @@ from cascade.errors import (
 from cascade.gpus import default_registry, known_gpu_names
 from cascade.ids import check_token
 from cascade.platform import subjects
+from cascade.platform.bundlecache import cache_dir_for
 from cascade.platform.keys import bundles_prefix, raw_key, trace_prefix
 from cascade.platform.messages.trace import TraceCreated, TraceDeleted, TraceSealed, UploadReported
-from cascade.platform.specstore import load_custom_specs
-from cascade.platform.state import TraceRecord
+from cascade.platform.state import TraceRecord, TraceStateName
 from cascade.platform.storage import MAX_PARTS, MIN_PART_SIZE, Storage, UploadedPart
 from cascade.platform.tracestore import (
     DeclaredUpload,
@@ -46,11 +46,19 @@ from cascade.platform.tracestore import (
 from cascade.runs.plan import resolve_config
 from cascade.traces.files import MAX_NAME_LENGTH, NAME_PATTERN, check_name
 from services.api.http import doc, json_response, query_choice, query_int, read_json
+from services.api.kernel_views import KernelViews
 from services.api.keys import BUS, SETTINGS, STORAGE
+from services.api.paging import page_query, page_request
+from services.api.spec_index import install as install_specs
+from services.api.spec_index import spec_index
+from services.api.trace_index import TraceIndex, trace_index
+from services.api.trace_index import install as install_traces
 
 routes = web.RouteTableDef()
 
 TRACE_STORE = web.AppKey("trace_store", TraceStore)
+KERNEL_VIEWS = web.AppKey("kernel_views", KernelViews)
+TRACE_STATES: tuple[str, ...] = get_args(TraceStateName)
 
 MiB = 1024 * 1024
 #: Columns of the per-kernel summaries (GET /api/traces/{id}/kernels).
@@ -253,9 +261,13 @@ class SealRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
 
 class TraceList(msgspec.Struct, frozen=True, kw_only=True):
-    """Answer of GET /api/traces."""
+    """Answer of GET /api/traces: one page of traces, newest first."""
 
     traces: list[TraceRecord]
+    next_cursor: str | None = None
+    """Pass as ``cursor`` for the next page (null: this is the last)."""
+    total: int = 0
+    """Traces matching the filters, on every page together."""
 
 
 #: S3 error codes of a complete-multipart call that are the client's fault, not the server's.
@@ -272,9 +284,23 @@ def _store(request: web.Request) -> TraceStore:
     return request.app[TRACE_STORE]
 
 
-async def setup(app: web.Application) -> None:
-    """Open the trace store on the app's bus (startup)."""
-    app[TRACE_STORE] = await TraceStore.open(app[BUS])
+def _index(request: web.Request) -> TraceIndex:
+    return trace_index(request.app)
+
+
+def setup(app: web.Application) -> None:
+    """The trace index reads answer from, the kernel views of ready bundles, and the trace
+    store writes go through (opened at startup)."""
+    install_traces(app)
+    install_specs(app)
+    app[KERNEL_VIEWS] = KernelViews(
+        app[STORAGE], cache_dir_for(app[SETTINGS].data_path),
+        columns=(*SUMMARY_COLUMNS, *BUNDLE_EXTRA_COLUMNS), build=_view_extras)
+
+    async def open_store(app: web.Application) -> None:
+        app[TRACE_STORE] = await TraceStore.open(app[BUS])
+
+    app.on_startup.append(open_store)
 
 
 def _trace_id(request: web.Request) -> str:
@@ -300,7 +326,7 @@ async def create_trace(request: web.Request) -> web.Response:
     body = await read_json(request, CreateTrace)
     spec = default_registry().resolve(body.source_gpu)
     if spec is None:  # custom specs (POST /api/configs) are valid sources too
-        custom = await load_custom_specs(request.app[BUS])
+        custom = await spec_index(request.app).fresh()
         spec = resolve_config(body.source_gpu, custom=custom, where="source_gpu").spec
     now = time.time()
     record = TraceRecord(
@@ -314,14 +340,20 @@ async def create_trace(request: web.Request) -> web.Response:
                      kind=record.kind, workload=record.workload),
         msg_id=f"created:{record.id}",
     )
+    # reads of this instance answer from its KV-fed index: let it see the new trace first
+    await _index(request).caught_up(record.id, lambda r: r is not None)
     return json_response(record, status=201)
 
 
 @routes.get("/api/traces")
-@doc(response=TraceList, tags=("traces",))
+@doc(response=TraceList, tags=("traces",), query=page_query("traces", list(TRACE_STATES)),
+     responses={400: "bad limit, cursor, state or name"})
 async def list_traces(request: web.Request) -> web.Response:
-    """Every trace, newest first."""
-    return json_response(TraceList(traces=await _store(request).records()))
+    """Traces, newest first, a page at a time (``limit``, ``cursor``), optionally only one
+    state or those whose name or id contains ``name``."""
+    page = _index(request).page(page_request(request, TRACE_STATES))
+    return json_response(TraceList(traces=page.items, next_cursor=page.next_cursor,
+                                   total=page.total))
 
 
 @routes.post("/api/traces/{trace_id}/uploads")
@@ -499,6 +531,7 @@ async def seal_trace(request: web.Request) -> web.Response:
         return replace(current, **changes) if changes else None
 
     record = await store.mutate(tid, seal) or record
+    await _index(request).caught_up(tid, lambda r: r is None or r.sealed)
     await request.app[BUS].publish(
         subjects.trace_event(tid, "sealed"),
         TraceSealed(trace_id=tid, expected_files=files[:1000], expected_kernels=body.expected_kernels),
@@ -514,16 +547,16 @@ async def seal_trace(request: web.Request) -> web.Response:
 async def get_trace(request: web.Request) -> web.Response:
     """The trace record with per-file and per-kernel progress and errors."""
     tid = _trace_id(request)
-    store = _store(request)
-    record = await store.require(tid)
+    index = _index(request)
+    record = await index.require(tid)
     details = request.query.get("details", "true").lower()
     if details not in ("true", "false", "1", "0"):
         raise ValidationError("expected true or false", field="details")
     if details in ("false", "0"):
         return json_response(record)
-    files = await store.files(tid)
-    units = await store.units(tid)
-    expected = await store.expected(tid)
+    files = index.files(tid)
+    units = index.units(tid)
+    expected = index.expected(tid)
     out: dict[str, Any] = msgspec.to_builtins(record)
     out["files"] = msgspec.to_builtins(files)
     out["kernels"] = [
@@ -628,26 +661,30 @@ async def list_kernels(request: web.Request) -> web.Response:
     limit = query_int(request, "limit", 100, 1, 1000)
     order = query_choice(request, "order", ("asc", "desc"))
     sort = request.query.get("sort", "kernel_id").strip()
-    store = _store(request)
-    record = await store.require(tid)
-    rows: list[dict[str, Any]]
-    source: str
-    if record.state == "ready" and record.bundle_key:
-        rows, columns = await _bundle_rows(request, record)
-        source = "bundle"
-    else:
-        rows = [
-            {"kernel_id": u.kernel_id, "name": u.name, **u.summary, "state": u.state,
-             "unit": u.unit, "error": u.error}
-            for u in await store.units(tid) if u.kind == "kernel"
-        ]
-        columns = [*SUMMARY_COLUMNS, "state", "unit", "error"]
-        source = "progress"
-    if sort not in columns and sort not in KERNEL_SORT_COLUMNS:
-        raise ValidationError(f"unknown column {sort!r}; known: {', '.join(columns)}", field="sort")
     needle = request.query.get("q", "").strip().lower()
     if len(needle) > 200:
         raise ValidationError("at most 200 characters", field="q")
+    index = _index(request)
+    record = await index.require(tid)
+    if record.state == "ready" and record.bundle_key:
+        view = await request.app[KERNEL_VIEWS].get(record)
+        if sort not in view.columns and sort not in KERNEL_SORT_COLUMNS:
+            raise ValidationError(f"unknown column {sort!r}; known: {', '.join(view.columns)}",
+                                  field="sort")
+        rows_at = view.order(sort, order, needle)
+        return json_response({
+            "trace_id": tid, "state": record.state, "source": "bundle", "total": len(rows_at),
+            "offset": offset, "limit": limit, "sort": sort, "order": order,
+            "columns": view.columns, "kernels": view.rows(rows_at[offset:offset + limit]),
+        })
+    rows = [
+        {"kernel_id": u.kernel_id, "name": u.name, **u.summary, "state": u.state,
+         "unit": u.unit, "error": u.error}
+        for u in index.units(tid) if u.kind == "kernel"
+    ]
+    columns = [*SUMMARY_COLUMNS, "state", "unit", "error"]
+    if sort not in columns and sort not in KERNEL_SORT_COLUMNS:
+        raise ValidationError(f"unknown column {sort!r}; known: {', '.join(columns)}", field="sort")
     if needle:
         rows = [r for r in rows if needle in str(r.get("name") or "").lower()
                 or needle in str(r.get("family") or "").lower()]
@@ -656,7 +693,7 @@ async def list_kernels(request: web.Request) -> web.Response:
     present.sort(key=lambda r: r[sort], reverse=order == "desc")
     ordered = present + absent
     return json_response({
-        "trace_id": tid, "state": record.state, "source": source, "total": len(ordered),
+        "trace_id": tid, "state": record.state, "source": "progress", "total": len(ordered),
         "offset": offset, "limit": limit, "sort": sort, "order": order, "columns": columns,
         "kernels": ordered[offset : offset + limit],
     })
@@ -669,34 +706,17 @@ async def trace_summary_route(request: web.Request) -> web.Response:
     step (kind, kernels, time, start/end), and the instruction mix where instruction traces exist
     (``ready: false`` and empty totals before that)."""
     tid = _trace_id(request)
-    record = await _store(request).require(tid)
+    record = await _index(request).require(tid)
     if record.state != "ready" or not record.bundle_key:
         return json_response({"trace_id": tid, "ready": False, "kernels": 0, "time_ns": 0.0,
                               "families": {}, "steps": [], "instruction_mix": {}})
-    from cascade.platform.bundlecache import bundle_kernels, fetch_bundle
-
-    settings = request.app[SETTINGS]
-    directory = await fetch_bundle(_storage(request), record, settings.data_path / "cache" / "bundles")
-    table = bundle_kernels(directory)
-    return json_response({"trace_id": tid, "ready": True, **trace_summary(table)})
+    view = await request.app[KERNEL_VIEWS].get(record)
+    return json_response({"trace_id": tid, "ready": True, **view.summary})
 
 
-async def _bundle_rows(request: web.Request, record: TraceRecord) -> tuple[list[dict[str, Any]], list[str]]:
-    from cascade.platform.bundlecache import bundle_kernels, fetch_bundle
-
-    settings = request.app[SETTINGS]
-    directory = await fetch_bundle(_storage(request), record, settings.data_path / "cache" / "bundles")
-    table = bundle_kernels(directory)
-    columns = [c for c in (*SUMMARY_COLUMNS, *BUNDLE_EXTRA_COLUMNS) if table.has(c)]
-    data = {c: table[c].tolist() for c in columns}
-    data["family"] = _family_names(table).tolist()
-    columns.append("family")
-    rows = [{c: data[c][i] for c in columns} for i in range(len(table))]
-    for row in rows:
-        for c, v in row.items():
-            if isinstance(v, float) and math.isnan(v):
-                row[c] = None
-    return rows, columns
+def _view_extras(table: Any) -> tuple[Any, dict[str, Any]]:
+    """Each kernel's family and the chart totals of a bundle's kernel table."""
+    return _family_names(table), trace_summary(table)
 
 
 @routes.delete("/api/traces/{trace_id}")
@@ -716,6 +736,7 @@ async def delete_trace(request: web.Request) -> web.Response:
     objects = await storage.delete_prefix(trace_prefix(tid))
     objects += await storage.delete_prefix(bundles_prefix(tid))
     keys = await store.delete(tid)
+    await _index(request).caught_up(tid, lambda r: r is None)
     await request.app[BUS].publish(
         subjects.trace_event(tid, "deleted"), TraceDeleted(trace_id=tid), msg_id=f"deleted:{tid}"
     )

@@ -253,18 +253,19 @@ function overviewPage() {
   grid.append(tr, rn);
   section("Stack health", `<div id="ov-health">loading...</div>`);
   async function refresh() {
-    const [t, r, s] = await Promise.allSettled([api("/api/traces"), api("/api/runs"), api("/api/status")]);
+    const [t, r, s, st, sr] = await Promise.allSettled([api("/api/traces?limit=6"), api("/api/runs?limit=6"), api("/api/status"),
+      api("/api/traces?name=sample-&limit=20"), api("/api/runs?name=sample-&limit=20")]);
     if (t.status === "fulfilled") {
-      const traces = t.value.traces.slice().sort((a, b) => b.created_at - a.created_at);
+      const traces = t.value.traces;
       $("#ov-traces").innerHTML = traces.length ? `<ul class="plain">${traces.slice(0, 6).map((x) =>
         `<li><a href="#/traces/${enc(x.id)}">${esc(x.name || x.id)}</a>${badge(x.provenance)} ${stateTag(x.state)} <small>${esc(x.source_gpu)} · ${ago(x.created_at)}</small></li>`).join("")}</ul>` : "<p>No traces yet.</p>";
     } else $("#ov-traces").innerHTML = failed(t.reason);
     if (r.status === "fulfilled") {
-      const runs = r.value.runs.slice().sort((a, b) => b.created_at - a.created_at);
+      const runs = r.value.runs;
       $("#ov-runs").innerHTML = runs.length ? `<ul class="plain">${runs.slice(0, 6).map((x) =>
         `<li><a href="#/runs/${enc(x.id)}">${esc(x.name || x.id)}</a>${badge(x.provenance)} ${stateTag(x.state)} <small>${esc((x.configs || []).join(", "))} · ${ago(x.created_at)}</small></li>`).join("")}</ul>` : "<p>No runs yet.</p>";
-      const rec = runs.find((x) => x.provenance && x.provenance.source === "sample-recorded");
-      const syn = t.status === "fulfilled" ? t.value.traces.find((x) => x.provenance && x.provenance.source === "sample-synthetic") : null;
+      const rec = (sr.status === "fulfilled" ? sr.value.runs : runs).find((x) => x.provenance && x.provenance.source === "sample-recorded");
+      const syn = st.status === "fulfilled" ? st.value.traces.find((x) => x.provenance && x.provenance.source === "sample-synthetic") : null;
       $("#ov-sample").innerHTML = rec ? `<p><a href="#/runs/${enc(rec.id)}"><b>${esc(rec.id)}</b></a>${badge(rec.provenance)}
         : ${esc(rec.provenance.description)}</p>
         ${syn ? `<p>Its runnable replica: <a href="#/traces/${enc(syn.id)}">${esc(syn.name)}</a>${badge(syn.provenance)} —
@@ -294,16 +295,39 @@ function traceProgress(t) {
 }
 
 function tracesPage() {
-  const sec = section("Traces", `<p class="hint">Upload with <code>cascade import PATH --app URL --token TOKEN</code>; uploads and preparation progress show here live.</p><div id="tr-list">loading...</div>`);
+  const sec = section("Traces", `<p class="hint">Upload with <code>cascade import PATH --app URL --token TOKEN</code>; uploads and preparation progress show here live.</p>
+    <div class="controls"><label>Name <input id="tr-q" type="search" placeholder="name or id" size="20"></label>
+      <label>State <select id="tr-state"><option value="">any</option><option>receiving</option><option>preparing</option><option>ready</option><option>incomplete</option><option>failed</option></select></label>
+      <label>Rows <select id="tr-limit"><option>25</option><option selected>50</option><option>100</option></select></label>
+      <span id="tr-info" role="status"></span></div>
+    <div id="tr-list">loading...</div>
+    <div class="pager"><button type="button" id="tr-prev">← Newer</button> <button type="button" id="tr-next">Older →</button></div>`);
+  // a page is named by the cursor it starts after (null: the newest); `back` holds the earlier ones
+  const st = { cursor: null, back: [], next: null };
   async function refresh() {
+    const q = new URLSearchParams({ limit: $("#tr-limit", sec).value });
+    if (st.cursor) q.set("cursor", st.cursor);
+    if ($("#tr-state", sec).value) q.set("state", $("#tr-state", sec).value);
+    if ($("#tr-q", sec).value.trim()) q.set("name", $("#tr-q", sec).value.trim());
     try {
-      const { traces } = await api("/api/traces");
+      const page = await api(`/api/traces?${q}`);
+      st.next = page.next_cursor;
       $("#tr-list", sec).innerHTML = `<div class="scroll"><table><thead><tr><th>Name</th><th>Source GPU</th><th>Kind</th><th>State</th><th>Prepared</th><th>Created</th></tr></thead><tbody>` +
-        traces.map((t) => `<tr><td><a href="#/traces/${enc(t.id)}">${esc(t.name || t.id)}</a>${badge(t.provenance)}</td>
+        page.traces.map((t) => `<tr><td><a href="#/traces/${enc(t.id)}">${esc(t.name || t.id)}</a>${badge(t.provenance)}</td>
         <td>${esc(t.source_gpu)}</td><td>${esc(t.kind)}</td><td>${stateTag(t.state)}</td><td class="nowrap">${traceProgress(t)}</td><td>${ago(t.created_at)}</td></tr>`).join("") +
         `</tbody></table></div>`;
+      const first = st.back.length * Number($("#tr-limit", sec).value);
+      $("#tr-info", sec).textContent = page.total ? `${first + 1}-${first + page.traces.length} of ${page.total}` : "no traces";
+      $("#tr-prev", sec).disabled = !st.back.length;
+      $("#tr-next", sec).disabled = !st.next;
     } catch (e) { $("#tr-list", sec).innerHTML = failed(e); }
   }
+  const restart = () => { st.cursor = null; st.back = []; refresh(); };
+  $("#tr-q", sec).addEventListener("input", restart);
+  $("#tr-state", sec).addEventListener("change", restart);
+  $("#tr-limit", sec).addEventListener("change", restart);
+  $("#tr-next", sec).addEventListener("click", () => { if (st.next) { st.back.push(st.cursor); st.cursor = st.next; refresh(); } });
+  $("#tr-prev", sec).addEventListener("click", () => { if (st.back.length) { st.cursor = st.back.pop(); refresh(); } });
   refresh();
   return { refresh };
 }
@@ -386,8 +410,8 @@ function tracePage(id) {
         series: [{ name: "Instructions", values: mix.map(([, v]) => v) }], fmt: (v) => fmtNum(v) });
     }
     // time by regime from the latest completed run of this trace
-    const { runs } = await api("/api/runs");
-    const run = runs.filter((r) => r.trace_id === id && r.state === "completed").sort((a, b) => b.created_at - a.created_at)[0];
+    const { runs } = await api(`/api/runs?state=completed&name=${enc(id)}&limit=20`);
+    const run = runs.find((r) => r.trace_id === id);
     if (run) {
       const res = await api(`/api/runs/${enc(run.id)}/results`);
       const withReg = (res.configs || []).filter((c) => c.regimes && Object.keys(c.regimes).length);
@@ -513,7 +537,7 @@ function newRunPage() {
   });
 
   async function refresh() {
-    try { traces = (await api("/api/traces")).traces; fillTraces(); } catch (e) { $("#nr-trace-info").innerHTML = failed(e); }
+    try { traces = (await api("/api/traces?state=ready&limit=1000")).traces; fillTraces(); } catch (e) { $("#nr-trace-info").innerHTML = failed(e); }
   }
   loadConfigs().then(refresh);
   return { refresh };
@@ -708,7 +732,8 @@ function comparePage() {
     const out = $("#cmp-out");
     if (!ids.length) { out.innerHTML = "<p>Select runs above.</p>"; return; }
     const results = await Promise.all(ids.map((r) => api(`/api/runs/${enc(r)}/results`).catch((e) => ({ run_id: r, error: e.message, configs: [] }))));
-    const traces = new Map(((await api("/api/traces").catch(() => ({ traces: [] }))).traces).map((t) => [t.id, t]));
+    const traceIds = [...new Set(results.map((r) => r.trace_id).filter(Boolean))];
+    const traces = new Map((await Promise.all(traceIds.map((t) => api(`/api/traces/${enc(t)}?details=false`).catch(() => null)))).filter(Boolean).map((t) => [t.id, t]));
     const rows = [];
     for (const res of results) {
       const trace = traces.get(res.trace_id);
@@ -737,8 +762,7 @@ function comparePage() {
   }
   async function load() {
     try {
-      const { runs } = await api("/api/runs");
-      const done = runs.filter((r) => r.state === "completed").sort((a, b) => b.created_at - a.created_at);
+      const { runs: done } = await api("/api/runs?state=completed&limit=200");
       let saved = [];
       try { saved = JSON.parse(localStorage.getItem(KEY) || "[]"); } catch (_) { /* fresh */ }
       if (!saved.length) saved = done.slice(0, 2).map((r) => r.id);

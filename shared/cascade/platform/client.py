@@ -226,9 +226,32 @@ class CascadeClient:
         return dict(await self.request("POST", "/api/traces", json={
             "name": name, "source_gpu": source_gpu, "kind": kind, "workload": workload}))
 
-    async def list_traces(self) -> list[dict[str, Any]]:
-        """GET /api/traces."""
-        return list((await self.request("GET", "/api/traces"))["traces"])
+    async def list_page(self, what: str, *, limit: int | None = None, cursor: str | None = None,
+                        state: str | None = None, name: str = "") -> dict[str, Any]:
+        """One page of GET /api/traces or /api/runs (``what``: traces, runs), newest first:
+        ``{what: [...], "next_cursor", "total"}``."""
+        if what not in ("traces", "runs"):
+            raise ValueError(f"what: expected traces or runs, got {what!r}")
+        params = {k: str(v) for k, v in (("limit", limit), ("cursor", cursor), ("state", state),
+                                         ("name", name or None)) if v is not None}
+        return dict(await self.request("GET", f"/api/{what}", params=params or None))
+
+    async def list_all(self, what: str, *, state: str | None = None, name: str = "",
+                       page_size: int = 1000) -> list[dict[str, Any]]:
+        """Every entry of GET /api/traces or /api/runs matching the filters, page by page."""
+        out: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            page = await self.list_page(what, limit=page_size, cursor=cursor, state=state,
+                                        name=name)
+            out += page[what]
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return out
+
+    async def list_traces(self, *, state: str | None = None, name: str = "") -> list[dict[str, Any]]:
+        """Every trace (GET /api/traces, every page), newest first."""
+        return await self.list_all("traces", state=state, name=name)
 
     async def get_trace(self, trace_id: str, *, details: bool = True) -> dict[str, Any]:
         """GET /api/traces/{id}: record, files, kernels, progress (record only without details)."""

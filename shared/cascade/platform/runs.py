@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from cascade.engine.registry import model_config
+from cascade.gpus import GPUSpec
 from cascade.platform.bus import Bus
 from cascade.platform.messages.jobs import SimJob
 from cascade.platform.messages.run import RunRequested
@@ -30,10 +31,14 @@ async def new_run(
     replay: ReplayOptions | None = None,
     name: str = "",
     now: float | None = None,
+    custom: dict[str, GPUSpec] | None = None,
 ) -> tuple[RunRecord, RunPlan]:
-    """A new run's record (state ``queued``) and its plan, with custom specs read from KV."""
+    """A new run's record (state ``queued``) and its plan, with the custom specs given (else
+    read from KV)."""
+    if custom is None:
+        custom = await load_custom_specs(bus)
     plan = plan_run(run_id=run_id, trace_id=trace_id, configs=configs, replicas=replicas,
-                    model=model, replay=replay, name=name, custom=await load_custom_specs(bus))
+                    model=model, replay=replay, name=name, custom=custom)
     now = time.time() if now is None else now
     record = RunRecord(
         id=plan.run_id, trace_id=plan.trace_id, configs=plan.configs, replicas=plan.replicas,

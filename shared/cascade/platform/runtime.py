@@ -95,6 +95,19 @@ class BusCollector(Collector):
         yield outcomes
         yield in_flight
         yield seconds
+        created = CounterMetricFamily(
+            "cascade_bus_jetstream_consumers_created",
+            "JetStream consumers this process created, by purpose (KV watches and scans, event "
+            "streams, workers)", labels=["purpose"])
+        for purpose, count in sorted(stats.jetstream_consumers_created.items()):
+            created.add_metric([purpose], count)
+        yield created
+        open_now = GaugeMetricFamily(
+            "cascade_bus_jetstream_consumers_open",
+            "JetStream consumers this process holds open now, by purpose", labels=["purpose"])
+        for purpose, count in sorted(stats.jetstream_consumers_open.items()):
+            open_now.add_metric([purpose], count)
+        yield open_now
 
 
 def new_registry(bus: Bus | None, *, service: str, version: str = __version__,

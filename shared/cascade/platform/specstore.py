@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from cascade.errors import ConfigError, ConflictError, ValidationError
 from cascade.gpus import GPURegistry, GPUSpec, default_registry, spec_from_mapping
 from cascade.platform import subjects
@@ -13,10 +15,21 @@ from cascade.runs.plan import SLUG, spec_mapping
 log = get_logger("cascade.platform.specstore")
 
 
+#: The meta-bucket keys of custom specs (for a :class:`cascade.platform.bus.KVMirror`).
+CUSTOM_SPEC_PATTERN = f"{CUSTOM_SPEC_PREFIX}.>"
+
+
 async def load_custom_specs(bus: Bus) -> dict[str, GPUSpec]:
-    """Every custom spec stored in KV, by id."""
+    """Every custom spec stored in KV, by id (one scan: services that read them per request
+    keep a :class:`cascade.platform.bus.KVMirror` of :data:`CUSTOM_SPEC_PATTERN` and use
+    :func:`custom_specs_from`)."""
     kv = await bus.kv(subjects.KV_META)
-    raw = await kv.values(dict, f"{CUSTOM_SPEC_PREFIX}.>")
+    return custom_specs_from(await kv.values(dict, CUSTOM_SPEC_PATTERN))
+
+
+def custom_specs_from(raw: dict[str, dict[str, Any]]) -> dict[str, GPUSpec]:
+    """The custom specs of stored spec mappings (key -> mapping), by id; implausible ones are
+    skipped with a warning."""
     out: dict[str, GPUSpec] = {}
     for key, data in raw.items():
         try:

@@ -272,12 +272,12 @@ class TraceStore:
 
     # -- delete ------------------------------------------------------------------
     async def delete(self, trace_id: str) -> int:
-        """Delete the record and every per-file/unit key; returns how many keys went."""
-        keys = await self.kv.keys(subjects.kv_key(trace_id) + ".>")
-        for key in keys:
-            await self.kv.delete(key)
+        """Delete every per-file/unit key (one purge request, no consumer), then the record
+        (a delete marker, last: watchers drop the trace's details with it); returns how many
+        stored values went."""
+        purged = await self.kv.purge(subjects.kv_key(trace_id) + ".>")
         await self.kv.delete(record_key(trace_id))
-        return len(keys) + 1
+        return purged + 1
 
     # -- helpers -----------------------------------------------------------------
     async def _scan(self, pattern: str, decoder: msgspec.json.Decoder[T]) -> dict[str, T]:

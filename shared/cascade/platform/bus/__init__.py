@@ -29,7 +29,7 @@ from cascade.platform.bus.consumer import (
     Handler,
     Listener,
 )
-from cascade.platform.bus.kv import KV, KVChange, KVEntry
+from cascade.platform.bus.kv import KV, KVChange, KVEntry, KVMirror
 
 __all__ = [
     "KV",
@@ -42,6 +42,7 @@ __all__ = [
     "Handler",
     "KVChange",
     "KVEntry",
+    "KVMirror",
     "Listener",
     "connect",
 ]

@@ -270,7 +270,7 @@ class Bus:
                 raise BusConfigDriftError(
                     f"KV bucket {bucket!r} does not exist; run ensure_streams() first"
                 ) from None
-            self._kv[bucket] = KV(bucket, raw)
+            self._kv[bucket] = KV(bucket, raw, self.stats)
         return self._kv[bucket]
 
     # -- publish ----------------------------------------------------------

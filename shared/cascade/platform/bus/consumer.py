@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, Generic, Protocol, Self, TypeVar
 
 import nats
@@ -86,6 +86,29 @@ class BusStats:
     published: int = 0
     duplicates: int = 0
     consumers: dict[str, ConsumerStats] = dataclasses.field(default_factory=dict)
+    jetstream_consumers_created: dict[str, int] = dataclasses.field(default_factory=dict)
+    """JetStream consumers this connection created, by purpose (``kv-watch``, ``kv-scan``,
+    ``events``, ``worker``...): each one is a server-side object, limited per account."""
+    jetstream_consumers_open: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Those still open now, by purpose."""
+
+    def consumer_opened(self, purpose: str) -> None:
+        """Count a JetStream consumer created for ``purpose`` (and open until closed)."""
+        self.jetstream_consumers_created[purpose] = self.jetstream_consumers_created.get(purpose, 0) + 1
+        self.jetstream_consumers_open[purpose] = self.jetstream_consumers_open.get(purpose, 0) + 1
+
+    def consumer_closed(self, purpose: str) -> None:
+        """Count a JetStream consumer of ``purpose`` as gone."""
+        self.jetstream_consumers_open[purpose] = max(0, self.jetstream_consumers_open.get(purpose, 0) - 1)
+
+    @contextlib.contextmanager
+    def consumer(self, purpose: str) -> Iterator[None]:
+        """Count one JetStream consumer of ``purpose`` open for the block."""
+        self.consumer_opened(purpose)
+        try:
+            yield
+        finally:
+            self.consumer_closed(purpose)
 
 
 class Consumer(Generic[T]):
@@ -182,6 +205,7 @@ class Consumer(Generic[T]):
         self._sub = await self.bus.js.pull_subscribe_bind(
             durable=self.durable, stream=self.stream, name=self.name
         )
+        self.bus.stats.consumer_opened("worker" if self.durable else "subscription")
         self._loop_task = asyncio.create_task(self._fetch_loop(), name=f"consumer:{self.name}")
 
     async def _fetch_loop(self) -> None:
@@ -340,6 +364,7 @@ class Consumer(Generic[T]):
             if pending:
                 await asyncio.wait(pending)
         if self._sub is not None:
+            self.bus.stats.consumer_closed("worker" if self.durable else "subscription")
             with contextlib.suppress(Exception):
                 await self._sub.unsubscribe()
         if self.durable is None:

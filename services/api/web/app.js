@@ -618,7 +618,7 @@ function runPage(id) {
     $("#rd-top").innerHTML = done.filter((c) => (c.top_kernels || []).length).map((c) =>
       `<h3>${esc(c.config)}: top kernels</h3><div class="scroll"><table class="top"><thead><tr><th>Kernel</th><th>Count</th><th>Source</th><th>Predicted</th><th>Share</th><th>Regime</th><th>Family</th><th>Expected error</th></tr></thead><tbody>` +
       c.top_kernels.slice(0, 8).map((k) => `<tr><td>${kname(k.name)}</td><td class="num">${k.count}</td><td class="num">${fmtMs(k.source_ms)}</td><td class="num">${fmtMs(k.predicted_ms)}</td>
-        <td class="num">${k.share != null ? (100 * k.share).toFixed(1) + "%" : "-"}</td><td>${esc(k.regime)}</td><td>${esc(k.family)}</td><td>${expectedError(c)}</td></tr>`).join("") +
+        <td class="num">${k.share != null ? (100 * k.share).toFixed(1) + "%" : "-"}</td><td>${esc(k.regime)}</td><td>${esc(k.family)}</td><td>${expectedError(c, false)}</td></tr>`).join("") +
       "</tbody></table></div>").join("");
     const rate = (v) => (v == null ? "-" : (100 * v).toFixed(1) + "%");
     const fmtNs = (v) => (v == null ? "-" : v >= 1e6 ? (v / 1e6).toFixed(3) + " ms" : (v / 1e3).toFixed(2) + " µs");
@@ -705,12 +705,12 @@ function runPage(id) {
   };
 }
 
-function expectedError(c) {
+function expectedError(c, whole = true) {
   const a = c.accuracy;
   if (!a) return "-";
   const text = a.mape_pct != null ? `±${a.mape_pct.toFixed(1)}% (MAPE)` : "not measured";
   const calib = a.target_calibrated ? "" : ' <span class="counterfactual">uncalibrated GPU</span>';
-  const total = a.total_pct != null && a.total_pct > 0
+  const total = whole && a.total_pct != null && a.total_pct > 0
     ? ` <span class="accuracy" title="${esc(a.total_basis || "")}">whole trace ±${a.total_pct.toFixed(1)}%</span>` : "";
   return `<span class="accuracy" title="${esc(a.basis || "")}">${text}</span>${total}${calib}`;
 }

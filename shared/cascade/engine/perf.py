@@ -476,16 +476,25 @@ _FP32_CONV_NAME = ("scudnn", "sgemm", "ffma", "_simt")
 TF32_CONV_OVERHEAD = 2.0
 
 
-def _conv_rows(w: Workload, names: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(convolutions by name, those whose name pins them to FP32 CUDA-core math)."""
-    lowered = np.char.lower(names.astype(str))
+def _conv_rows(w: Workload, names: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(convolutions by name, those whose name pins them to FP32 CUDA-core math), read for the
+    ``rows`` asked about only, each distinct name once."""
     conv = np.zeros(len(w), dtype=bool)
-    for word in _CUDNN_CONV:
-        conv |= np.char.find(lowered, word) >= 0
     pinned = np.zeros(len(w), dtype=bool)
+    idx = np.flatnonzero(rows)
+    if len(idx) == 0:
+        return conv, pinned
+    uniq, inv = np.unique(names[idx].astype(str), return_inverse=True)
+    lowered = np.char.lower(uniq)
+    conv_u = np.zeros(len(uniq), dtype=bool)
+    for word in _CUDNN_CONV:
+        conv_u |= np.char.find(lowered, word) >= 0
+    pinned_u = np.zeros(len(uniq), dtype=bool)
     for word in _FP32_CONV_NAME:
-        pinned |= np.char.find(lowered, word) >= 0
-    return conv & (w.family == ops.GEMM), pinned
+        pinned_u |= np.char.find(lowered, word) >= 0
+    conv[idx] = conv_u[inv] & (w.family[idx] == ops.GEMM)
+    pinned[idx] = pinned_u[inv]
+    return conv, pinned
 
 
 def cudnn_math(w: Workload, names: np.ndarray, spec: GPUSpec, *, measured: bool = False
@@ -506,7 +515,7 @@ def cudnn_math(w: Workload, names: np.ndarray, spec: GPUSpec, *, measured: bool 
     cand = (w.family == ops.GEMM) & (w.dtype_code == fp32) & ~w.tensor
     if not cand.any():
         return w, moved
-    conv, pinned = _conv_rows(w, names)
+    conv, pinned = _conv_rows(w, names, cand)
     moved = cand & conv & ~pinned if measured else cand & conv
     if not moved.any():
         return w, moved

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -29,3 +29,30 @@ SERVICE_STATUS: web.AppKey[Callable[[], dict[str, Any]]] = web.AppKey("service_s
 def get_storage(app: web.Application) -> Any:
     """The app's storage object."""
     return app[STORAGE]
+
+
+class _Running(Protocol):
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+
+
+R = TypeVar("R", bound=_Running)
+
+
+def install_running(app: web.Application, key: web.AppKey[R], make: Callable[[], R]) -> R:
+    """``app[key]``, made by ``make()`` the first time (idempotent; from a route module's sync
+    ``setup``): started with the app, stopped at cleanup, in the order installed."""
+    if key in app:
+        return app[key]
+    obj = make()
+    app[key] = obj
+
+    async def ctx(_app: web.Application) -> AsyncIterator[None]:
+        await obj.start()
+        try:
+            yield
+        finally:
+            await obj.stop()
+
+    app.cleanup_ctx.append(ctx)
+    return obj

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -461,18 +461,8 @@ def install(app: web.Application) -> SimModels:
     it starts with the app and stops at cleanup."""
     if SIM_MODELS in app:
         return app[SIM_MODELS]
-    from services.api.keys import BUS, STORAGE
+    from services.api.keys import BUS, STORAGE, install_running
 
     traces = install_traces(app)  # first: its cleanup context starts before this one
-    models = SimModels(app[BUS], app[STORAGE], traces, predictor=engine_predictor())
-    app[SIM_MODELS] = models
-
-    async def ctx(_app: web.Application) -> AsyncIterator[None]:
-        await models.start()
-        try:
-            yield
-        finally:
-            await models.stop()
-
-    app.cleanup_ctx.append(ctx)
-    return models
+    return install_running(app, SIM_MODELS, lambda: SimModels(app[BUS], app[STORAGE], traces,
+                                                              predictor=engine_predictor()))

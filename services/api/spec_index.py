@@ -9,7 +9,6 @@ stored through another api replica a moment ago is found.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import web
@@ -65,19 +64,6 @@ def spec_index(app: web.Application) -> SpecIndex:
 def install(app: web.Application) -> SpecIndex:
     """Create the app's custom-spec index once (idempotent; from a route module's sync
     ``setup``); it starts with the app and stops at cleanup."""
-    if SPEC_INDEX in app:
-        return app[SPEC_INDEX]
-    from services.api.keys import BUS
+    from services.api.keys import BUS, install_running
 
-    index = SpecIndex(app[BUS])
-    app[SPEC_INDEX] = index
-
-    async def ctx(_app: web.Application) -> AsyncIterator[None]:
-        await index.start()
-        try:
-            yield
-        finally:
-            await index.stop()
-
-    app.cleanup_ctx.append(ctx)
-    return index
+    return install_running(app, SPEC_INDEX, lambda: SpecIndex(app[BUS]))

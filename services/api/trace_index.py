@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any, Literal
 
 import msgspec
@@ -240,19 +240,6 @@ def trace_index(app: web.Application) -> TraceIndex:
 def install(app: web.Application) -> TraceIndex:
     """Create the app's trace index once (idempotent; call from a route module's sync
     ``setup``); it starts with the app and stops at cleanup."""
-    if TRACE_INDEX in app:
-        return app[TRACE_INDEX]
-    from services.api.keys import BUS
+    from services.api.keys import BUS, install_running
 
-    index = TraceIndex(app[BUS])
-    app[TRACE_INDEX] = index
-
-    async def ctx(_app: web.Application) -> AsyncIterator[None]:
-        await index.start()
-        try:
-            yield
-        finally:
-            await index.stop()
-
-    app.cleanup_ctx.append(ctx)
-    return index
+    return install_running(app, TRACE_INDEX, lambda: TraceIndex(app[BUS]))

@@ -68,6 +68,8 @@ COLUMNS: dict[str, tuple[np.dtype[Any], str]] = {
     "m": (_I64, "GEMM M"),
     "n": (_I64, "GEMM N"),
     "k": (_I64, "GEMM K"),
+    "kernels": (_I64, "device kernels this row's time covers (an operator a harness timed as one "
+                      "call: a lower bound of its launches); -1: one kernel"),
     # instruction-trace features (prepare); warp-instruction counts are totals over the kernel
     "warp_insts": (_F64, "warp instructions executed (including predicated-off)"),
     "insts_int": (_F64, "integer ALU warp instructions"),

@@ -240,8 +240,36 @@ def test_e2e_protocol_scores_whole_models_and_operators() -> None:
     cells = e2e.operator_cells(ops, cal, reg, variants=("target uncalibrated",))
     per = {(s.model, s.group): s.mean_pct for s in e2e.summarize([], cells)}
     assert per[("scaled", "all")] < per[("roofline", "all")]
-    for fam in ("gemm", "gemv", "conv", "loss", "scan"):
+    for fam in ("gemm", "gemv", "conv", "loss", "scan", "norm", "pool"):
         assert per[("scaled", fam)] < per[("roofline", fam)], fam
+    # norms: a LayerNorm over 16 long rows is starved of blocks on every GPU (4-19% of bandwidth)
+    assert per[("scaled", "norm")] < 20.0
+
+
+def test_a_kernel_starved_of_parallelism_scales_by_the_clock_not_the_bandwidth() -> None:
+    """KernelBench's LayerNorm (16 rows of 4 M elements, one block each: 537 MB in 10.4 ms on an
+    A100, 4% of its bandwidth) takes 9.35 ms on a T4, 8.54 on an A10G and 6.18 on an L40S, about the
+    clock ratios; the bandwidth ratio (4.9x to the T4) says 50 ms. The same bytes at 70% of the
+    bandwidth still scale by it, and a row that is several kernels (bytes a lower bound of what
+    the chain moves) is not judged starved."""
+    reg = default_registry()
+    a100, t4, l40s = reg.get("SM80_A100_SXM_40GB"), reg.get("SM75_T4"), reg.get("SM89_L40S")
+    norm = {"name": "vectorized_layer_norm_kernel", "op": "norm", "dtype": "fp32", "bytes": 5.37e8,
+            "duration_ns": 10.4e6}
+    t = KernelTable.from_rows([norm])
+    measured = {t4.id: 9.35e6, l40s.id: 6.18e6}
+    for target, want in measured.items():
+        got = predict(t, target, source=a100.id, model="scaled").predicted_ns[0]
+        assert abs(got / want - 1.0) < 0.25, (target, got, want)
+    back = predict(KernelTable.from_rows([{**norm, "duration_ns": 9.35e6}]), a100.id, source=t4.id,
+                   model="scaled").predicted_ns[0]
+    assert abs(back / 10.4e6 - 1.0) < 0.25
+    fed = KernelTable.from_rows([{**norm, "duration_ns": 5.37e8 / (0.7 * a100.bandwidth_bps) * 1e9}])
+    streamed = predict(fed, t4.id, source=a100.id, model="scaled").predicted_ns[0] / fed["duration_ns"][0]
+    assert streamed > 0.8 * a100.bandwidth_bps / t4.bandwidth_bps
+    chain = KernelTable.from_rows([{**norm, "kernels": 5}])
+    chained = predict(chain, t4.id, source=a100.id, model="scaled").predicted_ns[0]
+    assert chained > 2 * measured[t4.id]
 
 
 def test_a_whole_trace_quotes_the_end_to_end_figure_widened_for_what_nothing_covers() -> None:

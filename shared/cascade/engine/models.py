@@ -186,6 +186,10 @@ class ScaledModel:
         with np.errstate(invalid="ignore", divide="ignore"):
             pred = mt.total_ns * (t_src / ms.total_ns) ** alpha
         pred = np.where(np.isfinite(pred), pred, mt.total_ns)
+        if src.id != target.id:  # a few blocks in flight: the clock ratio, not the bandwidth's
+            single = table["kernels"] <= 1
+            slow = perf.starved(w_src, inferred, single, t_src, fs, ms)
+            pred = np.where(slow, perf.starved_ns(t_src, fs, ft, ms, mt, src, target), pred)
         grid = cal.residual_table(cfg.measurement, target) if src.arch != target.arch else None
         cells: dict[float, np.ndarray] = {}
         if grid is not None and cfg.residuals:

@@ -669,6 +669,37 @@ def bracket_ns(t_src: np.ndarray, fixed_src: float, fixed_tgt: float, lo: np.nda
     return np.where(unknown, np.nan, low), np.where(unknown, np.nan, high)
 
 
+#: A memory-class kernel whose modelled streaming time (its bytes at the fitted bandwidth
+#: fraction) is under this fraction of its measured work on the source is starved of parallelism.
+STARVED_FRACTION = 0.5
+
+
+def starved(w: Workload, inferred: np.ndarray, single: np.ndarray, t_src: np.ndarray,
+            fixed_src: float, ms: KernelTimes) -> np.ndarray:
+    """Kernels bound by what a few blocks keep in flight, not by DRAM: memory-class but a gather (an
+    embedding's time follows its chain of dependent loads), one kernel per row (``single``), bytes
+    known (not inferred from the time), memory-bound in the source model, :data:`SHORT_KERNEL_US` of
+    work or more (shorter ones are latency-bound, :func:`bracket_ns`), and reaching under
+    :data:`STARVED_FRACTION` of that model's streaming rate on the source (a
+    grid narrower than the GPU, one block looping over a long row: a LayerNorm over 16 rows of 4 M
+    elements runs at 4% of an A100's bandwidth and takes the same time on a T4)."""
+    work = np.nan_to_num(t_src, nan=0.0) - fixed_src
+    with np.errstate(invalid="ignore", divide="ignore"):
+        frac = ms.work_ns / work
+    streaming = (ops.work_class(w.family) == ops.MEMORY_CLASS) & (w.family != ops.EMBEDDING)
+    return (streaming & (inferred == 0) & (w.bytes > 0) & single & (work >= SHORT_KERNEL_US * 1e3)
+            & np.isfinite(frac) & (frac < STARVED_FRACTION) & (ms.compute_ns < ms.memory_ns))
+
+
+def starved_ns(t_src: np.ndarray, fixed_src: float, fixed_tgt: float, ms: KernelTimes, mt: KernelTimes,
+               src: GPUSpec, target: GPUSpec) -> np.ndarray:
+    """Target time of a :func:`starved` kernel: its streaming part as the target model has it, the
+    rest of its measured work (what the blocks in flight could not hide) by the clock ratio (one
+    SM's issue rate: the same few blocks run on any GPU, however many SMs it has)."""
+    rest = np.maximum(np.nan_to_num(t_src, nan=0.0) - fixed_src - ms.work_ns, 0.0)
+    return fixed_tgt + mt.work_ns + rest * (src.clock_hz / target.clock_hz)
+
+
 def latency_ratios(src: GPUSpec, target: GPUSpec) -> tuple[float, float]:
     """Target / source time of a latency-bound kernel: the clock ratio (a dependent chain of
     instructions) and the DRAM latency ratio (a dependent chain of loads)."""

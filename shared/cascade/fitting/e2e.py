@@ -194,7 +194,8 @@ def load_kernelbench(path: str | Path, reg: GPURegistry) -> OperatorSet:
     gpus = [h for h in header if h not in {"problem", "family", "dtype", "batch", "m", "n", "k", "flops", "bytes",
                                            "aten_ops"} and not h.endswith("__std")]
     specs = {label: _spec(reg, label, p) for label in gpus}
-    cols: dict[str, list[object]] = {c: [] for c in ("name", "op", "dtype", "flops", "bytes", "batch", "m", "n", "k")}
+    cols: dict[str, list[object]] = {c: [] for c in ("name", "op", "dtype", "flops", "bytes", "kernels", "batch", "m", "n",
+                                                         "k")}
     for line, r in enumerate(rows, start=2):
         fam = r["family"]
         if fam not in KERNELBENCH_OPS:
@@ -204,6 +205,9 @@ def load_kernelbench(path: str | Path, reg: GPURegistry) -> OperatorSet:
         cols["dtype"].append(r.get("dtype") or "fp32")
         cols["flops"].append(_num(r["flops"], 0.0))
         cols["bytes"].append(_num(r["bytes"], 0.0))
+        # the aten operators a call dispatches, allocations aside: one kernel each at least
+        # (``bytes`` counts inputs and outputs only, not what a chain of them moves between)
+        cols["kernels"].append(max(1, len([a for a in r.get("aten_ops", "").split() if not a.startswith("empty")])))
         for c in ("batch", "m", "n", "k"):
             cols[c].append(_num(r.get(c, ""), -1.0))
     work = KernelTable({k: np.asarray(v) for k, v in cols.items()})

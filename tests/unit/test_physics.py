@@ -297,3 +297,21 @@ def test_a_whole_trace_quotes_the_end_to_end_figure_widened_for_what_nothing_cov
     assert row is not None and new.total_pct == row["mean_pct"]
     same = predict(KernelTable.from_rows([covered]), "SM80_A100", source="SM80_A100").provenance.accuracy
     assert same.total_pct == 0.0
+
+
+def test_every_power_limited_board_sustains_its_base_clock_not_its_boost() -> None:
+    """A board whose TDP is under 1.25 W per SM-GHz at boost (T4, A10, L4, L40, L40S, RTX 6000
+    Ada: 7 nm and 5 nm parts) cannot hold its boost clock under a long heavy kernel: its spec
+    carries the base clock it is guaranteed at TDP. Boards with the power to hold boost do not."""
+    limited, free = [], []
+    for s in default_registry():
+        if s.arch not in ("turing", "ampere", "ada") or not s.tdp_w:
+            continue
+        per = s.tdp_w / (s.sms * s.clock_hz / 1e9)
+        (limited if per <= 1.25 else free).append(s)
+        if per <= 1.25:
+            assert s.sustained_clock_ratio > 1.5, s.id
+        else:
+            assert s.sustained_clock_ratio == 1.0, s.id
+    assert {"SM75_T4", "SM86_A10", "SM89_L40S", "SM89_L4"} <= {s.id for s in limited}
+    assert {"SM86_A10G", "SM80_A100", "SM89_RTX4090"} <= {s.id for s in free}

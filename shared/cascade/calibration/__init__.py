@@ -144,6 +144,9 @@ class Transfer(msgspec.Struct, frozen=True, kw_only=True):
     """A memory-bound GEMM (blended with ``gemm`` by the source model's compute share)."""
     other: float = 1.0
     """Every other kernel (1 where the context's data had none: carry the deviation)."""
+    conv: float | None = None
+    """A convolution (its FLOPs known, no GEMM dims: cuDNN picks each GPU's own algorithm, so only
+    part of its deviation is the operator's); None: as ``other``."""
 
 
 class ResidualTable(msgspec.Struct, frozen=True, kw_only=True):

@@ -183,6 +183,8 @@ class ScaledModel:
         # a GEMV streams its weights like any memory-bound kernel: its measured bandwidth
         # fraction carries over as a streaming kernel's does (no GEMM tile fit covers it)
         alpha = np.where(perf.streams_weights(w), ao, alpha)
+        if tr.conv is not None and src.arch != target.arch:  # cuDNN's choice of algorithm is the GPU's
+            alpha = np.where(perf.convolutions(w, names), tr.conv, alpha)
         with np.errstate(invalid="ignore", divide="ignore"):
             pred = mt.total_ns * (t_src / ms.total_ns) ** alpha
         pred = np.where(np.isfinite(pred), pred, mt.total_ns)

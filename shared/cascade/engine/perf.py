@@ -497,6 +497,12 @@ def _conv_rows(w: Workload, names: np.ndarray, rows: np.ndarray) -> tuple[np.nda
     return conv, pinned
 
 
+def convolutions(w: Workload, names: np.ndarray) -> np.ndarray:
+    """Convolution kernels: GEMM-family rows without GEMM dims whose op or name says convolution."""
+    cand = (w.family == ops.GEMM) & ~w.is_gemm
+    return _conv_rows(w, names, cand)[0] if cand.any() else cand
+
+
 def cudnn_math(w: Workload, names: np.ndarray, spec: GPUSpec, *, measured: bool = False
                ) -> tuple[Workload, np.ndarray]:
     """The workload as PyTorch's cuDNN runs it on ``spec``: an FP32 convolution runs on TF32

@@ -38,7 +38,8 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from cascade.calibration import Calibration
+from cascade.calibration import Calibration, Transfer
+from cascade.calibration.accuracy import OPERATOR_LOGO_VARIANT
 from cascade.engine.models import RooflineConfig, ScaledConfig
 from cascade.engine.predict import predict
 from cascade.errors import TraceFormatError, UnknownGPUError
@@ -357,3 +358,59 @@ def family_errors(cells: Sequence[WholeCell]) -> dict[str, float]:
 def metrics_rows(summaries: Sequence[Summary]) -> list[dict[str, object]]:
     """The summaries as the plain rows :attr:`Calibration.metrics` keeps (``end_to_end``)."""
     return [msgspec.to_builtins(s) for s in summaries]
+
+
+#: Exponents :func:`fit_transfer` tries (0: the target model alone; 1: the source's whole deviation).
+TRANSFER_GRID: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+#: The measurement context KernelBench's harness times belong to.
+KERNELBENCH_CONTEXT = "kernelbench"
+#: The variant of the operator protocol whose transfer was fitted without the target.
+LOGO_VARIANT = OPERATOR_LOGO_VARIANT
+
+
+def with_transfer(cal: Calibration, context: str, tr: Transfer) -> Calibration:
+    """``cal`` with ``tr`` as the transfer exponents of measurement ``context``."""
+    return msgspec.structs.replace(cal, transfer={**cal.transfer, context: tr})
+
+
+def _operator_mape(ops: OperatorSet, cal: Calibration, reg: GPURegistry, leave_out: str | None) -> float:
+    cells = operator_cells(ops, cal, reg, variants=("target uncalibrated",), models=("scaled",))
+    errs = [c.mape for c in cells if c.family == "all" and leave_out not in (c.source, c.target)]
+    return float(np.mean(errs)) if errs else float("nan")
+
+
+def fit_transfer(ops: OperatorSet, cal: Calibration, reg: GPURegistry, *,
+                 leave_out: str | None = None, context: str = KERNELBENCH_CONTEXT) -> Transfer:
+    """The transfer exponents of ``context`` (GEMMs, convolutions, every other kernel) that make
+    the operator protocol's mean error into uncalibrated targets least: coordinate descent over
+    :data:`TRANSFER_GRID`, two passes, from the exponents ``cal`` has. ``leave_out``: fitted on
+    the pairs between the other GPUs only (leave one GPU out)."""
+    start = cal.transfer_for(context)
+    cur = {"gemm": start.gemm, "other": start.other, "conv": start.other if start.conv is None else start.conv}
+
+    def make(values: dict[str, float]) -> Transfer:
+        return Transfer(gemm=values["gemm"], gemm_memory=values["gemm"], other=values["other"],
+                        conv=values["conv"])
+
+    for _ in range(2):
+        for key in ("conv", "gemm", "other"):
+            scores = {v: _operator_mape(ops, with_transfer(cal, context, make({**cur, key: v})), reg, leave_out)
+                      for v in TRANSFER_GRID}
+            cur[key] = min(scores, key=lambda v: (scores[v], abs(v - cur[key])))
+    return make(cur)
+
+
+def transfer_logo(ops: OperatorSet, cal: Calibration, reg: GPURegistry, *,
+                  context: str = KERNELBENCH_CONTEXT) -> tuple[list[OperatorCell], dict[str, Transfer]]:
+    """Leave one GPU out: for every GPU, the exponents fitted without it (:func:`fit_transfer`) and
+    the operator cells into it under them (variant :data:`LOGO_VARIANT`): the honest figure for a
+    GPU the fit never saw."""
+    out: list[OperatorCell] = []
+    fitted: dict[str, Transfer] = {}
+    for gpu in sorted(ops.times_ns):
+        tr = fit_transfer(ops, cal, reg, leave_out=gpu, context=context)
+        fitted[gpu] = tr
+        cells = operator_cells(ops, with_transfer(cal, context, tr), reg, variants=("target uncalibrated",),
+                               models=("scaled",))
+        out += [msgspec.structs.replace(c, variant=LOGO_VARIANT) for c in cells if c.target == gpu]
+    return out, fitted

@@ -270,6 +270,14 @@ def test_a_kernel_starved_of_parallelism_scales_by_the_clock_not_the_bandwidth()
     chain = KernelTable.from_rows([{**norm, "kernels": 5}])
     chained = predict(chain, t4.id, source=a100.id, model="scaled").predicted_ns[0]
     assert chained > 2 * measured[t4.id]
+    # the launch shape, where known, says how many SMs the rest spreads over: 16 blocks are one
+    # wave anywhere (the clock ratio); 21,600 blocks of 512 threads are 50 waves on the A100, 270 on a T4
+    few = predict(KernelTable.from_rows([{**norm, "grid_x": 16, "block_x": 1024}]), t4.id,
+                  source=a100.id, model="scaled").predicted_ns[0]
+    assert few == pytest.approx(predict(t, t4.id, source=a100.id, model="scaled").predicted_ns[0])
+    many = predict(KernelTable.from_rows([{**norm, "grid_x": 108 * 2 * 100, "block_x": 512}]), t4.id,
+                   source=a100.id, model="scaled").predicted_ns[0]
+    assert many > 2.0 * few
 
 
 def test_a_whole_trace_quotes_the_end_to_end_figure_widened_for_what_nothing_covers() -> None:

@@ -191,7 +191,7 @@ class ScaledModel:
         if src.id != target.id:  # a few blocks in flight: the clock ratio, not the bandwidth's
             single = table["kernels"] <= 1
             slow = perf.starved(w_src, inferred, single, t_src, fs, ms)
-            pred = np.where(slow, perf.starved_ns(t_src, fs, ft, ms, mt, src, target), pred)
+            pred = np.where(slow, perf.starved_ns(w_src, t_src, fs, ft, ms, mt, src, target), pred)
         grid = cal.residual_table(cfg.measurement, target) if src.arch != target.arch else None
         cells: dict[float, np.ndarray] = {}
         if grid is not None and cfg.residuals:

@@ -697,13 +697,19 @@ def starved(w: Workload, inferred: np.ndarray, single: np.ndarray, t_src: np.nda
             & np.isfinite(frac) & (frac < STARVED_FRACTION) & (ms.compute_ns < ms.memory_ns))
 
 
-def starved_ns(t_src: np.ndarray, fixed_src: float, fixed_tgt: float, ms: KernelTimes, mt: KernelTimes,
-               src: GPUSpec, target: GPUSpec) -> np.ndarray:
+def starved_ns(w: Workload, t_src: np.ndarray, fixed_src: float, fixed_tgt: float, ms: KernelTimes,
+               mt: KernelTimes, src: GPUSpec, target: GPUSpec) -> np.ndarray:
     """Target time of a :func:`starved` kernel: its streaming part as the target model has it, the
-    rest of its measured work (what the blocks in flight could not hide) by the clock ratio (one
-    SM's issue rate: the same few blocks run on any GPU, however many SMs it has)."""
+    rest of its measured work (what the blocks in flight could not hide) by the clock ratio x the
+    ratio of whole waves its grid takes on each GPU (one SM's issue rate: a grid under one wave
+    takes one on any GPU, however many SMs it has; a grid of many waves spreads over them). A grid
+    of unknown size is taken to be under one wave on both (a harness row, a trace without launch
+    shapes)."""
     rest = np.maximum(np.nan_to_num(t_src, nan=0.0) - fixed_src - ms.work_ns, 0.0)
-    return fixed_tgt + mt.work_ns + rest * (src.clock_hz / target.clock_hz)
+    with np.errstate(invalid="ignore"):
+        ws = np.maximum(np.ceil(np.nan_to_num(launch_waves(w, src), nan=1.0)), 1.0)
+        wt = np.maximum(np.ceil(np.nan_to_num(launch_waves(w, target), nan=1.0)), 1.0)
+    return fixed_tgt + mt.work_ns + rest * (src.clock_hz / target.clock_hz) * (wt / ws)
 
 
 def latency_ratios(src: GPUSpec, target: GPUSpec) -> tuple[float, float]:

@@ -524,3 +524,21 @@ def test_leave_largest_shapes_out_scores_only_gemms_above_the_quantile(small_dat
     with pytest.raises(ValidationError, match="quantile"):
         extrapolate.leave_largest_out(sets, quantile=1.5)
     assert extrapolate.main(["--data", str(tmp_path), "--largest", "0.8"]) == 1
+
+
+def test_cli_e2e_prints_both_data_sets_and_fit_transfer_needs_kernelbench(tmp_path: Path) -> None:
+    """``cascade validate --e2e --json``: whole models and single operators per variant, the
+    left-out variant among the kernelbench rows (recorded in the packaged calibration); without
+    KernelBench beside it, ``--fit-transfer`` is one error line naming the file, exit 1."""
+    out = subprocess.run([sys.executable, "-m", "programs.cli", "validate", "--data", str(MEASURED), "--e2e",
+                          "--json"], capture_output=True, text=True, timeout=120, check=True)
+    doc = json.loads(out.stdout)
+    groups = {(s["dataset"], s["variant"], s["model"], s["group"]) for s in doc["summary"]}
+    assert ("neusight-e2e", "target uncalibrated", "scaled", "all") in groups
+    assert ("kernelbench", "target uncalibrated", "roofline", "conv") in groups
+    metrics = load_calibration().metrics["end_to_end"]
+    assert any(r["variant"] == "target uncalibrated, transfer fitted without it" for r in metrics)
+    (tmp_path / "neusight-e2e").symlink_to(MEASURED / "neusight-e2e")
+    bad = subprocess.run([sys.executable, "-m", "programs.cli", "validate", "--data", str(tmp_path), "--e2e",
+                          "--fit-transfer"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and "kernelbench_level1.csv" in bad.stderr and "Traceback" not in bad.stderr

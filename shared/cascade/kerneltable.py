@@ -220,11 +220,15 @@ class KernelTable:
 
     # ---- persistence -------------------------------------------------------------------
     def save_npz(self, path: str | Path | io.BufferedIOBase) -> None:
-        """Write as an uncompressed .npz (string columns stored as unicode arrays)."""
+        """Write as a deflate-compressed .npz (string columns stored as unicode arrays).
+
+        Compressed because a unicode array is as wide as its longest string, four bytes a
+        character: the sample's 11 248 kernel names (up to 566 characters) are 25 MB stored,
+        under 1 MB deflated, which also loads faster. Any ``np.load`` reads either kind."""
         arrays = {}
         for k, v in self._cols.items():
             arrays[k] = v.astype(str) if v.dtype == _STR else v
-        np.savez(path, **arrays)  # type: ignore[arg-type]
+        np.savez_compressed(path, **arrays)  # type: ignore[arg-type]
 
     @classmethod
     def load_npz(cls, path: str | Path | io.BufferedIOBase) -> KernelTable:

@@ -163,6 +163,10 @@ def build_openapi(
                 responses[str(status)] = {"description": text, **error}
         responses.setdefault(str(success), ok)
         responses.setdefault("default", {"description": "Error", **error})
+        for status, named in (meta.get("headers") or {}).items():
+            responses[str(status)] = {**responses[str(status)], "headers": {
+                name: {"description": text, "required": True, "schema": schema}
+                for name, (text, schema) in named.items()}}
         paths.setdefault(path, {})[method] = op
     for item in extra:
         item = dict(item)

@@ -27,15 +27,20 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@# One pip run (one resolve), no bytecode compiling of the installed files (Python compiles
-	@# what it imports, once): about half the time of separate runs. PyPI downloads stay in
-	@# pip's own cache (~/.cache/pip), so a fresh clone on this machine downloads nothing.
-	@# PyTorch's CPU build only from a wheel already on this machine (never a download of a
-	@# CUDA build): with it the `cascade profile hf` recipe tests run, without it they are skipped.
-	@if [ -d "$(TORCH_WHEELS)" ] && $(BIN)/python -m pip install -q --no-compile \
-	    --find-links "$(TORCH_WHEELS)" -e '.[dev,hf]' 'torch==2.13.0+cpu' 2>/dev/null; then :; \
+	@# One install run (one resolve), no bytecode compiling of the installed files (Python
+	@# compiles what it imports, once). uv (from PyPI, into the venv: a second) resolves and
+	@# unpacks in seconds what pip takes half a minute for; pip does it where uv cannot be had
+	@# or fails. Downloads stay in uv's and pip's caches (~/.cache), so a fresh clone on this
+	@# machine downloads nothing. PyTorch's CPU build only from a wheel already on this machine
+	@# (never a download of a CUDA build): with it the `cascade profile hf` recipe tests run,
+	@# without it they are skipped.
+	@$(BIN)/python -m pip install -q --no-compile uv >/dev/null 2>&1 || true
+	@install() { if [ -x $(BIN)/uv ] && $(BIN)/uv pip install -q --python $(BIN)/python "$$@"; then :; \
+	  else $(BIN)/python -m pip install -q --no-compile "$$@"; fi; }; \
+	if [ -d "$(TORCH_WHEELS)" ] && install --find-links "$(TORCH_WHEELS)" -e '.[dev,hf]' \
+	    'torch==2.13.0+cpu' 2>/dev/null; then :; \
 	else echo "note: no local PyTorch CPU wheel in $(TORCH_WHEELS); the hf recipe tests will be skipped"; \
-	  $(BIN)/python -m pip install -q --no-compile -e '.[dev]'; fi
+	  install -e '.[dev]'; fi
 	@touch $(STAMP)
 
 run: $(STAMP)

@@ -11,8 +11,14 @@ TORCH_WHEELS ?= /opt/wheels
 # Tests run in parallel processes (pytest-xdist): the tests of a file together on one worker
 # (its module fixtures made once) but for the files tests/conftest.py spreads; every server a
 # test starts is on random ports. Most tests wait on servers more than they compute, hence
-# more workers than cores.
-PYTEST_WORKERS ?= 3
+# more workers than cores: on 2 cores 4 workers took 247 s, 3 took 265 s.
+PYTEST_WORKERS ?= 4
+# Python keeps the bytecode of what it imports (in $(VENV)/pycache, not beside the sources) even
+# where the environment says not to (PYTHONDONTWRITEBYTECODE=1, as Docker images often set):
+# otherwise each of the hundreds of Python processes a test run starts (services, `cascade`
+# commands, workers) compiles every module it imports again, about half of the suite's CPU time.
+export PYTHONDONTWRITEBYTECODE :=
+export PYTHONPYCACHEPREFIX := $(abspath $(VENV))/pycache
 PYTEST := $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=20
 
 .PHONY: run test test-unit test-integration test-e2e setup lint bench clean
@@ -21,15 +27,20 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@# One pip run (one resolve), no bytecode compiling of the installed files (Python compiles
-	@# what it imports, once): about half the time of separate runs. PyPI downloads stay in
-	@# pip's own cache (~/.cache/pip), so a fresh clone on this machine downloads nothing.
-	@# PyTorch's CPU build only from a wheel already on this machine (never a download of a
-	@# CUDA build): with it the `cascade profile hf` recipe tests run, without it they are skipped.
-	@if [ -d "$(TORCH_WHEELS)" ] && $(BIN)/python -m pip install -q --no-compile \
-	    --find-links "$(TORCH_WHEELS)" -e '.[dev,hf]' 'torch==2.13.0+cpu' 2>/dev/null; then :; \
+	@# One install run (one resolve), no bytecode compiling of the installed files (Python
+	@# compiles what it imports, once). uv (from PyPI, into the venv: a second) resolves and
+	@# unpacks in seconds what pip takes half a minute for; pip does it where uv cannot be had
+	@# or fails. Downloads stay in uv's and pip's caches (~/.cache), so a fresh clone on this
+	@# machine downloads nothing. PyTorch's CPU build only from a wheel already on this machine
+	@# (never a download of a CUDA build): with it the `cascade profile hf` recipe tests run,
+	@# without it they are skipped.
+	@$(BIN)/python -m pip install -q --no-compile uv >/dev/null 2>&1 || true
+	@install() { if [ -x $(BIN)/uv ] && $(BIN)/uv pip install -q --python $(BIN)/python "$$@"; then :; \
+	  else $(BIN)/python -m pip install -q --no-compile "$$@"; fi; }; \
+	if [ -d "$(TORCH_WHEELS)" ] && install --find-links "$(TORCH_WHEELS)" -e '.[dev,hf]' \
+	    'torch==2.13.0+cpu' 2>/dev/null; then :; \
 	else echo "note: no local PyTorch CPU wheel in $(TORCH_WHEELS); the hf recipe tests will be skipped"; \
-	  $(BIN)/python -m pip install -q --no-compile -e '.[dev]'; fi
+	  install -e '.[dev]'; fi
 	@touch $(STAMP)
 
 run: $(STAMP)

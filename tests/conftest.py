@@ -5,8 +5,16 @@ finished sim) from ``tests/support``. The tests live in tiers, ``tests/unit``,
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
+
+# The suite runs more test processes than there are cores (make test: 3 on 2), and each starts
+# more: a BLAS / OpenMP pool of one thread per core in each of them spins against the others
+# (PyTorch's CPU generate in the hf recipe ran 14 times slower so). One thread each, for this
+# process and every child it starts.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
 pytest_plugins = [
     name

@@ -7,6 +7,7 @@ import contextlib
 import random
 import socket
 import time
+from pathlib import Path
 
 from cascade.errors import ConfigError
 
@@ -32,16 +33,42 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+#: Lowest port :func:`free_port_pairs` picks (below: well-known and much-configured ports).
+PICK_LOW = 10_000
+
+
+def ephemeral_ports() -> tuple[int, int] | None:
+    """The kernel's range of ports for outgoing connections (Linux), if known."""
+    try:
+        low, high = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return None
+    return low, high
+
+
+def pick_range(offset: int = GRPC_OFFSET) -> tuple[int, int]:
+    """Where :func:`free_port_pairs` picks ``p``: below the kernel's ephemeral ports with
+    ``p + offset`` too, where there is room (Linux's default: 10000-22767), so that no
+    outgoing connection takes a picked port between the pick and the server's bind (with
+    many connections made, one did); else anywhere from 20000."""
+    eph = ephemeral_ports()
+    if eph is not None and eph[0] - 1 - offset - PICK_LOW >= 2_000:
+        return PICK_LOW, eph[0] - 1 - offset
+    return 20_000, 65_535 - offset
+
+
 def free_port_pairs(count: int, *, offset: int = GRPC_OFFSET, avoid: set[int] | None = None,
                     host: str = "127.0.0.1") -> list[int]:
-    """``count`` ports ``p`` such that ``p`` and ``p + offset`` are both free and all distinct."""
+    """``count`` ports ``p`` such that ``p`` and ``p + offset`` are both free and all distinct
+    (picked at random in :func:`pick_range`)."""
     taken = set(avoid or ())
     chosen: list[int] = []
     rng = random.SystemRandom()
+    low, high = pick_range(offset)
     for _ in range(count * 200):
         if len(chosen) == count:
             break
-        p = rng.randint(20_000, 65_535 - offset)
+        p = rng.randint(low, high)
         if {p, p + offset} & taken:
             continue
         if port_is_free(p, host) and port_is_free(p + offset, host):

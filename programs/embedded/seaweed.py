@@ -53,6 +53,16 @@ def pick_ports(s3_port: int | None = None, host: str = "127.0.0.1") -> SeaweedPo
                         admin=pairs[4])
 
 
+#: What ``weed mini`` logs when a port it was given is taken by the time it binds it
+#: ("port N is not available" from its own check, or the listen call's error).
+PORT_TAKEN_MESSAGES = ("not available", "address already in use")
+
+
+def port_was_taken(log_tail: str) -> bool:
+    """True when the end of a ``weed mini`` log says it exited over a port already taken."""
+    return any(m in log_tail for m in PORT_TAKEN_MESSAGES)
+
+
 def generate_credentials() -> tuple[str, str]:
     """A fresh (access key, secret key) pair."""
     access = "CASCADE" + secrets.token_hex(8).upper()

@@ -51,6 +51,7 @@ from programs.embedded.seaweed import (
     SeaweedPorts,
     generate_credentials,
     pick_ports,
+    port_was_taken,
     weed_mini_argv,
     write_s3_config,
 )
@@ -552,7 +553,7 @@ class EmbeddedStack:
             raise bus_done
         if isinstance(s3_done, BaseException):
             if not (picked and isinstance(s3_done, ComponentStartError)
-                    and "not available" in tail(self.layout.log("s3"), 5)):
+                    and port_was_taken(tail(self.layout.log("s3"), 40))):
                 raise s3_done
             # a port picked for SeaweedFS was taken between the pick and its start (another
             # process's connection, say): once more, on newly picked ports

@@ -22,7 +22,7 @@ import msgspec
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from cascade.errors import CascadeError, UnauthorizedError, ValidationError
+from cascade.errors import CascadeError, RateLimitedError, UnauthorizedError, ValidationError
 from cascade.platform.log import get_logger
 from services.api.keys import SETTINGS
 
@@ -110,6 +110,7 @@ def doc(
     same_body: tuple[int, ...] = (),
     bodies: dict[int, Any] | None = None,
     sse: dict[str | None, Any] | None = None,
+    headers: dict[int, dict[str, tuple[str, dict[str, Any]]]] | None = None,
 ) -> Callable[[HandlerT], HandlerT]:
     """Attach OpenAPI details to a handler (summary defaults to its docstring's first line).
 
@@ -123,6 +124,8 @@ def doc(
     other success statuses a JSON body type of their own (a 202 job answer). ``sse``
     documents a ``text/event-stream`` answer: per event name (None: unnamed, ``message``),
     the type of its JSON ``data``; an unnamed stream may end with ``data: [DONE]``.
+    ``headers`` documents the headers an answer always carries: per status, header name ->
+    ``(description, JSON schema)`` (a 429's ``Retry-After``).
     """
 
     def wrap(handler: HandlerT) -> HandlerT:
@@ -140,6 +143,7 @@ def doc(
             "same_body": same_body,
             "bodies": bodies or {},
             "sse": sse or {},
+            "headers": headers or {},
         }
         return handler
 
@@ -251,6 +255,8 @@ async def error_middleware(
         return await handler(request)
     except CascadeError as exc:
         headers = {"WWW-Authenticate": 'Bearer realm="cascade"'} if exc.http_status == 401 else None
+        if isinstance(exc, RateLimitedError):
+            headers = {"Retry-After": str(exc.retry_after_s)}
         if openai:
             return json_response(openai_error_body(exc.http_status, str(exc),
                                                    param=getattr(exc, "field", None), code=exc.code),

@@ -149,7 +149,7 @@ class PrepareService:
         if current is not None and current.etag == job.etag and current.state in ("prepared", "failed"):
             self.counts["skipped"] += 1
             log.info("unit already done", state=current.state)
-            await self._maybe_bundle(tid, tf.kind == "timeline")
+            await self._maybe_bundle(tid, tf.kind == "timeline", f"{tf.unit}:{job.etag}")
             return
         info = await self.storage.head(job.key)
         if info is None or info.etag != job.etag:
@@ -224,7 +224,7 @@ class PrepareService:
                            bytes=job.size, seconds=seconds),
             msg_id=f"kernel:{tid}:{tf.unit}:{job.etag}",
         )
-        await self._maybe_bundle(tid, tf.kind == "timeline")
+        await self._maybe_bundle(tid, tf.kind == "timeline", f"{tf.unit}:{job.etag}")
 
     async def _parse_kernel(self, key: str, name: str, record: TraceRecord,
                             kernel_id: int | None) -> KernelFeatures:
@@ -298,7 +298,7 @@ class PrepareService:
                 subjects.trace_event(tid, "state"),
                 TraceStateChanged(trace_id=tid, state=new.state, previous=old.state, reason=error),
             )
-        await self._maybe_bundle(tid, True)
+        await self._maybe_bundle(tid, True, f"{unit}:{etag}")
 
     async def on_exhausted(self, job: PrepareJob | BundleJob, error: BaseException, attempts: int) -> None:
         """A job that used up its deliveries: record the failure instead of dropping it."""
@@ -317,8 +317,17 @@ class PrepareService:
             r, state="failed", errors=capped([*r.errors, f"bundle assembly {message}"])))
 
     # -- bundle ------------------------------------------------------------------------------
-    async def _maybe_bundle(self, tid: str, always: bool) -> None:
-        """Queue the bundle job when the record's counts say the trace may be complete."""
+    async def _maybe_bundle(self, tid: str, always: bool, unit: str) -> None:
+        """Queue the bundle job when the record's counts say the trace may be complete
+        (``always``: a timeline or a failed unit, which the kernel counts do not show), after
+        ``unit`` (``{unit}:{etag}``) was prepared or failed.
+
+        The job's de-dup id names ``unit``: a redelivered unit's job is dropped, but each unit
+        (and each new upload of one) queues its own. Timeline units change no count: with the
+        counts alone in the id, the second of two timeline files queued a duplicate of the
+        first one's job, which JetStream dropped, and the trace waited for ingest's
+        reconcile (about 20 s).
+        """
         record = await self._store.get(tid)
         if record is None or not record.sealed or record.state in ("ready", "failed"):
             return
@@ -328,7 +337,8 @@ class PrepareService:
         await self.bus.publish(
             subjects.JOB_PREPARE,
             BundleJob(trace_id=tid, reason="prepare: last unit prepared"),
-            msg_id=f"bundle:{tid}:{record.kernels_prepared}:{record.kernels_failed}:{record.sealed_at}",
+            msg_id=(f"bundle:{tid}:{record.kernels_prepared}:{record.kernels_failed}:"
+                    f"{record.sealed_at}:{unit}"),
         )
 
     async def assemble(self, tid: str, *, reason: str = "") -> TraceRecord | None:

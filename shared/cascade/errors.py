@@ -119,6 +119,20 @@ class TooManyError(CascadeError, RuntimeError):
         return {"error": self.code, "message": str(self), "limit": self.limit}
 
 
+class RateLimitedError(TooManyError):
+    """One client made too many attempts within a window (wrong sign-in codes): it may try
+    again after ``retry_after_s`` seconds (the api sends them as ``Retry-After``)."""
+
+    code = "too_many_attempts"
+
+    def __init__(self, message: str, *, limit: int, retry_after_s: int) -> None:
+        self.retry_after_s = retry_after_s
+        super().__init__(message, limit=limit)
+
+    def to_dict(self) -> dict[str, object]:
+        return {**super().to_dict(), "retry_after_s": self.retry_after_s}
+
+
 class UnknownGPUError(CascadeError, KeyError):
     """A GPU spec id or device name that Cascade does not know."""
 

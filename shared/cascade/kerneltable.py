@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import math
+import zipfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -222,11 +223,18 @@ class KernelTable:
 
     # ---- persistence -------------------------------------------------------------------
     def save_npz(self, path: str | Path | io.BufferedIOBase) -> None:
-        """Write as an uncompressed .npz (string columns stored as unicode arrays)."""
-        arrays = {}
-        for k, v in self._cols.items():
-            arrays[k] = v.astype(str) if v.dtype == _STR else v
-        np.savez(path, **arrays)  # type: ignore[arg-type]
+        """Write as a deflate-compressed .npz (string columns stored as unicode arrays).
+
+        Compressed because a unicode array is as wide as its longest string, four bytes a
+        character: the sample's 11 248 kernel names (up to 566 characters) are 25 MB stored,
+        under 2 MB deflated, which also loads faster. Any ``np.load`` reads either kind."""
+        # what np.savez_compressed writes, at deflate level 1: twice as fast as its level 6,
+        # and the padding that makes these arrays big goes at any level
+        with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+            for k, v in self._cols.items():
+                with zf.open(f"{k}.npy", "w", force_zip64=True) as fh:
+                    np.lib.format.write_array(fh, np.asanyarray(v.astype(str) if v.dtype == _STR else v),
+                                              allow_pickle=False)
 
     @classmethod
     def load_npz(cls, path: str | Path | io.BufferedIOBase) -> KernelTable:

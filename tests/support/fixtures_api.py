@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
@@ -63,6 +64,18 @@ def _sample_prediction() -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, np.nd
     return table, predicted, start, end, regime, e2e, npz
 
 
+@functools.cache
+def _sample_result() -> SimResult:
+    """:func:`build_result` of the sample prediction, under placeholder ids (see
+    :func:`make_finished_sim`)."""
+    table, predicted, start, end, regime, e2e, _npz = _sample_prediction()
+    return build_result(
+        run_id="run", sim_id="sim", trace_id="trace", config="SM90_H100", replica=0,
+        model="scaled", spec_id="SM90_H100", spec_hash="test", table=table,
+        predicted_ns=predicted, regime=regime, start_ns=start, end_ns=end, predicted_e2e_ns=e2e,
+        source_spec_id="SM90_H100")
+
+
 async def make_finished_sim(bus: Bus, storage: Storage, *, config: str = "SM90_H100",
                             workload: str = "facebook/opt-125m eager greedy generation",
                             steps: list[object] | None = None) -> FinishedSim:
@@ -70,14 +83,15 @@ async def make_finished_sim(bus: Bus, storage: Storage, *, config: str = "SM90_H
     tag = uuid.uuid4().hex[:8]
     trace_id, run_id = f"tv1-{tag}", f"run-v1{tag}"
     sim_id = f"{run_id}-{config.lower()}-r0"
-    table, predicted, start, end, regime, e2e, npz = _sample_prediction()
+    *_, e2e, npz = _sample_prediction()
     cal = load_calibration()
-    result = build_result(
-        run_id=run_id, sim_id=sim_id, trace_id=trace_id, config=config, replica=0, model="scaled",
-        spec_id=config, spec_hash="test", table=table, predicted_ns=predicted, regime=regime,
-        start_ns=start, end_ns=end, predicted_e2e_ns=e2e, created_at=time.time(),
-        source_spec_id="SM90_H100", calibration=f"{cal.id}@{cal.version}",
-        accuracy=expected_accuracy(cal, "SM90_H100", config, "kernel"), steps=steps)  # type: ignore[arg-type]
+    # build_result's summaries (top kernels, families, steps) are the same for every finished
+    # sim: made once per process (_sample_result), then only what names this sim changes
+    result = msgspec.structs.replace(
+        _sample_result(), run_id=run_id, sim_id=sim_id, trace_id=trace_id, config=config,
+        spec_id=config, created_at=time.time(), calibration=f"{cal.id}@{cal.version}",
+        accuracy=expected_accuracy(cal, "SM90_H100", config, "kernel"),
+        **({} if steps is None else {"steps": list(steps)}))
     # what write_result stores (kernels.npz, then result.json), the npz bytes built once
     await storage.put_bytes(kernels_key(run_id, sim_id), npz)
     key = result_key(run_id, sim_id)

@@ -38,6 +38,7 @@ from programs.embedded.procs import spawn, stop_popen, tail, wait_until
 from programs.embedded.seaweed import (
     generate_credentials,
     pick_ports,
+    port_was_taken,
     weed_mini_argv,
     write_s3_config,
 )
@@ -94,21 +95,45 @@ def _signed_request_works(endpoint: str, access: str, secret: str) -> bool:
         client.close()
 
 
+#: Starts on newly picked ports when one picked was taken before ``weed mini`` bound it.
+PORT_ATTEMPTS = 3
+
+
+class _PortTaken(RuntimeError):
+    pass
+
+
 def start_s3_server(base: Path, timeout: float = START_TIMEOUT_S) -> tuple[S3Server, subprocess.Popen[bytes]]:
-    """Start ``weed mini`` with data under ``base``; return once signed S3 requests succeed."""
+    """Start ``weed mini`` with data under ``base``; return once signed S3 requests succeed.
+
+    The ports are picked free and bound by ``weed mini`` a moment later; in between another
+    process (the other test workers start servers too, and make connections from ephemeral
+    ports) may take one: then weed exits saying so, and it starts again on other ports."""
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        try:
+            return _start_s3_server(base, timeout, attempt)
+        except _PortTaken:
+            continue
+    raise AssertionError("unreachable")
+
+
+def _start_s3_server(base: Path, timeout: float, attempt: int) -> tuple[S3Server, subprocess.Popen[bytes]]:
     t0 = time.monotonic()
     base.mkdir(parents=True, exist_ok=True)
     access, secret = generate_credentials()
     config = write_s3_config(base / "s3-identities.json", access, secret)
-    data = base / "data"
+    suffix = "" if attempt == 1 else f"-{attempt}"  # a data folder and log of each attempt's own
+    data = base / f"data{suffix}"
     data.mkdir(exist_ok=True)
-    log_path = base / "weed.log"
+    log_path = base / f"weed{suffix}.log"
     ports = pick_ports()
     proc = spawn(weed_mini_argv(weed_binary(), data, ports, config), log_path)
     endpoint = f"http://127.0.0.1:{ports.s3}"
 
     def ready() -> bool:
         if proc.poll() is not None:
+            if attempt < PORT_ATTEMPTS and port_was_taken(tail(log_path, 40)):
+                raise _PortTaken(tail(log_path, 40))
             raise RuntimeError(
                 f"weed mini exited with code {proc.returncode}; log {log_path}:\n{tail(log_path)}"
             )

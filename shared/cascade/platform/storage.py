@@ -25,6 +25,7 @@ import builtins
 import contextlib
 import datetime as dt
 import os
+import threading
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from pathlib import Path
 from types import TracebackType
@@ -60,6 +61,19 @@ DEFAULT_PART_SIZE = 8 * MiB
 MAX_PRESIGN_TTL = 7 * 24 * 3600
 
 _NOT_FOUND_CODES = frozenset({"404", "NoSuchKey", "NoSuchBucket", "NotFound", "NoSuchUpload"})
+
+_SESSIONS = threading.local()
+
+
+def _session() -> Any:
+    """This thread's aiobotocore session, made once: a new session loads and parses botocore's
+    S3 model files (megabytes of JSON) for its first client, about 60 ms of CPU for every
+    :meth:`Storage.open`; a session's clients share what it loaded. (Sessions are not for
+    sharing across threads.)"""
+    session = getattr(_SESSIONS, "session", None)
+    if session is None:
+        session = _SESSIONS.session = get_session()
+    return session
 
 
 class StorageSettings(Protocol):
@@ -224,7 +238,7 @@ class Storage:
         if self._stack is not None:
             return
         stack = contextlib.AsyncExitStack()
-        session = get_session()
+        session = _session()
         common: dict[str, Any] = {
             "region_name": self.region,
             "aws_access_key_id": self._access_key,

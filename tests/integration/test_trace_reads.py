@@ -24,6 +24,7 @@ from cascade.platform.storage import Storage
 from cascade.platform.tracestore import FileRecord, UnitRecord
 from programs.bench._seed import Seeded, big_table, seed_state
 from services.api.app import create_app
+from tests.support.wait import wait_until
 
 KERNELS = 30_000
 
@@ -159,9 +160,14 @@ async def test_index_sees_other_writers_and_delete_purges(client: TestClient, bu
         await kv.put(unit_key(tid, f"kernel-{n + 1}"),
                      UnitRecord(unit=f"kernel-{n + 1}", kernel_id=n + 1, name=f"k{n}",
                                 state="prepared", row={"name": f"k{n}", "big": list(range(50))}))
-    detail = await _json(client, f"/api/traces/{tid}")
-    if len(detail["kernels"]) < 3:  # the units may trail the record by a moment
-        detail = await _json(client, f"/api/traces/{tid}")
+    detail = await _json(client, f"/api/traces/{tid}")  # found at once (a miss waits for the watch)
+    if len(detail["kernels"]) < 3:  # the units, written after the record, may trail it a moment
+
+        async def all_units() -> dict[str, Any] | None:
+            again = await _json(client, f"/api/traces/{tid}")
+            return again if len(again["kernels"]) == 3 else None
+
+        detail = await wait_until(all_units, 10, what=f"the api's index to show {tid}'s 3 units")
     assert detail["state"] == "preparing" and detail["progress"]["units"] == 3
     assert [k["kernel_id"] for k in detail["kernels"]] == [1, 2, 3]
     assert "row" not in detail["kernels"][0]

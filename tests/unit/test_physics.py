@@ -240,7 +240,7 @@ def test_e2e_protocol_scores_whole_models_and_operators() -> None:
     cells = e2e.operator_cells(ops, cal, reg, variants=("target uncalibrated",))
     per = {(s.model, s.group): s.mean_pct for s in e2e.summarize([], cells)}
     assert per[("scaled", "all")] < per[("roofline", "all")]
-    for fam in ("gemm", "gemv", "conv", "loss", "scan", "norm", "pool"):
+    for fam in ("gemm", "gemv", "conv", "loss", "scan", "norm", "pool", "elementwise"):
         assert per[("scaled", fam)] < per[("roofline", fam)], fam
     # norms: a LayerNorm over 16 long rows is starved of blocks on every GPU (4-19% of bandwidth)
     assert per[("scaled", "norm")] < 20.0
@@ -278,6 +278,38 @@ def test_a_kernel_starved_of_parallelism_scales_by_the_clock_not_the_bandwidth()
     many = predict(KernelTable.from_rows([{**norm, "grid_x": 108 * 2 * 100, "block_x": 512}]), t4.id,
                    source=a100.id, model="scaled").predicted_ns[0]
     assert many > 2.0 * few
+
+
+def test_a_chain_of_kernels_moves_its_intermediates_through_l2_where_they_fit() -> None:
+    """KernelBench's MinGPT GELU is eight elementwise kernels over 16 MB tensors (32 MB in and out,
+    four distinct aten operators): 1.21 ms on a T4 (4 MB L2) and 0.618 on an A10 (6 MB), where each
+    kernel's tensors stream from DRAM, but 0.098 ms on an L40S (96 MB L2) and 0.199 on an A100
+    (40 MB), where they stay in L2. The bandwidth ratio says 0.45 ms on the T4 from the L40S; the
+    chain's traffic at each GPU's level says about 1.2."""
+    reg = default_registry()
+    t4, a100, l40s = reg.get("SM75_T4"), reg.get("SM80_A100_SXM_40GB"), reg.get("SM89_L40S")
+    gelu = {"name": "88_MinGPTNewGelu.py", "op": "elementwise", "dtype": "fp32", "bytes": 3.2e7, "kernels": 4}
+    measured = {t4.id: 1.21e6, a100.id: 0.199e6, l40s.id: 0.0981e6}
+    cfg = e2e._config("scaled", "kernelbench")
+    for src, dst in ((l40s.id, t4.id), (t4.id, l40s.id), (t4.id, a100.id), (a100.id, t4.id)):
+        table = KernelTable.from_rows([{**gelu, "duration_ns": measured[src]}])
+        got = predict(table, dst, source=src, model="scaled", config=cfg).predicted_ns[0]
+        assert abs(got / measured[dst] - 1.0) < 0.25, (src, dst, got, measured[dst])
+    # the hit fraction: none where the set is many times the L2, half at its size, all well under it
+    h = perf.l2_hit_fraction(np.array([3.2e7, t4.l2_bytes, 1e5]), t4)
+    assert h[0] < 0.01 and h[1] == pytest.approx(0.5) and h[2] > 0.99
+    # not a chain: one kernel over the same bytes streams them from DRAM on every GPU
+    one = KernelTable.from_rows([{**gelu, "kernels": 1, "duration_ns": measured[l40s.id]}])
+    single = predict(one, t4.id, source=l40s.id, model="scaled", config=cfg).predicted_ns[0]
+    assert single < 0.5 * measured[t4.id]
+    # a reduction's chain (a loss, a scan) works on reduced data after its first kernel: no L2 rule
+    loss = KernelTable.from_rows([{**gelu, "op": "reduce", "duration_ns": measured[l40s.id]}])
+    reduced = predict(loss, t4.id, source=l40s.id, model="scaled", config=cfg).predicted_ns[0]
+    assert reduced < 0.5 * measured[t4.id]
+    # a chain over a kilobyte is the host issuing its operators (about 15 us each): it keeps its time
+    tiny = KernelTable.from_rows([{**gelu, "bytes": 1028.0, "duration_ns": 72.7e3}])
+    host = predict(tiny, t4.id, source=a100.id, model="scaled", config=cfg).predicted_ns[0]
+    assert 0.7 < host / 72.7e3 < 1.5
 
 
 def test_a_whole_trace_quotes_the_end_to_end_figure_widened_for_what_nothing_covers() -> None:

@@ -192,6 +192,9 @@ class ScaledModel:
             single = table["kernels"] <= 1
             slow = perf.starved(w_src, inferred, single, t_src, fs, ms)
             pred = np.where(slow, perf.starved_ns(w_src, t_src, fs, ft, ms, mt, src, target), pred)
+            kernels = table["kernels"]
+            chain = perf.chained(w_src, inferred, kernels, t_src, fs, src, target)
+            pred = np.where(chain, perf.chain_ns(w_src, kernels, t_src, fs, ft, src, target), pred)
         grid = cal.residual_table(cfg.measurement, target) if src.arch != target.arch else None
         cells: dict[float, np.ndarray] = {}
         if grid is not None and cfg.residuals:

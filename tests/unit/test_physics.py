@@ -336,6 +336,26 @@ def test_only_the_same_sm_design_carries_a_kernels_whole_deviation() -> None:
         assert two / one == pytest.approx(1.21 ** exponent, rel=1e-6), target
 
 
+def test_a_traced_convolution_carries_the_convolution_exponent_fitted_on_kernelbench() -> None:
+    """cuDNN picks each GPU's own algorithm whether a harness or a profiler timed the call: a
+    context with no convolution data (per-kernel traces, NeuSight) takes KernelBench's exponent,
+    and a traced implicit-GEMM convolution from a V100 carries half its deviation to an A100."""
+    from cascade.calibration import load_calibration
+
+    cal = load_calibration()
+    fitted = cal.transfer[e2e.KERNELBENCH_CONTEXT].conv
+    assert fitted is not None and 0.0 < fitted < 1.0
+    for context in ("kernel", "neusight", "neusight-bmm"):
+        assert cal.transfer_for(context).conv == fitted, context
+    conv = {"name": "volta_scudnn_128x64_relu_interior_nn_v1", "op": "conv", "dtype": "fp32",
+            "flops": 2.0e10, "bytes": 6.0e7, "duration_ns": 2.0e6}
+    base = predict(KernelTable.from_rows([conv]), "SM80_A100_SXM_40GB", source="SM70_V100_PCIE_32GB",
+                   model="scaled").predicted_ns[0]
+    slower = predict(KernelTable.from_rows([{**conv, "duration_ns": 1.21 * 2.0e6}]), "SM80_A100_SXM_40GB",
+                     source="SM70_V100_PCIE_32GB", model="scaled").predicted_ns[0]
+    assert slower / base == pytest.approx(1.21 ** fitted, rel=1e-6)
+
+
 def test_a_whole_trace_quotes_the_end_to_end_figure_widened_for_what_nothing_covers() -> None:
     from cascade.calibration import load_calibration
     from cascade.calibration.accuracy import _e2e_row

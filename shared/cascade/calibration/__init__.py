@@ -342,9 +342,15 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
 
     def transfer_for(self, measurement: str | None) -> Transfer:
         """Transfer exponents for a measurement kind (``neusight-bmm`` -> ``neusight``): its
-        context's fit, else the per-kernel (``kernel``) context's, else the globals."""
+        context's fit, else the per-kernel (``kernel``) context's, else the globals. A context
+        whose data had no convolutions takes the convolution exponent of one whose data had
+        (KernelBench's): cuDNN picks each GPU's own algorithm however the time was taken, and at
+        a convolution's milliseconds a harness's per-call cost is noise."""
         found = self.transfer.get(measurement_context(measurement) or "kernel") or self.transfer.get("kernel")
         if found is not None:
+            if found.conv is None:
+                conv = next((t.conv for _, t in sorted(self.transfer.items()) if t.conv is not None), None)
+                found = msgspec.structs.replace(found, conv=conv)
             return found
         g = self.globals
         return Transfer(gemm=g.alpha_gemm, gemm_memory=g.alpha_gemm, other=g.alpha_other)

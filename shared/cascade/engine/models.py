@@ -132,8 +132,8 @@ class ScaledModel:
     The per-kernel ratio comes from :mod:`cascade.engine.perf` evaluated on both GPUs
     (regime per kernel from compute vs memory vs fixed time; tile sizes from kernel
     names on the same architecture, the target architecture's typical tile otherwise).
-    Between architectures, the exponent alpha (calibrated) shrinks a kernel's measured
-    deviation from the model before carrying it over (same architecture: carried in full,
+    Between SM designs (sm_version: GA100 is not GA102), the exponent alpha (calibrated) shrinks a kernel's measured
+    deviation from the model before carrying it over (same SM design: carried in full,
     so source == target reproduces the measured times). Rows without a source time use
     the target model alone.
     """
@@ -174,7 +174,7 @@ class ScaledModel:
         ag = cfg.alpha_gemm if cfg.alpha_gemm is not None else tr.gemm
         am = cfg.alpha_gemm if cfg.alpha_gemm is not None else tr.gemm_memory
         ao = cfg.alpha_other if cfg.alpha_other is not None else tr.other
-        if src.arch == target.arch:
+        if src.sm_version == target.sm_version:
             ag = am = ao = 1.0
         with np.errstate(invalid="ignore", divide="ignore"):
             share = ms.compute_ns / (ms.compute_ns + ms.memory_ns)
@@ -183,7 +183,7 @@ class ScaledModel:
         # a GEMV streams its weights like any memory-bound kernel: its measured bandwidth
         # fraction carries over as a streaming kernel's does (no GEMM tile fit covers it)
         alpha = np.where(perf.streams_weights(w), ao, alpha)
-        if tr.conv is not None and src.arch != target.arch:  # cuDNN's choice of algorithm is the GPU's
+        if tr.conv is not None and src.sm_version != target.sm_version:  # cuDNN's choice of algorithm is the GPU's
             alpha = np.where(perf.convolutions(w, names), tr.conv, alpha)
         with np.errstate(invalid="ignore", divide="ignore"):
             pred = mt.total_ns * (t_src / ms.total_ns) ** alpha
@@ -192,6 +192,9 @@ class ScaledModel:
             single = table["kernels"] <= 1
             slow = perf.starved(w_src, inferred, single, t_src, fs, ms)
             pred = np.where(slow, perf.starved_ns(w_src, t_src, fs, ft, ms, mt, src, target), pred)
+            kernels = table["kernels"]
+            chain = perf.chained(w_src, inferred, kernels, t_src, fs, src, target)
+            pred = np.where(chain, perf.chain_ns(w_src, kernels, t_src, fs, ft, src, target), pred)
         grid = cal.residual_table(cfg.measurement, target) if src.arch != target.arch else None
         cells: dict[float, np.ndarray] = {}
         if grid is not None and cfg.residuals:

@@ -712,6 +712,77 @@ def starved_ns(w: Workload, t_src: np.ndarray, fixed_src: float, fixed_tgt: floa
     return fixed_tgt + mt.work_ns + rest * (src.clock_hz / target.clock_hz) * (wt / ws)
 
 
+#: Host time PyTorch eager spends issuing each operator of a chain after the first (Python, dispatch
+#: and launch): KernelBench's multi-operator rows that move almost nothing (a hinge loss over 1 KB:
+#: four operators, 70-90 us a call against a one-operator floor of 25 us; cosine similarity, nine
+#: operators, 140-205 us) spend about 15 us per extra operator, on every GPU.
+CHAIN_ISSUE_US = 15.0
+#: A chain is taken as device-bound on the source only when its measured work is this many times
+#: the host's issue time (in between, the host may be what was timed).
+CHAIN_DEVICE_MARGIN = 1.5
+#: Steepness of the L2 hit fraction of a chain's intermediates against its working set over the
+#: L2 capacity (:func:`l2_hit_fraction`).
+L2_FIT_STEEPNESS = 4.0
+
+
+def l2_hit_fraction(nbytes: np.ndarray, spec: GPUSpec) -> np.ndarray:
+    """Fraction of a kernel chain's intermediate traffic served by L2: each kernel reads what the
+    one before wrote, and that stays in L2 when one kernel's working set (about the chain's own
+    inputs and outputs, ``nbytes``) fits: 1 / (1 + (set / L2)^4), half at a set the size of L2."""
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        h = 1.0 / (1.0 + (np.nan_to_num(nbytes, nan=np.inf) / spec.l2_bytes) ** L2_FIT_STEEPNESS)
+    return np.where(np.isfinite(h), h, 0.0)
+
+
+def chain_bandwidth(nbytes: np.ndarray, spec: GPUSpec) -> np.ndarray:
+    """Bandwidth (bytes/s) a chain's intermediate traffic moves at: L2 for the part that hits
+    (:func:`l2_hit_fraction`), DRAM for the rest."""
+    h = l2_hit_fraction(nbytes, spec)
+    return 1.0 / ((1.0 - h) / spec.bandwidth_bps + h / spec.l2_bandwidth_bps)
+
+
+#: Most traffic a kernel of a chain moves, in passes over the chain's own inputs and outputs (an
+#: elementwise kernel reads one or two operands of the chain's size and writes one): a device time
+#: that implies more was not spent moving data (a scan's dependent steps, a loss's launches over a
+#: few kilobytes).
+CHAIN_MAX_PASSES = 4.0
+
+
+def chained(w: Workload, inferred: np.ndarray, kernels: np.ndarray, t_src: np.ndarray,
+            fixed_src: float, src: GPUSpec, target: GPUSpec) -> np.ndarray:
+    """Rows that time a traffic-bound chain of memory-class kernels: ``kernels`` > 1 and bytes
+    known (a harness timing an operator that dispatches several, like MinGPT's GELU), their bytes
+    the chain's inputs and outputs only, so that its intermediates move through L2 or DRAM as they
+    fit. The chain's measured work must be device time (over :data:`CHAIN_DEVICE_MARGIN` x the
+    host's issue time of its extra operators) that its traffic explains: at the bandwidth of the
+    level that holds its intermediates on the source (:func:`chain_bandwidth`), at most
+    :data:`CHAIN_MAX_PASSES` passes over its bytes per kernel."""
+    # a gather follows its chain of loads; a reduction's later kernels work on reduced data (a
+    # loss, a scan): neither's time is passes over its bytes
+    streaming = ((ops.work_class(w.family) == ops.MEMORY_CLASS) & (w.family != ops.EMBEDDING)
+                 & (w.family != ops.REDUCE))
+    work = np.maximum(np.nan_to_num(t_src, nan=0.0) - fixed_src, 0.0)
+    issue = np.maximum(kernels - 1, 0) * CHAIN_ISSUE_US * 1e3
+    with np.errstate(invalid="ignore", divide="ignore"):
+        passes = work * 1e-9 * chain_bandwidth(w.bytes, src) / w.bytes
+        on_target = work * chain_bandwidth(w.bytes, src) / chain_bandwidth(w.bytes, target)
+    return (streaming & (inferred == 0) & (w.bytes > 0) & (kernels > 1)
+            & (np.minimum(work, on_target) >= CHAIN_DEVICE_MARGIN * issue) & np.isfinite(passes)
+            & (passes <= CHAIN_MAX_PASSES * kernels))
+
+
+def chain_ns(w: Workload, kernels: np.ndarray, t_src: np.ndarray, fixed_src: float, fixed_tgt: float,
+             src: GPUSpec, target: GPUSpec) -> np.ndarray:
+    """Target time of a :func:`chained` row: its measured work is the traffic of its kernels at the
+    bandwidth of the level that held its intermediates on the source, moved at the target's
+    (:func:`chain_bandwidth`), but no less than the host's issue time of its extra operators
+    (:data:`CHAIN_ISSUE_US` each, the same on any GPU)."""
+    work = np.maximum(np.nan_to_num(t_src, nan=0.0) - fixed_src, 0.0)
+    issue = np.maximum(kernels - 1, 0) * CHAIN_ISSUE_US * 1e3
+    ratio = chain_bandwidth(w.bytes, src) / chain_bandwidth(w.bytes, target)
+    return fixed_tgt + np.maximum(issue, work * ratio)
+
+
 def latency_ratios(src: GPUSpec, target: GPUSpec) -> tuple[float, float]:
     """Target / source time of a latency-bound kernel: the clock ratio (a dependent chain of
     instructions) and the DRAM latency ratio (a dependent chain of loads)."""

@@ -128,9 +128,9 @@ def _end_to_end(args: argparse.Namespace, cal: object, reg: object) -> int:
             raise ValidationError(f"{ops_file}: --fit-transfer fits on KernelBench, which is not there", field="data")
         fitted = e2e.fit_transfer(ops, cal, reg)
         logo, per_gpu = e2e.transfer_logo(ops, cal, reg)
-        cal = e2e.with_transfer(cal, e2e.KERNELBENCH_CONTEXT, fitted)
-        print(f"cascade validate: kernelbench transfer fitted on every pair: {fitted}; with each GPU left out: "
-              + "; ".join(f"{g} {t}" for g, t in per_gpu.items()), file=sys.stderr)
+        cal = e2e.with_fit(cal, fitted)
+        print(f"cascade validate: kernelbench transfer and window work fitted on every pair: {fitted}; with each "
+              "GPU left out: " + "; ".join(f"{g} {t}" for g, t in per_gpu.items()), file=sys.stderr)
     whole = e2e.whole_cells(runs, cal, reg)
     operators = (e2e.operator_cells(ops, cal, reg) if ops is not None else []) + logo
     summary = e2e.summarize(whole, operators)
@@ -138,7 +138,7 @@ def _end_to_end(args: argparse.Namespace, cal: object, reg: object) -> int:
     if args.record:
         target = load_calibration(args.record)
         if fitted is not None:
-            target = e2e.with_transfer(target, e2e.KERNELBENCH_CONTEXT, fitted)
+            target = e2e.with_fit(target, fitted)
         metrics = dict(target.metrics)
         metrics["end_to_end"] = e2e.metrics_rows(summary)
         metrics["end_to_end_anchored"] = e2e.metrics_rows(anchored)

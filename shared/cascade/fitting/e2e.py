@@ -40,6 +40,7 @@ import numpy as np
 
 from cascade.calibration import Calibration, Transfer
 from cascade.calibration.accuracy import OPERATOR_LOGO_VARIANT
+from cascade.engine import perf
 from cascade.engine.models import RooflineConfig, ScaledConfig
 from cascade.engine.predict import predict
 from cascade.errors import TraceFormatError, UnknownGPUError
@@ -362,15 +363,31 @@ def metrics_rows(summaries: Sequence[Summary]) -> list[dict[str, object]]:
 
 #: Exponents :func:`fit_transfer` tries (0: the target model alone; 1: the source's whole deviation).
 TRANSFER_GRID: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+#: FP32 FLOPs per byte :func:`fit_transfer` tries for each window kernel kind
+#: (:attr:`Calibration.window_simt`; 0: no window roof).
+WINDOW_GRID: tuple[float, ...] = (0.0, 8.0, 16.0, 24.0, 32.0, 48.0, 64.0, 96.0, 128.0, 192.0, 256.0)
 #: The measurement context KernelBench's harness times belong to.
 KERNELBENCH_CONTEXT = "kernelbench"
 #: The variant of the operator protocol whose transfer was fitted without the target.
 LOGO_VARIANT = OPERATOR_LOGO_VARIANT
 
 
+class KernelBenchFit(msgspec.Struct, frozen=True, kw_only=True):
+    """What :func:`fit_transfer` fits on KernelBench: the context's transfer exponents and the
+    window kernels' CUDA-core work per byte (a kernel property, so every context's)."""
+
+    transfer: Transfer
+    window_simt: dict[str, float] = {}
+
+
 def with_transfer(cal: Calibration, context: str, tr: Transfer) -> Calibration:
     """``cal`` with ``tr`` as the transfer exponents of measurement ``context``."""
     return msgspec.structs.replace(cal, transfer={**cal.transfer, context: tr})
+
+
+def with_fit(cal: Calibration, fit: KernelBenchFit, context: str = KERNELBENCH_CONTEXT) -> Calibration:
+    """``cal`` with ``fit``'s exponents for ``context`` and its window kernels' work per byte."""
+    return msgspec.structs.replace(with_transfer(cal, context, fit.transfer), window_simt=dict(fit.window_simt))
 
 
 def _operator_mape(ops: OperatorSet, cal: Calibration, reg: GPURegistry, leave_out: str | None) -> float:
@@ -380,37 +397,41 @@ def _operator_mape(ops: OperatorSet, cal: Calibration, reg: GPURegistry, leave_o
 
 
 def fit_transfer(ops: OperatorSet, cal: Calibration, reg: GPURegistry, *,
-                 leave_out: str | None = None, context: str = KERNELBENCH_CONTEXT) -> Transfer:
-    """The transfer exponents of ``context`` (GEMMs, convolutions, every other kernel) that make
-    the operator protocol's mean error into uncalibrated targets least: coordinate descent over
-    :data:`TRANSFER_GRID`, two passes, from the exponents ``cal`` has. ``leave_out``: fitted on
-    the pairs between the other GPUs only (leave one GPU out)."""
+                 leave_out: str | None = None, context: str = KERNELBENCH_CONTEXT) -> KernelBenchFit:
+    """The transfer exponents of ``context`` (GEMMs, convolutions, every other kernel) and the
+    window kernels' FP32 FLOPs per byte (:data:`cascade.engine.perf.WINDOW_KINDS`) that make the
+    operator protocol's mean error into uncalibrated targets least: coordinate descent over
+    :data:`TRANSFER_GRID` and :data:`WINDOW_GRID`, two passes, from what ``cal`` has. ``leave_out``:
+    fitted on the pairs between the other GPUs only (leave one GPU out)."""
     start = cal.transfer_for(context)
     cur = {"gemm": start.gemm, "other": start.other, "conv": start.other if start.conv is None else start.conv}
+    cur.update({f"window:{k}": float(cal.window_simt.get(k, 0.0)) for k in perf.WINDOW_KINDS})
 
-    def make(values: dict[str, float]) -> Transfer:
-        return Transfer(gemm=values["gemm"], gemm_memory=values["gemm"], other=values["other"],
-                        conv=values["conv"])
+    def make(values: dict[str, float]) -> KernelBenchFit:
+        tr = Transfer(gemm=values["gemm"], gemm_memory=values["gemm"], other=values["other"], conv=values["conv"])
+        return KernelBenchFit(transfer=tr, window_simt={k: values[f"window:{k}"] for k in perf.WINDOW_KINDS
+                                                        if values[f"window:{k}"] > 0})
 
     for _ in range(2):
-        for key in ("conv", "gemm", "other"):
-            scores = {v: _operator_mape(ops, with_transfer(cal, context, make({**cur, key: v})), reg, leave_out)
-                      for v in TRANSFER_GRID}
+        for key in list(cur):
+            grid = WINDOW_GRID if key.startswith("window:") else TRANSFER_GRID
+            scores = {v: _operator_mape(ops, with_fit(cal, make({**cur, key: v}), context), reg, leave_out)
+                      for v in grid}
             cur[key] = min(scores, key=lambda v: (scores[v], abs(v - cur[key])))
     return make(cur)
 
 
 def transfer_logo(ops: OperatorSet, cal: Calibration, reg: GPURegistry, *,
-                  context: str = KERNELBENCH_CONTEXT) -> tuple[list[OperatorCell], dict[str, Transfer]]:
-    """Leave one GPU out: for every GPU, the exponents fitted without it (:func:`fit_transfer`) and
-    the operator cells into it under them (variant :data:`LOGO_VARIANT`): the honest figure for a
-    GPU the fit never saw."""
+                  context: str = KERNELBENCH_CONTEXT) -> tuple[list[OperatorCell], dict[str, KernelBenchFit]]:
+    """Leave one GPU out: for every GPU, the exponents and window work fitted without it
+    (:func:`fit_transfer`) and the operator cells into it under them (variant
+    :data:`LOGO_VARIANT`): the honest figure for a GPU the fit never saw."""
     out: list[OperatorCell] = []
-    fitted: dict[str, Transfer] = {}
+    fitted: dict[str, KernelBenchFit] = {}
     for gpu in sorted(ops.times_ns):
-        tr = fit_transfer(ops, cal, reg, leave_out=gpu, context=context)
-        fitted[gpu] = tr
-        cells = operator_cells(ops, with_transfer(cal, context, tr), reg, variants=("target uncalibrated",),
+        fit = fit_transfer(ops, cal, reg, leave_out=gpu, context=context)
+        fitted[gpu] = fit
+        cells = operator_cells(ops, with_fit(cal, fit, context), reg, variants=("target uncalibrated",),
                                models=("scaled",))
         out += [msgspec.structs.replace(c, variant=LOGO_VARIANT) for c in cells if c.target == gpu]
     return out, fitted

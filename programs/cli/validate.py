@@ -30,8 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         "(end_to_end), the figures whole-trace predictions then quote")
     p.add_argument("--fit-transfer", action="store_true",
                    help="with --e2e: fit how much of a KernelBench operator's measured deviation carries to "
-                        "another GPU (GEMMs, convolutions, the rest) on the kernelbench pairs, score it with "
-                        "each GPU left out of the fit, and use it (with --record: keep it in FILE; 15 s)")
+                        "another GPU (GEMMs, convolutions, the rest) and the window kernels' CUDA-core work per "
+                        "byte (convolutions, depthwise, pooling) on the kernelbench pairs, score them with "
+                        "each GPU left out of the fit, and use them (with --record: keep them in FILE; 50 s)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     from cascade.fitting.options import add_model_options
 

@@ -435,3 +435,70 @@ def transfer_logo(ops: OperatorSet, cal: Calibration, reg: GPURegistry, *,
                                models=("scaled",))
         out += [msgspec.structs.replace(c, variant=LOGO_VARIANT) for c in cells if c.target == gpu]
     return out, fitted
+
+
+@dataclass(frozen=True, slots=True)
+class EndToEnd:
+    """One run of the end-to-end protocol over a data directory (:func:`end_to_end`)."""
+
+    calibration: Calibration
+    """The calibration the cells were scored with (the KernelBench fit applied, where made)."""
+    fitted: KernelBenchFit | None
+    """The KernelBench fit on every pair (None: not asked for)."""
+    left_out: dict[str, KernelBenchFit]
+    """GPU -> the fit made without it (empty: no leave-one-GPU-out)."""
+    whole: list[WholeCell]
+    operators: list[OperatorCell]
+    """Every operator cell, the left-out variant's among them."""
+    summary: list[Summary]
+    anchored: list[Summary]
+
+    def record(self, target: Calibration) -> Calibration:
+        """``target`` with this run's KernelBench fit (where made) and its summaries as the
+        ``end_to_end`` / ``end_to_end_anchored`` metrics, the figures whole traces quote."""
+        out = with_fit(target, self.fitted) if self.fitted is not None else target
+        metrics = {**out.metrics, "end_to_end": metrics_rows(self.summary),
+                   "end_to_end_anchored": metrics_rows(self.anchored)}
+        return msgspec.structs.replace(out, metrics=metrics)
+
+
+#: Where :func:`end_to_end` finds its two data sets under a data directory.
+WHOLE_DIR = "neusight-e2e"
+KERNELBENCH_FILE = Path("kernelbench") / "kernelbench_level1.csv"
+
+
+def has_data(root: str | Path) -> bool:
+    """Whether ``root`` holds either data set of the end-to-end protocol."""
+    return (Path(root) / WHOLE_DIR).is_dir() or (Path(root) / KERNELBENCH_FILE).is_file()
+
+
+def end_to_end(root: str | Path, cal: Calibration, reg: GPURegistry, *, fit: bool = False,
+               leave_one_gpu_out: bool = True) -> EndToEnd:
+    """The end-to-end protocol over ``root`` (``neusight-e2e/`` and ``kernelbench/``, either may be
+    missing): with ``fit``, first the KernelBench transfer exponents and window work
+    (:func:`fit_transfer`; with ``leave_one_gpu_out`` also each GPU's fit without it and the cells
+    into it, :func:`transfer_logo`), then every whole-model and operator cell, summarised."""
+    from cascade.errors import ValidationError
+
+    base = Path(root)
+    whole_dir, ops_file = base / WHOLE_DIR, base / KERNELBENCH_FILE
+    if not has_data(base):
+        raise ValidationError(f"{base}: neither {WHOLE_DIR}/ nor {KERNELBENCH_FILE} is there "
+                              "(point --data at ../shared/data/measured)", field="data")
+    runs = load_neusight_e2e(whole_dir, reg) if whole_dir.is_dir() else []
+    ops = load_kernelbench(ops_file, reg) if ops_file.is_file() else None
+    fitted: KernelBenchFit | None = None
+    logo: list[OperatorCell] = []
+    per_gpu: dict[str, KernelBenchFit] = {}
+    if fit:
+        if ops is None:
+            raise ValidationError(f"{ops_file}: the transfer is fitted on KernelBench, which is not there",
+                                  field="data")
+        fitted = fit_transfer(ops, cal, reg)
+        if leave_one_gpu_out:
+            logo, per_gpu = transfer_logo(ops, cal, reg)
+        cal = with_fit(cal, fitted)
+    whole = whole_cells(runs, cal, reg)
+    operators = (operator_cells(ops, cal, reg) if ops is not None else []) + logo
+    return EndToEnd(calibration=cal, fitted=fitted, left_out=per_gpu, whole=whole, operators=operators,
+                    summary=summarize(whole, operators), anchored=summarize(whole, [], anchored=True))

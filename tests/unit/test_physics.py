@@ -386,12 +386,13 @@ def test_window_kernels_meet_the_cuda_cores_address_arithmetic_roof() -> None:
     assert worst_bare > 0.35  # without the roof: the L40S's and the A10G's bandwidth carried to the A100
     # which kernels gather windows: by name, in traces as in harness tables
     names = np.array(["conv_depthwise2d_forward_kernel", "max_pool_forward_nchw", "volta_scudnn_128x64_relu_interior_nn_v1",
-                      "87_conv_pointwise_2D.py", "elementwise_kernel", "86_conv_depthwise_separable_2D.py"])
-    ops_ = ["conv", "elementwise", "conv", "conv", "elementwise", "conv"]
+                      "87_conv_pointwise_2D.py", "elementwise_kernel", "86_conv_depthwise_separable_2D.py",
+                      "fx:bert_pooler_activation", "46_Average_Pooling_3D.py"])
+    ops_ = ["conv", "elementwise", "conv", "conv", "elementwise", "conv", "elementwise", "elementwise"]
     t = KernelTable.from_rows([{"name": n, "op": o, "dtype": "fp32", "bytes": 1e6, "duration_ns": 1e5}
                                for n, o in zip(names, ops_, strict=True)])
     kinds = perf.window_kinds(workload_of(t), names)
-    expect = ["depthwise", "pool", "conv", None, None, "conv"]
+    expect = ["depthwise", "pool", "conv", None, None, "conv", None, "pool"]
     assert [perf.WINDOW_KINDS[k - 1] if k else None for k in kinds] == expect
 
 

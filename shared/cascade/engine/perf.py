@@ -15,6 +15,8 @@ bandwidth).
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -796,6 +798,12 @@ WINDOW_KINDS: tuple[str, ...] = ("conv", "depthwise", "pool")
 NOT_WINDOW = 0
 
 
+#: A pooling kernel's or operator's name (PyTorch's ``max_pool_forward_nchw``,
+#: ``avg_pool2d_out_cuda_frame``, ``adaptive_avg_pool``..., KernelBench's ``Max_Pooling_2D``), not a
+#: BERT ``pooler`` (a linear layer and its tanh).
+_POOLING = re.compile(r"pooling|(max|avg|average)_?pool|adaptive\w*pool")
+
+
 def window_kinds(w: Workload, names: np.ndarray) -> np.ndarray:
     """Per kernel: 1 + its index in :data:`WINDOW_KINDS`, 0 for kernels that gather no window.
     A convolution by op or name (:func:`convolutions`), ``depthwise`` where the name says so
@@ -807,7 +815,9 @@ def window_kinds(w: Workload, names: np.ndarray) -> np.ndarray:
     lowered = np.char.lower(names.astype(str))
     conv = convolutions(w, names) & (np.char.find(lowered, "pointwise") < 0)
     depth = conv & (np.char.find(lowered, "depthwise") >= 0) & (np.char.find(lowered, "separable") < 0)
-    pool = ((ops.work_class(w.family) == ops.MEMORY_CLASS) & (np.char.find(lowered, "pool") >= 0)) & ~conv
+    uniq, inv = np.unique(lowered, return_inverse=True)  # each distinct name once
+    pooling = np.array([bool(_POOLING.search(n)) for n in uniq.tolist()], dtype=bool)[inv]
+    pool = (ops.work_class(w.family) == ops.MEMORY_CLASS) & pooling & ~conv
     out[conv] = WINDOW_KINDS.index("conv") + 1
     out[depth] = WINDOW_KINDS.index("depthwise") + 1
     out[pool] = WINDOW_KINDS.index("pool") + 1

@@ -16,7 +16,6 @@ bandwidth).
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass
 
 import numpy as np

@@ -53,6 +53,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {out}")
     for section, rows in cal.metrics.items():
         print(f"[{section}]")
+        if section.startswith("end_to_end"):  # the end-to-end protocol's summaries (cascade validate --e2e)
+            for r in rows:  # type: ignore[attr-defined]
+                if r["group"] == "all" and r["model"] == "scaled":
+                    print(f"  {r['dataset']:12s} {r['variant']:48s} cells={r['cells']:3d} mean {r['mean_pct']:6.2f} "
+                          f"worst {r['worst_pct']:6.2f}")
+            continue
         for r in rows:  # type: ignore[attr-defined]
             if r["family"] in ("all", "linear", "bmm") or r["kind"] == "vidur":
                 where = f" [{r['left_out']}]" if r.get("left_out") else ""

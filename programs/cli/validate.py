@@ -30,8 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         "(end_to_end), the figures whole-trace predictions then quote")
     p.add_argument("--fit-transfer", action="store_true",
                    help="with --e2e: fit how much of a KernelBench operator's measured deviation carries to "
-                        "another GPU (GEMMs, convolutions, the rest) on the kernelbench pairs, score it with "
-                        "each GPU left out of the fit, and use it (with --record: keep it in FILE; 15 s)")
+                        "another GPU (GEMMs, convolutions, the rest) and the window kernels' CUDA-core work per "
+                        "byte (convolutions, depthwise, pooling) on the kernelbench pairs, score them with "
+                        "each GPU left out of the fit, and use them (with --record: keep them in FILE; 50 s)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     from cascade.fitting.options import add_model_options
 
@@ -109,40 +110,18 @@ def _end_to_end(args: argparse.Namespace, cal: object, reg: object) -> int:
     from pathlib import Path
 
     from cascade.calibration import Calibration, load_calibration, save_calibration
-    from cascade.errors import ValidationError
     from cascade.fitting import e2e
     from cascade.gpus import GPURegistry
 
     assert isinstance(cal, Calibration) and isinstance(reg, GPURegistry)
     root = Path(args.data)
-    whole_dir, ops_file = root / "neusight-e2e", root / "kernelbench" / "kernelbench_level1.csv"
-    if not whole_dir.is_dir() and not ops_file.is_file():
-        raise ValidationError(f"{root}: neither neusight-e2e/ nor kernelbench/kernelbench_level1.csv is there "
-                              "(point --data at ../shared/data/measured)", field="data")
-    runs = e2e.load_neusight_e2e(whole_dir, reg) if whole_dir.is_dir() else []
-    ops = e2e.load_kernelbench(ops_file, reg) if ops_file.is_file() else None
-    fitted = None
-    logo: list[e2e.OperatorCell] = []
-    if args.fit_transfer:
-        if ops is None:
-            raise ValidationError(f"{ops_file}: --fit-transfer fits on KernelBench, which is not there", field="data")
-        fitted = e2e.fit_transfer(ops, cal, reg)
-        logo, per_gpu = e2e.transfer_logo(ops, cal, reg)
-        cal = e2e.with_transfer(cal, e2e.KERNELBENCH_CONTEXT, fitted)
-        print(f"cascade validate: kernelbench transfer fitted on every pair: {fitted}; with each GPU left out: "
-              + "; ".join(f"{g} {t}" for g, t in per_gpu.items()), file=sys.stderr)
-    whole = e2e.whole_cells(runs, cal, reg)
-    operators = (e2e.operator_cells(ops, cal, reg) if ops is not None else []) + logo
-    summary = e2e.summarize(whole, operators)
-    anchored = e2e.summarize(whole, [], anchored=True)
+    run = e2e.end_to_end(root, cal, reg, fit=args.fit_transfer)
+    cal, summary, anchored, whole, operators = run.calibration, run.summary, run.anchored, run.whole, run.operators
+    if run.fitted is not None:
+        print(f"cascade validate: kernelbench transfer and window work fitted on every pair: {run.fitted}; with each "
+              "GPU left out: " + "; ".join(f"{g} {t}" for g, t in run.left_out.items()), file=sys.stderr)
     if args.record:
-        target = load_calibration(args.record)
-        if fitted is not None:
-            target = e2e.with_transfer(target, e2e.KERNELBENCH_CONTEXT, fitted)
-        metrics = dict(target.metrics)
-        metrics["end_to_end"] = e2e.metrics_rows(summary)
-        metrics["end_to_end_anchored"] = e2e.metrics_rows(anchored)
-        save_calibration(msgspec.structs.replace(target, metrics=metrics), args.record)
+        save_calibration(run.record(load_calibration(args.record)), args.record)
         print(f"cascade validate: end_to_end metrics written to {args.record}", file=sys.stderr)
     if args.json:
         doc = {"calibration": {"id": cal.id, "version": cal.version, "digest": cal.digest()}, "data": str(root),

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from cascade.calibration import Calibration, load_calibration
+from cascade.engine import perf
 from cascade.errors import TraceFormatError, UnknownGPUError, ValidationError
 from cascade.fitting.fit import compass_search, heldout_mask
 from cascade.fitting.measured import discover, load_neusight, load_vidur, pairs
@@ -320,7 +321,16 @@ def test_tile_menus_keep_the_tiles_a_path_ran_often_enough() -> None:
 
 def test_cli_calibrate_fits_and_records_provenance_contexts_and_menus(small_data: Path, tmp_path: Path) -> None:
     out = tmp_path / "cal.json"
-    proc = subprocess.run([sys.executable, "-m", "programs.cli", "calibrate", "--data", str(small_data), "--out", str(out),
+    # beside the operator data, KernelBench's convolutions, pooling and GEMMs: the refit fits the
+    # transfer and window work on them and records the end-to-end figures (a refit that dropped
+    # them would leave whole traces quoting another fit's figures)
+    data = tmp_path / "data"
+    shutil.copytree(small_data, data)
+    (data / "kernelbench").mkdir()
+    lines = (MEASURED / "kernelbench" / "kernelbench_level1.csv").read_text().splitlines()
+    rows = [line for line in lines[1:] if line.split(",")[1] in ("conv", "pool", "gemm")][::2]
+    (data / "kernelbench" / "kernelbench_level1.csv").write_text("\n".join([lines[0], *rows]) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "programs.cli", "calibrate", "--data", str(data), "--out", str(out),
                            "--evals", "30", "--no-leave-one-gpu-out", "--shift", "extremes"],
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
@@ -331,13 +341,17 @@ def test_cli_calibrate_fits_and_records_provenance_contexts_and_menus(small_data
     assert shifted and {r["shift"] for r in shifted} == {"extremes"}  # type: ignore[union-attr]
     assert set(cal.contexts) == {"kernel", "neusight"}
     assert "SM75_T4" in cal.contexts["neusight"] and "SM80_A100" in cal.contexts["kernel"]
-    assert set(cal.transfer) == {"kernel", "neusight"}
     assert all(0 <= v <= 1 for t in cal.transfer.values() for v in (t.gemm, t.gemm_memory, t.other))
     assert cal.tile_menus["volta"]["simt"]  # from the V100's cuBLAS kernel names
     grid = cal.residuals["neusight-bmm"]["SM75_T4"]  # shape-residual grid from the fit rows
     assert grid.keys and len(grid.keys) == len(grid.values) == len(grid.rows) and min(grid.rows) >= grid.min_rows
     assert all(r["count"] > 0 for r in cal.metrics["heldout_shapes"])  # type: ignore[union-attr]
     assert "leave_one_gpu_out" not in cal.metrics
+    assert set(cal.transfer) == {"kernel", "neusight", "kernelbench"} and cal.transfer["kernelbench"].conv is not None
+    assert cal.window_simt and set(cal.window_simt) <= set(perf.WINDOW_KINDS)
+    e2e_rows = cal.metrics["end_to_end"]
+    assert {r["dataset"] for r in e2e_rows} == {"kernelbench"}  # type: ignore[index, union-attr]
+    assert not any("without it" in r["variant"] for r in e2e_rows)  # type: ignore[index, union-attr]
     # nothing to fit on: a clear error, exit 1, no file
     empty = tmp_path / "empty"
     empty.mkdir()

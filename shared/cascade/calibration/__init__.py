@@ -214,6 +214,12 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
     transfer: dict[str, Transfer] = {}
     """Measurement context -> transfer exponents fitted on data of that context (see
     :meth:`transfer_for`)."""
+    window_simt: dict[str, float] = {}
+    """Window kernel kind (:data:`cascade.engine.perf.WINDOW_KINDS`: ``conv``, ``depthwise``,
+    ``pool``) -> FP32 FLOPs per byte its address arithmetic costs on the CUDA cores, a kernel
+    property fitted on KernelBench (``cascade validate --e2e --fit-transfer``): a third roof beside
+    the counted FLOPs and the DRAM traffic (:func:`cascade.engine.perf.with_simt_roof`). Empty:
+    none (calibrations that predate it)."""
     residuals: dict[str, dict[str, ResidualTable]] = {}
     """Measurement kind (``neusight-bmm``, ``kernel``...) -> target spec id -> the GEMM error
     left on that target when predicted from another architecture, by shape (applied to such

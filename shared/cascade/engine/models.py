@@ -170,6 +170,11 @@ class ScaledModel:
         tgt_tiles = perf.target_tiles(w_tgt, target, cal, src)
         ms = perf.kernel_times(w_src, src, ps, cal, fs, src_tiles)
         mt = perf.kernel_times(w_tgt, target, pt, cal, ft, tgt_tiles)
+        if cal.window_simt:  # window kernels' address arithmetic: a roof of its own on each GPU
+            per_byte = perf.window_flops_per_byte(perf.window_kinds(w, names), cal.window_simt)
+            if per_byte.any():
+                ms = perf.with_simt_roof(ms, w_src, per_byte, src, ps, cal)
+                mt = perf.with_simt_roof(mt, w_tgt, per_byte, target, pt, cal)
         tr = cal.transfer_for(cfg.measurement)
         ag = cfg.alpha_gemm if cfg.alpha_gemm is not None else tr.gemm
         am = cfg.alpha_gemm if cfg.alpha_gemm is not None else tr.gemm_memory

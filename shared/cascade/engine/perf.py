@@ -15,6 +15,7 @@ bandwidth).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -781,6 +782,68 @@ def chain_ns(w: Workload, kernels: np.ndarray, t_src: np.ndarray, fixed_src: flo
     issue = np.maximum(kernels - 1, 0) * CHAIN_ISSUE_US * 1e3
     ratio = chain_bandwidth(w.bytes, src) / chain_bandwidth(w.bytes, target)
     return fixed_tgt + np.maximum(issue, work * ratio)
+
+
+#: Window kernels: each output gathers a window of inputs (a convolution's receptive field, a
+#: pooling window), and the address arithmetic of those gathers runs on the CUDA cores whatever
+#: path the multiply-adds take. Per byte moved it is a property of the kernel's kind
+#: (:attr:`Calibration.window_simt`, FP32 FLOPs per byte), and it makes a third roof: the GPUs
+#: with the most DRAM bandwidth per CUDA-core cycle hit it first. KernelBench's standard 2D
+#: convolutions reach 28-40% of a T4's and an A100's bandwidth (64 FP32 lanes per SM; the T4 at
+#: its sustained clock) but 53-67% of an A10's, A10G's and L40S's (128 lanes per SM); 3D pooling
+#: 33% of an A100's and 82% of an L40S's.
+WINDOW_KINDS: tuple[str, ...] = ("conv", "depthwise", "pool")
+#: Codes of :func:`window_kinds` (index into :data:`WINDOW_KINDS` + 1; 0: not a window kernel).
+NOT_WINDOW = 0
+
+
+#: A pooling kernel's or operator's name (PyTorch's ``max_pool_forward_nchw``,
+#: ``avg_pool2d_out_cuda_frame``, ``adaptive_avg_pool``..., KernelBench's ``Max_Pooling_2D``), not a
+#: BERT ``pooler`` (a linear layer and its tanh).
+_POOLING = re.compile(r"pooling|(max|avg|average)_?pool|adaptive\w*pool")
+
+
+def window_kinds(w: Workload, names: np.ndarray) -> np.ndarray:
+    """Per kernel: 1 + its index in :data:`WINDOW_KINDS`, 0 for kernels that gather no window.
+    A convolution by op or name (:func:`convolutions`), ``depthwise`` where the name says so
+    (one input channel per output: nothing to amortise the window over); a 1x1 (``pointwise``)
+    convolution is a GEMM, no window; ``pool`` where a memory-class kernel's name says pool."""
+    out = np.zeros(len(w), dtype=np.int8)
+    if len(w) == 0:
+        return out
+    lowered = np.char.lower(names.astype(str))
+    conv = convolutions(w, names) & (np.char.find(lowered, "pointwise") < 0)
+    depth = conv & (np.char.find(lowered, "depthwise") >= 0) & (np.char.find(lowered, "separable") < 0)
+    uniq, inv = np.unique(lowered, return_inverse=True)  # each distinct name once
+    pooling = np.array([bool(_POOLING.search(n)) for n in uniq.tolist()], dtype=bool)[inv]
+    pool = (ops.work_class(w.family) == ops.MEMORY_CLASS) & pooling & ~conv
+    out[conv] = WINDOW_KINDS.index("conv") + 1
+    out[depth] = WINDOW_KINDS.index("depthwise") + 1
+    out[pool] = WINDOW_KINDS.index("pool") + 1
+    return out
+
+
+def window_flops_per_byte(kinds: np.ndarray, per_kind: dict[str, float]) -> np.ndarray:
+    """FP32 FLOPs per byte of each kernel's window arithmetic (0 where none or not fitted)."""
+    table = np.array([0.0, *(per_kind.get(k, 0.0) for k in WINDOW_KINDS)])
+    return table[kinds]
+
+
+def with_simt_roof(t: KernelTimes, w: Workload, flops_per_byte: np.ndarray, spec: GPUSpec,
+                   params: ResolvedParams, cal: Calibration) -> KernelTimes:
+    """``t`` with the window roof: ``flops_per_byte`` x bytes at the CUDA cores' FP32 rate (its
+    fitted efficiency; a power-limited board's clock settling as for any long compute), where that
+    exceeds the DRAM time (it is the memory side's issue rate, not more FLOPs to add)."""
+    rate = matmul_simt_flops(spec, "fp32") * params.simt_eff
+    simt = flops_per_byte * np.nan_to_num(w.bytes) / rate * 1e9
+    simt = simt * clock_slowdown(simt, spec, cal.globals.clock_tau_ns, cal.globals.sustained_clock_scale)
+    bound = simt > t.memory_ns
+    if not bound.any():
+        return t
+    memory = np.where(bound, simt, t.memory_ns)
+    work = np.where(bound, smooth_max(t.compute_ns, memory, cal.globals.softness), t.work_ns)
+    return KernelTimes(compute_ns=t.compute_ns, memory_ns=memory, work_ns=work, fixed_ns=t.fixed_ns,
+                       total_ns=t.fixed_ns + work, regime=t.regime)
 
 
 def latency_ratios(src: GPUSpec, target: GPUSpec) -> tuple[float, float]:

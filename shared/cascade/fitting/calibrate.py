@@ -1,7 +1,8 @@
 """``cascade calibrate`` as a function: fit every measured data set of a directory
 (:func:`cascade.fitting.fit.fit_sets`), score the held-out shapes and the shifted-shape
-protocols (:mod:`cascade.fitting.shift`), and return the calibration with its metrics and
-the data files' digests.
+protocols (:mod:`cascade.fitting.shift`), fit KernelBench's transfer and window work and score
+the end-to-end protocol where its data sets are there (:func:`cascade.fitting.e2e.end_to_end`),
+and return the calibration with its metrics and the data files' digests.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from cascade.calibration import Calibration
+from cascade.fitting import e2e
 from cascade.fitting.fit import FitConfig, fit_sets, heldout_mask
 from cascade.fitting.measured import MeasuredSet, discover, pairs
 from cascade.fitting.shift import SHIFTS, shifted_rows
@@ -82,7 +84,7 @@ def fit_directory(directory: str | Path, *, holdout: float = 0.2, evals: int = 8
         metrics["shifted_shapes"] = shifted_rows(sets, shifts, evals=evals // 2, max_rows=max_rows,
                                                  rounds=rounds, registry=reg, log=log, config=config)
     now = _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
-    return Calibration(
+    fitted = Calibration(
         id="cascade-default", version=now[:10], created=now,
         command=(f"cascade calibrate --data {directory} --holdout {holdout} --evals {evals}"
                  + (" --thorough" if thorough else "") + ("" if leave_one_gpu_out else " --no-leave-one-gpu-out")
@@ -90,6 +92,14 @@ def fit_directory(directory: str | Path, *, holdout: float = 0.2, evals: int = 8
         data_files=_file_digests(sets, root), globals=cal.globals, specs=cal.specs,
         floors_ns=cal.floors_ns, tiles=cal.tiles, metrics=metrics, defaults=cal.defaults,
         contexts=cal.contexts, transfer=cal.transfer, tile_menus=cal.tile_menus, residuals=cal.residuals)
+    if e2e.has_data(root):
+        # KernelBench's transfer exponents and window work, and the whole-workload figures whole
+        # traces quote, made on this fit (a refit that dropped them would quote stale figures)
+        log("end-to-end protocol" + (" and the KernelBench fit" if (root / e2e.KERNELBENCH_FILE).is_file() else ""))
+        run = e2e.end_to_end(root, fitted, reg, fit=(root / e2e.KERNELBENCH_FILE).is_file(),
+                             leave_one_gpu_out=leave_one_gpu_out)
+        fitted = run.record(fitted)
+    return fitted
 
 
 def _summ(stats: Sequence[object]) -> list[dict[str, object]]:

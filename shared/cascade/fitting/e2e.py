@@ -40,6 +40,7 @@ import numpy as np
 
 from cascade.calibration import Calibration, Transfer
 from cascade.calibration.accuracy import OPERATOR_LOGO_VARIANT
+from cascade.engine import perf
 from cascade.engine.models import RooflineConfig, ScaledConfig
 from cascade.engine.predict import predict
 from cascade.errors import TraceFormatError, UnknownGPUError
@@ -362,15 +363,31 @@ def metrics_rows(summaries: Sequence[Summary]) -> list[dict[str, object]]:
 
 #: Exponents :func:`fit_transfer` tries (0: the target model alone; 1: the source's whole deviation).
 TRANSFER_GRID: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+#: FP32 FLOPs per byte :func:`fit_transfer` tries for each window kernel kind
+#: (:attr:`Calibration.window_simt`; 0: no window roof).
+WINDOW_GRID: tuple[float, ...] = (0.0, 8.0, 16.0, 24.0, 32.0, 48.0, 64.0, 96.0, 128.0, 192.0, 256.0)
 #: The measurement context KernelBench's harness times belong to.
 KERNELBENCH_CONTEXT = "kernelbench"
 #: The variant of the operator protocol whose transfer was fitted without the target.
 LOGO_VARIANT = OPERATOR_LOGO_VARIANT
 
 
+class KernelBenchFit(msgspec.Struct, frozen=True, kw_only=True):
+    """What :func:`fit_transfer` fits on KernelBench: the context's transfer exponents and the
+    window kernels' CUDA-core work per byte (a kernel property, so every context's)."""
+
+    transfer: Transfer
+    window_simt: dict[str, float] = {}
+
+
 def with_transfer(cal: Calibration, context: str, tr: Transfer) -> Calibration:
     """``cal`` with ``tr`` as the transfer exponents of measurement ``context``."""
     return msgspec.structs.replace(cal, transfer={**cal.transfer, context: tr})
+
+
+def with_fit(cal: Calibration, fit: KernelBenchFit, context: str = KERNELBENCH_CONTEXT) -> Calibration:
+    """``cal`` with ``fit``'s exponents for ``context`` and its window kernels' work per byte."""
+    return msgspec.structs.replace(with_transfer(cal, context, fit.transfer), window_simt=dict(fit.window_simt))
 
 
 def _operator_mape(ops: OperatorSet, cal: Calibration, reg: GPURegistry, leave_out: str | None) -> float:
@@ -380,37 +397,108 @@ def _operator_mape(ops: OperatorSet, cal: Calibration, reg: GPURegistry, leave_o
 
 
 def fit_transfer(ops: OperatorSet, cal: Calibration, reg: GPURegistry, *,
-                 leave_out: str | None = None, context: str = KERNELBENCH_CONTEXT) -> Transfer:
-    """The transfer exponents of ``context`` (GEMMs, convolutions, every other kernel) that make
-    the operator protocol's mean error into uncalibrated targets least: coordinate descent over
-    :data:`TRANSFER_GRID`, two passes, from the exponents ``cal`` has. ``leave_out``: fitted on
-    the pairs between the other GPUs only (leave one GPU out)."""
+                 leave_out: str | None = None, context: str = KERNELBENCH_CONTEXT) -> KernelBenchFit:
+    """The transfer exponents of ``context`` (GEMMs, convolutions, every other kernel) and the
+    window kernels' FP32 FLOPs per byte (:data:`cascade.engine.perf.WINDOW_KINDS`) that make the
+    operator protocol's mean error into uncalibrated targets least: coordinate descent over
+    :data:`TRANSFER_GRID` and :data:`WINDOW_GRID`, two passes, from what ``cal`` has. ``leave_out``:
+    fitted on the pairs between the other GPUs only (leave one GPU out)."""
     start = cal.transfer_for(context)
     cur = {"gemm": start.gemm, "other": start.other, "conv": start.other if start.conv is None else start.conv}
+    cur.update({f"window:{k}": float(cal.window_simt.get(k, 0.0)) for k in perf.WINDOW_KINDS})
 
-    def make(values: dict[str, float]) -> Transfer:
-        return Transfer(gemm=values["gemm"], gemm_memory=values["gemm"], other=values["other"],
-                        conv=values["conv"])
+    def make(values: dict[str, float]) -> KernelBenchFit:
+        tr = Transfer(gemm=values["gemm"], gemm_memory=values["gemm"], other=values["other"], conv=values["conv"])
+        return KernelBenchFit(transfer=tr, window_simt={k: values[f"window:{k}"] for k in perf.WINDOW_KINDS
+                                                        if values[f"window:{k}"] > 0})
 
     for _ in range(2):
-        for key in ("conv", "gemm", "other"):
-            scores = {v: _operator_mape(ops, with_transfer(cal, context, make({**cur, key: v})), reg, leave_out)
-                      for v in TRANSFER_GRID}
+        for key in list(cur):
+            grid = WINDOW_GRID if key.startswith("window:") else TRANSFER_GRID
+            scores = {v: _operator_mape(ops, with_fit(cal, make({**cur, key: v}), context), reg, leave_out)
+                      for v in grid}
             cur[key] = min(scores, key=lambda v: (scores[v], abs(v - cur[key])))
     return make(cur)
 
 
 def transfer_logo(ops: OperatorSet, cal: Calibration, reg: GPURegistry, *,
-                  context: str = KERNELBENCH_CONTEXT) -> tuple[list[OperatorCell], dict[str, Transfer]]:
-    """Leave one GPU out: for every GPU, the exponents fitted without it (:func:`fit_transfer`) and
-    the operator cells into it under them (variant :data:`LOGO_VARIANT`): the honest figure for a
-    GPU the fit never saw."""
+                  context: str = KERNELBENCH_CONTEXT) -> tuple[list[OperatorCell], dict[str, KernelBenchFit]]:
+    """Leave one GPU out: for every GPU, the exponents and window work fitted without it
+    (:func:`fit_transfer`) and the operator cells into it under them (variant
+    :data:`LOGO_VARIANT`): the honest figure for a GPU the fit never saw."""
     out: list[OperatorCell] = []
-    fitted: dict[str, Transfer] = {}
+    fitted: dict[str, KernelBenchFit] = {}
     for gpu in sorted(ops.times_ns):
-        tr = fit_transfer(ops, cal, reg, leave_out=gpu, context=context)
-        fitted[gpu] = tr
-        cells = operator_cells(ops, with_transfer(cal, context, tr), reg, variants=("target uncalibrated",),
+        fit = fit_transfer(ops, cal, reg, leave_out=gpu, context=context)
+        fitted[gpu] = fit
+        cells = operator_cells(ops, with_fit(cal, fit, context), reg, variants=("target uncalibrated",),
                                models=("scaled",))
         out += [msgspec.structs.replace(c, variant=LOGO_VARIANT) for c in cells if c.target == gpu]
     return out, fitted
+
+
+@dataclass(frozen=True, slots=True)
+class EndToEnd:
+    """One run of the end-to-end protocol over a data directory (:func:`end_to_end`)."""
+
+    calibration: Calibration
+    """The calibration the cells were scored with (the KernelBench fit applied, where made)."""
+    fitted: KernelBenchFit | None
+    """The KernelBench fit on every pair (None: not asked for)."""
+    left_out: dict[str, KernelBenchFit]
+    """GPU -> the fit made without it (empty: no leave-one-GPU-out)."""
+    whole: list[WholeCell]
+    operators: list[OperatorCell]
+    """Every operator cell, the left-out variant's among them."""
+    summary: list[Summary]
+    anchored: list[Summary]
+
+    def record(self, target: Calibration) -> Calibration:
+        """``target`` with this run's KernelBench fit (where made) and its summaries as the
+        ``end_to_end`` / ``end_to_end_anchored`` metrics, the figures whole traces quote."""
+        out = with_fit(target, self.fitted) if self.fitted is not None else target
+        metrics = {**out.metrics, "end_to_end": metrics_rows(self.summary),
+                   "end_to_end_anchored": metrics_rows(self.anchored)}
+        return msgspec.structs.replace(out, metrics=metrics)
+
+
+#: Where :func:`end_to_end` finds its two data sets under a data directory.
+WHOLE_DIR = "neusight-e2e"
+KERNELBENCH_FILE = Path("kernelbench") / "kernelbench_level1.csv"
+
+
+def has_data(root: str | Path) -> bool:
+    """Whether ``root`` holds either data set of the end-to-end protocol."""
+    return (Path(root) / WHOLE_DIR).is_dir() or (Path(root) / KERNELBENCH_FILE).is_file()
+
+
+def end_to_end(root: str | Path, cal: Calibration, reg: GPURegistry, *, fit: bool = False,
+               leave_one_gpu_out: bool = True) -> EndToEnd:
+    """The end-to-end protocol over ``root`` (``neusight-e2e/`` and ``kernelbench/``, either may be
+    missing): with ``fit``, first the KernelBench transfer exponents and window work
+    (:func:`fit_transfer`; with ``leave_one_gpu_out`` also each GPU's fit without it and the cells
+    into it, :func:`transfer_logo`), then every whole-model and operator cell, summarised."""
+    from cascade.errors import ValidationError
+
+    base = Path(root)
+    whole_dir, ops_file = base / WHOLE_DIR, base / KERNELBENCH_FILE
+    if not has_data(base):
+        raise ValidationError(f"{base}: neither {WHOLE_DIR}/ nor {KERNELBENCH_FILE} is there "
+                              "(point --data at ../shared/data/measured)", field="data")
+    runs = load_neusight_e2e(whole_dir, reg) if whole_dir.is_dir() else []
+    ops = load_kernelbench(ops_file, reg) if ops_file.is_file() else None
+    fitted: KernelBenchFit | None = None
+    logo: list[OperatorCell] = []
+    per_gpu: dict[str, KernelBenchFit] = {}
+    if fit:
+        if ops is None:
+            raise ValidationError(f"{ops_file}: the transfer is fitted on KernelBench, which is not there",
+                                  field="data")
+        fitted = fit_transfer(ops, cal, reg)
+        if leave_one_gpu_out:
+            logo, per_gpu = transfer_logo(ops, cal, reg)
+        cal = with_fit(cal, fitted)
+    whole = whole_cells(runs, cal, reg)
+    operators = (operator_cells(ops, cal, reg) if ops is not None else []) + logo
+    return EndToEnd(calibration=cal, fitted=fitted, left_out=per_gpu, whole=whole, operators=operators,
+                    summary=summarize(whole, operators), anchored=summarize(whole, [], anchored=True))

@@ -132,10 +132,12 @@ class ScaledModel:
     The per-kernel ratio comes from :mod:`cascade.engine.perf` evaluated on both GPUs
     (regime per kernel from compute vs memory vs fixed time; tile sizes from kernel
     names on the same architecture, the target architecture's typical tile otherwise).
-    Between SM designs (sm_version: GA100 is not GA102), the exponent alpha (calibrated) shrinks a kernel's measured
-    deviation from the model before carrying it over (same SM design: carried in full,
-    so source == target reproduces the measured times). Rows without a source time use
-    the target model alone.
+    Between SM designs (``sm_version``: GA100 is not GA102), the exponent alpha (calibrated)
+    shrinks a kernel's measured deviation from the model before carrying it over (same SM
+    design: carried in full, so source == target reproduces the measured times). Window
+    kernels (convolutions, pooling) meet a third roof on each GPU, their address arithmetic
+    on the CUDA cores (:func:`cascade.engine.perf.with_simt_roof`). Rows without a source time
+    use the target model alone.
     """
 
     name = "scaled"

@@ -421,6 +421,22 @@ def test_a_whole_trace_quotes_the_end_to_end_figure_widened_for_what_nothing_cov
     assert row is not None and new.total_pct == row["mean_pct"]
     same = predict(KernelTable.from_rows([covered]), "SM80_A100", source="SM80_A100").provenance.accuracy
     assert same.total_pct == 0.0
+    # a convolution (no whole-model data set has one) is quoted at KernelBench's figure for
+    # convolutions, flagged as the target's own algorithm, even where no other rule moved it
+    conv = {"name": "volta_scudnn_128x64_relu_interior_nn_v1", "op": "conv", "dtype": "fp32", "flops": 2.0e10,
+            "bytes": 6.0e7, "duration_ns": 900_000.0}
+    mixed = predict(KernelTable.from_rows([covered, conv]), "SM75_T4", source="SM70_V100_PCIE_32GB")
+    assert mixed.flags is not None and mixed.flags[1] & perf.WINDOW and not mixed.flags[0] & perf.WINDOW
+    conv_row = _e2e_row(cal, "kernelbench", e2e.LOGO_VARIANT, "scaled", "conv")
+    plain = predict(KernelTable.from_rows([covered]), "SM75_T4", source="SM70_V100_PCIE_32GB").provenance.accuracy
+    got = mixed.provenance.accuracy
+    assert conv_row is not None and got.total_pct is not None and plain.total_pct is not None
+    share = mixed.predicted_ns[1] / mixed.predicted_ns.sum()
+    assert got.total_pct == pytest.approx(plain.total_pct + share * float(conv_row["mean_pct"]), abs=0.11)
+    assert "convolution and pooling kernels" in got.total_basis
+    # on its own GPU a convolution is its measured time: nothing to widen
+    assert predict(KernelTable.from_rows([conv]), "SM70_V100_PCIE_32GB",
+                   source="SM70_V100_PCIE_32GB").provenance.accuracy.total_pct == 0.0
 
 
 def test_every_power_limited_board_sustains_its_base_clock_not_its_boost() -> None:

@@ -182,21 +182,37 @@ def whole_accuracy(cal: Calibration, target_id: str, target_calibrated: bool, me
                          f"operators vs the measured e2e time) {whose}{borrowed}")
 
 
-def widen_total(cal: Calibration, est: AccuracyEstimate, share: float) -> AccuracyEstimate:
+def widen_total(cal: Calibration, est: AccuracyEstimate, share: float, window_share: float = 0.0) -> AccuracyEstimate:
     """``est`` with its whole-trace figure widened for ``share`` (0-1) of the predicted time in
     kernels of regimes no data set covers (extrapolated shapes, work inferred from a name, paths
     moved, launch/roofline bounds only): + share x the single-operator figure into GPUs with no
-    calibration (KernelBench), never a tight figure for what nothing measured."""
-    if est.total_pct is None or share <= 0:
+    calibration (KernelBench), never a tight figure for what nothing measured; and for
+    ``window_share`` of it in convolution and pooling kernels (which no whole-model data set has):
+    + that share x KernelBench's figure for convolutions."""
+    if est.total_pct is None or (share <= 0 and window_share <= 0):
         return est
-    row = (_e2e_row(cal, OPERATOR_DATASET, OPERATOR_LOGO_VARIANT, "scaled", "all")
-           or _e2e_row(cal, OPERATOR_DATASET, "target uncalibrated", "scaled", "all"))
-    op = float(str(row["mean_pct"])) if row is not None else 50.0
-    where = "the single-operator figure into uncalibrated GPUs (kernelbench)" if row is not None else "50% (nothing measured)"
-    total = round(est.total_pct + share * op, 1)
+    total = est.total_pct
+    parts: list[str] = []
+    if share > 0:
+        row = (_e2e_row(cal, OPERATOR_DATASET, OPERATOR_LOGO_VARIANT, "scaled", "all")
+               or _e2e_row(cal, OPERATOR_DATASET, "target uncalibrated", "scaled", "all"))
+        op = float(str(row["mean_pct"])) if row is not None else 50.0
+        where = ("the single-operator figure into uncalibrated GPUs (kernelbench)" if row is not None
+                 else "50% (nothing measured)")
+        total += share * op
+        parts.append(f"{100 * share:.0f}% of the time in kernels no data set covers x {where} ({op:.0f}%)")
+    if window_share > 0:
+        row = (_e2e_row(cal, OPERATOR_DATASET, OPERATOR_LOGO_VARIANT, "scaled", "conv")
+               or _e2e_row(cal, OPERATOR_DATASET, "target uncalibrated", "scaled", "conv"))
+        conv = float(str(row["mean_pct"])) if row is not None else 50.0
+        where = ("the single-operator figure for convolutions into uncalibrated GPUs (kernelbench)"
+                 if row is not None else "50% (nothing measured)")
+        total += window_share * conv
+        parts.append(f"{100 * window_share:.0f}% of the time in convolution and pooling kernels x {where} "
+                     f"({conv:.0f}%)")
+    total = round(total, 1)
     return msgspec.structs.replace(est, total_pct=total, total_worst_pct=max(est.total_worst_pct or 0.0, total),
-                                   total_basis=(f"{est.total_basis}; widened by {100 * share:.0f}% of the time in "
-                                                f"kernels no data set covers x {where} ({op:.0f}%)"))
+                                   total_basis=f"{est.total_basis}; widened by " + " and by ".join(parts))
 
 
 def expected_accuracy(cal: Calibration, source_id: str | None, target_id: str,

@@ -132,10 +132,12 @@ class ScaledModel:
     The per-kernel ratio comes from :mod:`cascade.engine.perf` evaluated on both GPUs
     (regime per kernel from compute vs memory vs fixed time; tile sizes from kernel
     names on the same architecture, the target architecture's typical tile otherwise).
-    Between SM designs (sm_version: GA100 is not GA102), the exponent alpha (calibrated) shrinks a kernel's measured
-    deviation from the model before carrying it over (same SM design: carried in full,
-    so source == target reproduces the measured times). Rows without a source time use
-    the target model alone.
+    Between SM designs (``sm_version``: GA100 is not GA102), the exponent alpha (calibrated)
+    shrinks a kernel's measured deviation from the model before carrying it over (same SM
+    design: carried in full, so source == target reproduces the measured times). Window
+    kernels (convolutions, pooling) meet a third roof on each GPU, their address arithmetic
+    on the CUDA cores (:func:`cascade.engine.perf.with_simt_roof`). Rows without a source time
+    use the target model alone.
     """
 
     name = "scaled"
@@ -170,8 +172,9 @@ class ScaledModel:
         tgt_tiles = perf.target_tiles(w_tgt, target, cal, src)
         ms = perf.kernel_times(w_src, src, ps, cal, fs, src_tiles)
         mt = perf.kernel_times(w_tgt, target, pt, cal, ft, tgt_tiles)
+        windows = perf.window_kinds(w, names)
         if cal.window_simt:  # window kernels' address arithmetic: a roof of its own on each GPU
-            per_byte = perf.window_flops_per_byte(perf.window_kinds(w, names), cal.window_simt)
+            per_byte = perf.window_flops_per_byte(windows, cal.window_simt)
             if per_byte.any():
                 ms = perf.with_simt_roof(ms, w_src, per_byte, src, ps, cal)
                 mt = perf.with_simt_roof(mt, w_tgt, per_byte, target, pt, cal)
@@ -207,8 +210,8 @@ class ScaledModel:
             pred = pred * np.exp(grid.lookup(cells[grid.width]))
         pred = np.maximum(pred, perf.roofline_ns(w_tgt, target))
         flags = perf.extrapolation_flags(w, target, src, cal, cfg.measurement, cells)
-        if src.id != target.id:
-            flags |= inferred | tf32
+        if src.id != target.id:  # (a window kernel: the target's own algorithm, quoted as such)
+            flags |= inferred | tf32 | np.where(windows > 0, perf.WINDOW, 0).astype(perf.FLAGS_DTYPE)
         measured = np.isfinite(t_src) & (t_src > 0)
         bracket = None
         if src.id == target.id:  # identity: the measured times, exactly

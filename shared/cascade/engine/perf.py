@@ -309,9 +309,11 @@ EXTRAPOLATION_REASONS: tuple[tuple[int, str], ...] = (
     (128, "fp32 convolution moved to TF32 tensor cores on the target (PyTorch's cuDNN default)"),
     (256, ("tensor-core kernel on the source, no tensor cores for its dtype on the target: "
            "CUDA cores, FP32 multiply-adds")),
+    (512, ("convolution or pooling window on another GPU: the target runs its own cuDNN algorithm and "
+           "window arithmetic (quoted at the single-operator figure for convolutions, KernelBench)")),
 )
 (TARGET_UNCALIBRATED, SOURCE_UNCALIBRATED, SHAPE_OUTSIDE, BOUND_ONLY, NOT_SIMULATED,
- INFERRED_FROM_NAME, INFERRED_BLEND, TF32_CONV, OFF_TENSOR) = (b for b, _ in EXTRAPOLATION_REASONS)
+ INFERRED_FROM_NAME, INFERRED_BLEND, TF32_CONV, OFF_TENSOR, WINDOW) = (b for b, _ in EXTRAPOLATION_REASONS)
 #: dtype of per-kernel extrapolation bits (every bit above fits).
 FLAGS_DTYPE = np.int16
 

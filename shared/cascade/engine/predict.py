@@ -21,6 +21,7 @@ from cascade.engine.perf import (
     SHAPE_OUTSIDE,
     TARGET_UNCALIBRATED,
     TF32_CONV,
+    WINDOW,
     describe_flags,
 )
 from cascade.engine.registry import get_model
@@ -152,15 +153,17 @@ class PredictionTotals:
     counts: dict[str, int] | None = None
     flags: list[np.ndarray] | None = None
     uncovered_ns: float = 0.0
-    """Predicted time in kernels of regimes no data set covers (:data:`UNCOVERED`)."""
+    """Predicted time in kernels of regimes no data set covers (:func:`uncovered_mask`)."""
+    window_ns: float = 0.0
+    """Predicted time in convolution and pooling kernels (:func:`window_mask`)."""
 
     def add(self, pred: Prediction) -> None:
         """Count one more batch's predictions of this target."""
         self.kernels += len(pred.predicted_ns)
         self.total_ns += pred.total_ns
         if pred.flags is not None:
-            hit = (pred.flags & UNCOVERED) != 0
-            self.uncovered_ns += float(np.nansum(pred.predicted_ns[hit]))
+            self.uncovered_ns += float(np.nansum(pred.predicted_ns[uncovered_mask(pred.flags)]))
+            self.window_ns += float(np.nansum(pred.predicted_ns[window_mask(pred.flags)]))
         counts = self.counts if self.counts is not None else {}
         for name, n in (pred.counts or {}).items():
             counts[name] = counts.get(name, 0) + n
@@ -178,7 +181,8 @@ class PredictionTotals:
         pv = self.first.provenance
         acc = accuracy_of(cal, pv.source_id or None, pv.spec_id, pv.measurement, pv.model,
                           self.counts or {}, self.all_flags,
-                          share=self.uncovered_ns / self.total_ns if self.total_ns > 0 else 0.0)
+                          share=self.uncovered_ns / self.total_ns if self.total_ns > 0 else 0.0,
+                          window_share=self.window_ns / self.total_ns if self.total_ns > 0 else 0.0)
         return msgspec.structs.replace(pv, accuracy=acc)
 
 
@@ -196,12 +200,24 @@ def _counts(model: str, res: ModelOutput) -> dict[str, int]:
 UNCOVERED = (SHAPE_OUTSIDE | BOUND_ONLY | INFERRED_FROM_NAME | INFERRED_BLEND | OFF_TENSOR | TF32_CONV)
 
 
-def uncovered_share(flags: np.ndarray | None, times: np.ndarray | None) -> float:
-    """Share (0-1) of the predicted time (of the kernels, where no times) in kernels flagged
-    :data:`UNCOVERED`."""
+def uncovered_mask(flags: np.ndarray) -> np.ndarray:
+    """Kernels of regimes no data set covers (:data:`UNCOVERED`), window kernels aside (quoted at
+    their own family's figure: :func:`window_mask`)."""
+    return ((flags & UNCOVERED) != 0) & ((flags & WINDOW) == 0)
+
+
+def window_mask(flags: np.ndarray) -> np.ndarray:
+    """Convolution and pooling kernels predicted on another GPU (:data:`WINDOW`)."""
+    return (flags & WINDOW) != 0
+
+
+def uncovered_share(flags: np.ndarray | None, times: np.ndarray | None, *, window: bool = False) -> float:
+    """Share (0-1) of the predicted time (of the kernels, where no times) in kernels of regimes no
+    data set covers (:func:`uncovered_mask`), or with ``window`` in window kernels
+    (:func:`window_mask`)."""
     if flags is None or len(flags) == 0:
         return 0.0
-    hit = (flags & UNCOVERED) != 0
+    hit = window_mask(flags) if window else uncovered_mask(flags)
     if times is None or len(times) != len(flags):
         return float(hit.mean())
     t = np.nan_to_num(np.asarray(times, dtype=float))
@@ -211,7 +227,8 @@ def uncovered_share(flags: np.ndarray | None, times: np.ndarray | None) -> float
 
 def accuracy_of(cal: Calibration, source_id: str | None, target_id: str, measurement: str, model: str,
                 counts: Mapping[str, int], flags: np.ndarray | None,
-                times: np.ndarray | None = None, *, share: float | None = None) -> AccuracyEstimate:
+                times: np.ndarray | None = None, *, share: float | None = None,
+                window_share: float | None = None) -> AccuracyEstimate:
     """The measured accuracy of the model that actually predicted the kernels (``counts``:
     kernels per model that predicted them; ``flags``: their extrapolation bits): ``auto``
     reads the figure of the model behind most of its rows (kernels it could only bound,
@@ -233,7 +250,8 @@ def accuracy_of(cal: Calibration, source_id: str | None, target_id: str, measure
         others = ", ".join(f"{v} by {k}" for k, v in sorted(used.items()) if k != main)
         est = msgspec.structs.replace(est, basis=f"{est.basis}; for the {used[main]} kernels "
                                                  f"predicted by {main} ({others})")
-    return widen_total(cal, est, uncovered_share(flags, times) if share is None else share)
+    return widen_total(cal, est, uncovered_share(flags, times) if share is None else share,
+                       uncovered_share(flags, times, window=True) if window_share is None else window_share)
 
 
 def measurement_of_config(config: Any) -> str:

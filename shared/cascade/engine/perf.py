@@ -813,15 +813,21 @@ def window_kinds(w: Workload, names: np.ndarray) -> np.ndarray:
     out = np.zeros(len(w), dtype=np.int8)
     if len(w) == 0:
         return out
-    lowered = np.char.lower(names.astype(str))
-    conv = convolutions(w, names) & (np.char.find(lowered, "pointwise") < 0)
-    depth = conv & (np.char.find(lowered, "depthwise") >= 0) & (np.char.find(lowered, "separable") < 0)
-    uniq, inv = np.unique(lowered, return_inverse=True)  # each distinct name once
-    pooling = np.array([bool(_POOLING.search(n)) for n in uniq.tolist()], dtype=bool)[inv]
-    pool = (ops.work_class(w.family) == ops.MEMORY_CLASS) & pooling & ~conv
-    out[conv] = WINDOW_KINDS.index("conv") + 1
-    out[depth] = WINDOW_KINDS.index("depthwise") + 1
-    out[pool] = WINDOW_KINDS.index("pool") + 1
+    # names are read only where they can matter, each distinct one once (a million-kernel table
+    # has a few hundred): convolutions among GEMM-family rows without GEMM dims, pooling among
+    # memory-class rows
+    conv = convolutions(w, names)
+    idx = np.flatnonzero(conv)
+    if len(idx):
+        kind = {n: ("" if "pointwise" in low else "depthwise" if "depthwise" in low and "separable" not in low
+                    else "conv") for n in set(names[idx].tolist()) for low in (str(n).lower(),)}
+        out[idx] = [WINDOW_KINDS.index(kind[n]) + 1 if kind[n] else 0 for n in names[idx].tolist()]
+    idx = np.flatnonzero((ops.work_class(w.family) == ops.MEMORY_CLASS) & ~conv)
+    if len(idx):
+        pools = {n for n in set(names[idx].tolist()) if _POOLING.search(str(n).lower())}
+        if pools:
+            hit = np.fromiter((n in pools for n in names[idx].tolist()), dtype=bool, count=len(idx))
+            out[idx[hit]] = WINDOW_KINDS.index("pool") + 1
     return out
 
 

@@ -553,6 +553,16 @@ def test_cli_e2e_prints_both_data_sets_and_fit_transfer_needs_kernelbench(tmp_pa
     metrics = load_calibration().metrics["end_to_end"]
     assert any(r["variant"] == "target uncalibrated, transfer fitted without it" for r in metrics)
     (tmp_path / "neusight-e2e").symlink_to(MEASURED / "neusight-e2e")
+    # whole models alone (what a refit of such a directory records): no operator cells, no fit,
+    # the calibration's KernelBench exponents and window work kept as they are
+    from cascade.fitting import e2e
+
+    cal = load_calibration()
+    run = e2e.end_to_end(tmp_path, cal, default_registry())
+    assert run.fitted is None and not run.operators and run.whole
+    kept = run.record(cal)
+    assert kept.transfer == cal.transfer and kept.window_simt == cal.window_simt
+    assert {r["dataset"] for r in kept.metrics["end_to_end"]} == {"neusight-e2e"}  # type: ignore[index, union-attr]
     bad = subprocess.run([sys.executable, "-m", "programs.cli", "validate", "--data", str(tmp_path), "--e2e",
                           "--fit-transfer"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1 and "kernelbench_level1.csv" in bad.stderr and "Traceback" not in bad.stderr

@@ -172,8 +172,9 @@ class ScaledModel:
         tgt_tiles = perf.target_tiles(w_tgt, target, cal, src)
         ms = perf.kernel_times(w_src, src, ps, cal, fs, src_tiles)
         mt = perf.kernel_times(w_tgt, target, pt, cal, ft, tgt_tiles)
-        windows = perf.window_kinds(w, names)
-        if cal.window_simt:  # window kernels' address arithmetic: a roof of its own on each GPU
+        # window kernels: a roof of their own, and flagged, on another GPU (names read only then)
+        windows = perf.window_kinds(w, names) if src.id != target.id else np.zeros(len(w), dtype=np.int8)
+        if cal.window_simt:
             per_byte = perf.window_flops_per_byte(windows, cal.window_simt)
             if per_byte.any():
                 ms = perf.with_simt_roof(ms, w_src, per_byte, src, ps, cal)

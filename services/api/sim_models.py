@@ -128,6 +128,7 @@ class SimModels:
         self._by_id: dict[str, ModelEntry] = {}
         """Model id -> entry, rebuilt with :meth:`entries`."""
         self._changed = asyncio.Condition()
+        self._notifying: set[asyncio.Task[None]] = set()
         self._loaded = {"sims": asyncio.Event(), "runs": asyncio.Event()}
         traces.on_record_change(self._trace_changed)
 
@@ -170,7 +171,17 @@ class SimModels:
                 await asyncio.sleep(1.0)
 
     def _trace_changed(self, _trace_id: str) -> None:
+        # a trace added or deleted changes which sims are models: waiters re-check too (a trace
+        # deleted after the last sims/runs change otherwise left wait_until to its timeout)
         self._entries = None
+        with contextlib.suppress(RuntimeError):  # no running loop: nobody can be waiting
+            task = asyncio.get_running_loop().create_task(self._notify())
+            self._notifying.add(task)
+            task.add_done_callback(self._notifying.discard)
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
 
     def _apply(self, what: str, entry: Any) -> None:
         key = entry.key

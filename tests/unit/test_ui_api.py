@@ -74,3 +74,28 @@ def test_recorded_figures_fill_results_without_files() -> None:
     assert b["counterfactual"] is True and b["baseline_e2e_ms"] is None and b["predicted_e2e_ms"] == 9.0
     real = {"config": "A", "predicted_e2e_ms": 12.5, "counterfactual": True}
     assert with_reference(real, ref) is real  # a result of its own wins
+
+
+async def test_a_trace_added_or_deleted_wakes_what_waits_on_the_model_index() -> None:
+    """Which sims are /v1 models depends on their traces: a trace deleted after the last sims or
+    runs change must wake ``wait_until`` (it waited out its timeout, and a test failed 1 in 8)."""
+    import asyncio
+
+    from services.api.sim_models import SimModels
+
+    class Traces:
+        def __init__(self) -> None:
+            self.listeners: list = []  # type: ignore[type-arg]
+
+        def on_record_change(self, listener: object) -> None:
+            self.listeners.append(listener)
+
+    traces = Traces()
+    models = SimModels(None, None, traces)  # type: ignore[arg-type]
+    gone = {"trace": False}
+    waiter = asyncio.create_task(models.wait_until(lambda: gone["trace"], timeout=5.0))
+    await asyncio.sleep(0.01)
+    gone["trace"] = True
+    for listener in traces.listeners:
+        listener("tr-deleted")
+    await asyncio.wait_for(waiter, 1.0)

@@ -125,6 +125,7 @@ async def stream_ids(bus: Any, run: dict[str, Any]) -> list[int]:
     """Sequences of the run's events an SSE stream from the start serves (every run and sim
     event the api turns into a frame), read from the CASCADE stream."""
     from nats.js import api as jsapi
+    from nats.js.errors import ServiceUnavailableError
 
     from cascade.platform import subjects
     from services.api.routes.runs import run_event_data, sim_event_data
@@ -135,12 +136,19 @@ async def stream_ids(bus: Any, run: dict[str, Any]) -> list[int]:
         filter_subjects=filters, inactive_threshold=30.0, mem_storage=True, num_replicas=1))
     sub = await bus.js.pull_subscribe_bind(durable=None, stream=subjects.EVENTS_STREAM, name=info.name)
     out: list[int] = []
+    unavailable = 0
     try:
         while True:
             try:
                 msgs = await sub.fetch(512, timeout=1.0)
             except TimeoutError:
                 break
+            except ServiceUnavailableError:  # the new consumer's replica not ready yet (a node just came back)
+                unavailable += 1
+                if unavailable > 20:
+                    raise
+                await asyncio.sleep(0.5)
+                continue
             for msg in msgs:
                 sim = msg.subject.startswith(f"{subjects.PREFIX}.sim.")
                 data = sim_event_data(msg.data) if sim else run_event_data(msg.data)

@@ -285,7 +285,10 @@ async def scenario(topology: Any, args: argparse.Namespace) -> dict[str, Any]:
     for task in followers:
         task.cancel()
     result = await check(topology, final["run"], clients)
+    failed_sims = [{"id": s.get("id"), "state": s.get("state"), "attempts": s.get("attempts"),
+                    "error": s.get("error")} for s in final.get("sims", []) if s.get("state") != "completed"]
     return {"run_id": run_id, "run_state": final.get("run", {}).get("state"),
+            "run_error": final.get("run", {}).get("error"), "not_completed": failed_sims,
             "run_s": time.monotonic() - started, "faults": faults, "nats_node": node,
             "node_held_sse_consumers": node in hosts,
             "sse_consumers_reopened": max(0, opened - len(clients)), **result}

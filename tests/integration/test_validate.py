@@ -29,6 +29,7 @@ MEASURED = DATA / "measured"
 
 def _head(src: Path, dst: Path, rows: int) -> None:
     lines = src.read_text().splitlines()
+    dst.parent.mkdir(parents=True, exist_ok=True)
     dst.write_text("\n".join(lines[: rows + 1]) + "\n")
 
 
@@ -88,6 +89,25 @@ def test_unknown_devices_and_other_kinds_are_skipped_and_named(tmp_path: Path) -
     assert [s.spec.id for s in sets] == ["SM75_T4"]
     assert any("GeForce_256" in m and "SM75_T4" in m for m in skipped)
     assert any(m.startswith("llama-2-7b__attention__a100.csv: not a kind") for m in skipped)
+
+
+def test_end_to_end_files_are_named_once_as_the_e2e_protocols(tmp_path: Path) -> None:
+    """``cascade validate`` over ``../shared/data/measured`` names the whole-model tables and
+    KernelBench in one line pointing at ``--e2e``, not one 'not a kind' line per file."""
+    _head(MEASURED / "neusight-train" / "bmm__Tesla_T4.csv", tmp_path / "bmm__Tesla_T4.csv", 3)
+    for gpu in ("Tesla_T4", "Tesla_V100-PCIE-32GB"):
+        src = MEASURED / "neusight-e2e" / gpu / "bert_large-inf-512-8.kernels.csv"
+        _head(src, tmp_path / "neusight-e2e" / gpu / src.name, 3)
+    _head(MEASURED / "kernelbench" / "kernelbench_level1.csv", tmp_path / "kernelbench" / "kernelbench_level1.csv", 3)
+    (tmp_path / "kernelbench" / "other.csv").write_text("a,b\n1,2\n")
+    skipped: list[str] = []
+    sets = discover(tmp_path, default_registry(), skipped=skipped)
+    assert [s.spec.id for s in sets] == ["SM75_T4"]
+    e2e_lines = [m for m in skipped if "--e2e" in m]
+    assert len(e2e_lines) == 1 and e2e_lines[0].startswith("3 file(s) under kernelbench, neusight-e2e/"), skipped
+    # a stray file beside KernelBench's is still named as what it is
+    assert any(m.startswith("other.csv: not a kind") for m in skipped)
+    assert not any("kernels.csv: not a kind" in m for m in skipped)
 
 
 def test_bad_number_names_file_and_line(tmp_path: Path) -> None:

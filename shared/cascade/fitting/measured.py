@@ -308,9 +308,16 @@ def discover(
     root = Path(directory)
     if not root.is_dir():
         raise TraceFormatError(str(root), None, "a directory of measured data")
+    from cascade.fitting.e2e import KERNELBENCH_FILE, WHOLE_DIR
+
     out: list[MeasuredSet] = []
     seen: dict[tuple[str, str, str], Path] = {}
+    end_to_end: list[Path] = []
     for path in sorted(root.rglob("*.csv")):
+        rel = path.relative_to(root)
+        if rel == KERNELBENCH_FILE or WHOLE_DIR in rel.parts[:-1]:
+            end_to_end.append(rel)  # whole models and single operators: the --e2e protocol's
+            continue
         try:
             if "__mlp__" in path.name or (path.name == "mlp.csv" and _vidur_names(path, reg)):
                 found = [load_vidur(path, reg)]
@@ -338,6 +345,11 @@ def discover(
                 continue
             seen[key] = path
             out.append(ms)
+    if end_to_end and skipped is not None:
+        folders = sorted({str(p.parent) if WHOLE_DIR not in p.parts else WHOLE_DIR + "/" for p in end_to_end})
+        skipped.append(f"{len(end_to_end)} file(s) under {', '.join(folders)}: whole models and single "
+                       "operators with measured totals, scored by the end-to-end protocol "
+                       "(cascade validate --e2e), not per operator")
     return out
 
 

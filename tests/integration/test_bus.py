@@ -149,6 +149,36 @@ async def test_publish_to_unknown_subject_is_a_clear_error(bus: Bus) -> None:
         await bus.publish("nowhere.at.all", b"{}")
 
 
+async def test_publish_rides_through_a_stream_leader_election(bus: Bus, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A clustered stream answers 'no responders' while it elects a new leader (a node went
+    away): the publish waits it out within its timeout instead of calling it drift, and a
+    stream that stays leaderless past the timeout is 'unavailable', not 'run ensure_streams'."""
+
+    real = bus.js.publish
+    calls: list[int] = []
+
+    async def leaderless_twice(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        if len(calls) <= 2:
+            raise nats.js.errors.NoStreamResponseError
+        return await real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(bus.js, "publish", leaderless_twice)
+    tid = unique()
+    before = bus.stats.publish_retries
+    ack = await bus.publish(subjects.trace_event(tid, "state"), b"{}", msg_id=f"{tid}-1")
+    assert ack.seq > 0 and len(calls) == 3 and bus.stats.publish_retries - before == 2
+
+    async def leaderless(*args: object, **kwargs: object) -> object:
+        raise nats.js.errors.NoStreamResponseError
+
+    monkeypatch.setattr(bus.js, "publish", leaderless)
+    with pytest.raises(BusUnavailableError, match="no leader"):
+        await bus.publish(subjects.trace_event(tid, "state"), b"{}", timeout=0.5)
+    with pytest.raises(BusConfigDriftError, match="no stream stores"):
+        await bus.publish("nowhere.at.all", b"{}", timeout=0.5)
+
+
 async def test_worker_retries_then_succeeds(bus: Bus, worker_subject: tuple[str, str]) -> None:
     subject, durable = worker_subject
     attempts: list[int] = []

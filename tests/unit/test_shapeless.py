@@ -17,6 +17,11 @@ from programs.bench.shapeless import family_ratios, shapeless_resnet_table
     ("volta_scudnn_128x64_relu_interior_nn_v1", "gemm", "fp32", ops.COMPUTE_CLASS),
     ("volta_h884gemm_256x128_ldg8_nn", "gemm", "fp16", ops.COMPUTE_CLASS),
     ("turing_s1688gemm_128x128_ldg8_nn", "gemm", "fp16", ops.COMPUTE_CLASS),
+    # the same MMA letters on Ampere are TF32 (FP32 matmul / convolution with TF32 allowed)
+    ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4>"
+     "(cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4::Params)", "gemm", "tf32", ops.COMPUTE_CLASS),
+    ("cutlass_80_tensorop_f16_s1688gemm_f16_128x128_32x3_nn_align8", "gemm", "fp16", ops.COMPUTE_CLASS),
+    ("turing_fp16_s1688gemm_fp16_128x128_ldg8_f2f_tn", "gemm", "fp16", ops.COMPUTE_CLASS),
     ("sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "gemm", "bf16",
      ops.COMPUTE_CLASS),
     ("sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n_tilesize128x128x128", "gemm", "fp8",

@@ -121,11 +121,23 @@ def tensor_path_of(name: str) -> int:
     return -1
 
 
+#: An Ampere-or-later kernel's ``s1688`` MMA (m16n8k8, FP32 accumulation) takes TF32 operands:
+#: that generation's FP16 / BF16 MMA is m16n8k16 (``s16816``). CUTLASS's
+#: ``cutlass_80_tensorop_s1688gemm_..._align4`` is what PyTorch runs for an FP32 matmul or
+#: convolution with TF32 allowed; on Turing the same letters are FP16 (``turing_s1688gemm``).
+_S1688_TF32 = re.compile(r"(?:_(?:8\d|9\d|1\d\d)_|sm_?(?:8\d|9\d|1\d\d)|ampere|hopper|ada_|blackwell)"
+                         r"\w*s1688", re.IGNORECASE)
+_HALF_WORD = re.compile(r"f16|fp16|half|h1688|hgemm", re.IGNORECASE)
+
+
 def dtype_of_name(name: str) -> str:
     """Math dtype a cuBLAS / cuDNN / CUTLASS / xmma kernel name says ('' if it says none):
     ``h884``/``s1688``/``f16`` -> fp16 (Volta/Turing ``s884``/``s1688`` are fp16 inputs with
-    fp32 accumulation), ``bf16``, ``tf32``, ``e4m3``/``e5m2`` -> fp8, ``i8816``/``imma`` ->
-    int8, ``sgemm``/``scudnn`` -> fp32, ``dgemm`` -> fp64."""
+    fp32 accumulation; an Ampere-or-later ``s1688`` is TF32, :data:`_S1688_TF32`), ``bf16``,
+    ``tf32``, ``e4m3``/``e5m2`` -> fp8, ``i8816``/``imma`` -> int8, ``sgemm``/``scudnn`` ->
+    fp32, ``dgemm`` -> fp64."""
+    if _S1688_TF32.search(name) and not _HALF_WORD.search(name) and "bf16" not in name.lower():
+        return "tf32"
     for dtype, pattern in _DTYPE_NAME:
         if pattern.search(name):
             return dtype

@@ -75,6 +75,11 @@ class BusCollector(Collector):
         )
         duplicates.add_metric([], stats.duplicates)
         yield duplicates
+        retries = CounterMetricFamily(
+            "cascade_bus_publish_retries", "Publishes retried while their stream elected a leader"
+        )
+        retries.add_metric([], stats.publish_retries)
+        yield retries
         outcomes = CounterMetricFamily(
             "cascade_consumer_messages", "Messages handled per consumer and outcome",
             labels=["consumer", "outcome"],

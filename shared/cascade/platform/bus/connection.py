@@ -299,22 +299,49 @@ class Bus:
         the duplicate window is stored once (the returned ack has ``duplicate=True``).
         """
         payload = message if isinstance(message, bytes) else encode(message)
-        try:
-            ack = await self.js.publish(
-                subject, payload, timeout=timeout, headers=self._headers(message, msg_id, headers) or None
-            )
-        except nats.js.errors.NoStreamResponseError:
-            raise BusConfigDriftError(
-                f"no stream stores {subject}; run ensure_streams() first"
-            ) from None
-        except (TimeoutError, nats.errors.TimeoutError):
-            raise BusUnavailableError(
-                f"NATS at {self.settings.nats_url} did not acknowledge {subject} within {timeout:g}s"
-            ) from None
+        hdrs = self._headers(message, msg_id, headers) or None
+        deadline = time.monotonic() + timeout
+        pause = 0.05
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                ack = await self.js.publish(subject, payload, timeout=max(0.1, left), headers=hdrs)
+                break
+            except nats.js.errors.NoStreamResponseError:
+                # No responder: either no stream stores the subject (drift), or a clustered
+                # stream is electing a new leader (a node just went away): the latter answers
+                # again within seconds, and the same msg_id keeps a retry from storing twice.
+                if await self._stream_for(subject) is None:
+                    raise BusConfigDriftError(
+                        f"no stream stores {subject}; run ensure_streams() first"
+                    ) from None
+                if time.monotonic() + pause >= deadline:
+                    raise BusUnavailableError(
+                        f"NATS at {self.settings.nats_url}: the stream storing {subject} had no leader "
+                        f"for {timeout:g}s (a cluster node down?)"
+                    ) from None
+                self.stats.publish_retries += 1
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 0.5)
+            except (TimeoutError, nats.errors.TimeoutError):
+                raise BusUnavailableError(
+                    f"NATS at {self.settings.nats_url} did not acknowledge {subject} within {timeout:g}s"
+                ) from None
         self.stats.published += 1
         if ack.duplicate:
             self.stats.duplicates += 1
         return ack
+
+    async def _stream_for(self, subject: str) -> str | None:
+        """The stream storing ``subject``; None only when the server says none does (an
+        unanswered lookup, a meta-leader election, counts as 'there may be one')."""
+        try:
+            name: str = await self.jsm.find_stream_name_by_subject(subject)
+            return name
+        except nats.js.errors.NotFoundError:
+            return None
+        except Exception:  # noqa: BLE001 - no answer is no evidence of drift
+            return "?"
 
     async def publish_many(
         self,

@@ -85,6 +85,8 @@ class BusStats:
 
     published: int = 0
     duplicates: int = 0
+    publish_retries: int = 0
+    """Publishes retried because the stream had no leader for a moment (a cluster node went away)."""
     consumers: dict[str, ConsumerStats] = dataclasses.field(default_factory=dict)
     jetstream_consumers_created: dict[str, int] = dataclasses.field(default_factory=dict)
     """JetStream consumers this connection created, by purpose (``kv-watch``, ``kv-scan``,

@@ -199,6 +199,25 @@ def test_convolutions_take_the_path_cudnn_takes_on_each_architecture() -> None:
     assert not moved_named[0] and moved_plain[0]
 
 
+def test_a_traced_tf32_convolution_is_the_same_work_as_a_moved_fp32_one() -> None:
+    """A convolution an A100 trace names as TF32 (``sm80_xmma_fprop_..._tf32f32_...``) ran the
+    path PyTorch's FP32 convolution takes there, at the same cost per FP32 FLOP: predicted on a
+    V100 (FP32 CUDA cores) or an L40S (TF32 again) it lands where the harness row ``conv`` with
+    the same time does, and on its own GPU it is the measured time."""
+    reg = default_registry()
+    a100, v100, l40s = reg.get("SM80_A100"), reg.get("SM70_V100_PCIE_32GB"), reg.get("SM89_L40S")
+    row = {"op": "conv", "dtype": "fp32", "flops": 4e10, "bytes": 2e8, "duration_ns": 1.25e6}
+    named = KernelTable.from_rows([{**row, "name": "sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_"
+                                                  "nchw_tilesize128x128x16_stage4_warpsize2x2x1_g1_tensor16x8x8_kernel"}])
+    plain = KernelTable.from_rows([{**row, "name": "conv"}])
+    assert workload_of(named).dtype[0] == "tf32" and workload_of(plain).dtype[0] == "fp32"
+    for target in (v100, l40s):
+        a = predict(named, target.id, source=a100.id, model="scaled").predicted_ns[0]
+        b = predict(plain, target.id, source=a100.id, model="scaled").predicted_ns[0]
+        assert a == pytest.approx(b, rel=1e-6), target.id
+    assert predict(named, a100.id, source=a100.id, model="scaled").predicted_ns[0] == 1.25e6
+
+
 def test_the_bracket_is_physics_alone() -> None:
     """Between the compute ratio of the path, the per-SM one, the bandwidth ratio (and L2 for a
     working set both L2s hold), widened by the spread and power limits only."""

@@ -80,7 +80,11 @@ def test_shapeless_ratios_inside_spec_bounds() -> None:
         r = ratios[tid]
         for fam in ("elementwise", "norm", "reduce", "memcpy"):
             assert 0.75 * bw <= r[fam] <= 1.05 * bw, (tid, fam, r[fam], bw)
-        assert 1.5 * bw <= r["gemm"] <= tf32, (tid, r["gemm"])  # TF32 convolutions
+        # TF32 convolutions: faster than the FP32 peaks and the bandwidth say, far below the
+        # TF32 peak (a measured ResNet-50 step, V100 -> A100 SXM4: 2.4x whole, about 2.9x its
+        # convolutions)
+        fp32 = spec.peak_flops("fp32", False) / v100.peak_flops("fp32", False)
+        assert max(bw, fp32) < r["gemm"] <= tf32 / 3, (tid, r["gemm"])
         assert r["all"] > bw  # never the launch-bound 1.0x-1.2x of untyped kernels
     assert ratios["SM90_H100"]["all"] > ratios["SM80_A100"]["all"]
 

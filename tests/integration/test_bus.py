@@ -177,6 +177,8 @@ async def test_publish_rides_through_a_stream_leader_election(bus: Bus, monkeypa
         await bus.publish(subjects.trace_event(tid, "state"), b"{}", timeout=0.5)
     with pytest.raises(BusConfigDriftError, match="no stream stores"):
         await bus.publish("nowhere.at.all", b"{}", timeout=0.5)
+    with pytest.raises(BusConfigDriftError, match="no stream stores nowhere.at.all"):
+        await bus.publish_many([("nowhere.at.all", b"{}", None)], timeout=2.0)
 
 
 async def test_worker_retries_then_succeeds(bus: Bus, worker_subject: tuple[str, str]) -> None:

@@ -354,7 +354,8 @@ class Bus:
         Returns the acks in order; raises if any publish failed or timed out.
         """
         futures: list[asyncio.Future[jsapi.PubAck]] = []
-        for subject, message, msg_id in items:
+        items_list = list(items)
+        for subject, message, msg_id in items_list:
             payload = message if isinstance(message, bytes) else encode(message)
             futures.append(
                 await self.js.publish_async(
@@ -371,7 +372,18 @@ class Bus:
                 f"within {timeout:g}s"
             ) from None
         except nats.js.errors.NoStreamResponseError:
-            raise BusConfigDriftError("no stream stores one of the subjects; run ensure_streams()") from None
+            for f in futures:
+                f.cancel()
+            subjects_sent = sorted({s for s, _, _ in items_list})
+            missing = [s for s in subjects_sent if await self._stream_for(s) is None]
+            if missing:
+                raise BusConfigDriftError(
+                    f"no stream stores {', '.join(missing[:3])}; run ensure_streams()"
+                ) from None
+            raise BusUnavailableError(
+                f"NATS at {self.settings.nats_url}: a stream had no leader for {len(futures)} messages "
+                "(a cluster node down?); publish them again (their msg ids keep them stored once)"
+            ) from None
         self.stats.published += len(acks)
         self.stats.duplicates += sum(1 for a in acks if a.duplicate)
         return list(acks)

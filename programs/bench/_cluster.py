@@ -32,9 +32,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from cascade.platform.settings import Settings, load_settings
 from programs.embedded.binaries import nats_server_binary, weed_binary
-from programs.embedded.ports import can_connect, free_port
+from programs.embedded.ports import GRPC_OFFSET, can_connect, free_ports
 from programs.embedded.procs import spawn, stop_popen, wait_until
 from programs.embedded.seaweed import (
     generate_credentials,
@@ -58,12 +60,16 @@ class ClusterTopology:
         self.ack_wait_s = ack_wait_s
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.argv: dict[str, tuple[list[str], dict[str, str] | None]] = {}
-        self.nats_ports = [free_port() for _ in range(NATS_NODES)]
-        self.route_ports = [free_port() for _ in range(NATS_NODES)]
-        self.api_ports = [free_port() for _ in range(apis)]
         access, secret = generate_credentials()
         self.s3_access, self.s3_secret = access, secret
         self.s3_ports = pick_ports()
+        # One draw for every other port, none of them an S3 component's (or its gRPC port's):
+        # ports drawn one by one could repeat, and an api once answered with a NATS node's INFO.
+        s3 = {p + d for p in msgspec.structs.astuple(self.s3_ports) for d in (0, GRPC_OFFSET)}
+        ports = free_ports(2 * NATS_NODES + apis, avoid=s3)
+        self.nats_ports = ports[:NATS_NODES]
+        self.route_ports = ports[NATS_NODES:2 * NATS_NODES]
+        self.api_ports = ports[2 * NATS_NODES:]
         self.restarts: dict[str, int] = {}
 
     # -- addresses ----------------------------------------------------------------------------

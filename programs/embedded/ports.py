@@ -79,6 +79,13 @@ def free_port_pairs(count: int, *, offset: int = GRPC_OFFSET, avoid: set[int] | 
     return chosen
 
 
+def free_ports(count: int, *, avoid: set[int] | None = None, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct free ports, below the kernel's ephemeral range where there is room:
+    for a topology whose servers start seconds apart, so that no two are handed the same port
+    (two :func:`free_port` calls can be) and no outgoing connection takes one meanwhile."""
+    return free_port_pairs(count, offset=0, avoid=avoid, host=host)
+
+
 def can_connect(host: str, port: int, timeout: float = 0.5) -> bool:
     """True when a TCP connection to ``host:port`` succeeds."""
     try:

@@ -14,7 +14,7 @@ from cascade.engine.perf import family_fixed_mult, memory_ns
 from cascade.engine.workload import workload_of
 from cascade.fitting.fit import FitConfig, fit_sets
 from cascade.fitting.measured import MeasuredSet, pairs
-from cascade.fitting.report import quote_checks, quote_table
+from cascade.fitting.report import quote_checks, quote_table, render
 from cascade.fitting.validation import ape, pair_predictions
 from cascade.gpus import default_registry
 from cascade.kerneltable import KernelTable
@@ -126,6 +126,20 @@ def test_quote_checks_compare_each_quote_with_each_measurement() -> None:
     assert strict == [(10.0, 30.0), (30.0, 10.0)]  # each quoted from the other GPU's cell only
     table = quote_table(checks)
     assert "| into an uncalibrated GPU | 2 | 0.67 - 2.00 | 1 of 2 |" in table and "outside 1.5x" in table
+
+
+def test_the_report_prints_every_metrics_section_of_the_packaged_calibration() -> None:
+    """``python -m cascade.fitting.report``: the per-operator sections as pair tables, the
+    end-to-end protocol's summaries (rows of another shape) as their own tables."""
+    from cascade.calibration import load_calibration
+
+    cal = load_calibration()
+    out = render(cal)
+    for section in cal.metrics:
+        assert f"### {section}" in out
+    e2e = out.split("### end_to_end\n", 1)[1].split("###", 1)[0]
+    assert "| dataset | variant | model | group | cells | mean_pct | worst_pct |" in e2e
+    assert "| neusight-e2e | target uncalibrated | scaled | all |" in e2e
 
 
 def test_tile_reuse_term_costs_small_tiles_more_per_flop_and_is_off_by_default() -> None:

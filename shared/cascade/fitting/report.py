@@ -45,6 +45,15 @@ def markdown_table(rows: Iterable[Mapping[str, Any]], families: tuple[str, ...] 
     return "\n".join(lines)
 
 
+def plain_table(rows: Iterable[Mapping[str, Any]]) -> str:
+    """A section of other rows (the end-to-end protocol's summaries): one column per key."""
+    rows = list(rows)
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(str(r.get(k, "-")) for k in keys) + " |" for r in rows]
+    return "\n".join(lines)
+
+
 def shift_summary(rows: Iterable[Mapping[str, Any]]) -> str:
     """Per GPU pair: each shift protocol's count-weighted MAPE over its regions and data sets
     (:func:`cascade.fitting.shift.pooled`) and their mean (the figure a prediction
@@ -154,7 +163,9 @@ def render(cal: Calibration) -> str:
     """Every metrics section of a calibration as markdown."""
     out = [f"calibration `{cal.id}` {cal.version} (digest {cal.digest()}), command: `{cal.command}`", ""]
     for section, rows in cal.metrics.items():
-        out += [f"### {section}", "", markdown_table(rows), ""]  # type: ignore[arg-type]
+        table = (markdown_table(rows) if all("family" in r for r in rows)  # type: ignore[union-attr, arg-type]
+                 else plain_table(rows))  # type: ignore[arg-type]
+        out += [f"### {section}", "", table, ""]
         if section == "shifted_shapes":
             out += ["per protocol (count-weighted over its regions and data sets) and their mean:", "",
                     shift_summary(rows), ""]  # type: ignore[arg-type]

@@ -162,13 +162,13 @@ def quote_table(checks: Iterable[QuoteCheck]) -> str:
 def render(cal: Calibration) -> str:
     """Every metrics section of a calibration as markdown."""
     out = [f"calibration `{cal.id}` {cal.version} (digest {cal.digest()}), command: `{cal.command}`", ""]
-    for section, rows in cal.metrics.items():
-        table = (markdown_table(rows) if all("family" in r for r in rows)  # type: ignore[union-attr, arg-type]
-                 else plain_table(rows))  # type: ignore[arg-type]
+    for section, value in cal.metrics.items():
+        rows: list[Mapping[str, Any]] = list(value) if isinstance(value, list) else []
+        table = markdown_table(rows) if all("family" in r for r in rows) else plain_table(rows)
         out += [f"### {section}", "", table, ""]
         if section == "shifted_shapes":
             out += ["per protocol (count-weighted over its regions and data sets) and their mean:", "",
-                    shift_summary(rows), ""]  # type: ignore[arg-type]
+                    shift_summary(rows), ""]
     checks = quote_checks(cal) + [c for c in quote_checks(cal, strict=True) if c.situation != "calibrated pair"]
     if checks:
         out += ["### quoted vs measured expected error", "", quote_table(checks), ""]

@@ -484,6 +484,44 @@ def test_a_whole_trace_quotes_the_end_to_end_figure_widened_for_what_nothing_cov
                    source="SM70_V100_PCIE_32GB").provenance.accuracy.total_pct == 0.0
 
 
+def test_a_batched_sgemm_whose_library_tiles_no_data_shows_is_flagged_and_widens_the_quote() -> None:
+    """The tile of a batched FP32 GEMM on a GPU whose cuBLAS SGEMM kernel family the calibration
+    never saw (Pascal's ``maxwell_sgemm_*``) comes from the least-time rule, which left-one-GPU-out
+    shows optimistic for batched GEMMs: such kernels are flagged and their time widens a whole
+    trace's quote. A family seen on another GPU (Ampere's on the A100 PCIe) is not flagged,
+    nor are non-batched GEMMs, nor the source GPU itself."""
+    from msgspec.structs import replace
+
+    cal = load_calibration()
+    bmm = {"name": "bmm", "op": "bmm", "dtype": "fp32", "batch": 64, "m": 512, "n": 512, "k": 64,
+           "duration_ns": 400_000.0}
+    linear = {"name": "addmm", "op": "linear", "dtype": "fp32", "m": 4096, "n": 4096, "k": 1024,
+              "duration_ns": 3_000_000.0}
+    table = KernelTable.from_rows([bmm, linear])
+    v100 = "SM70_V100_PCIE_32GB"
+
+    def flags(target: str, calibration: object = cal) -> list[int]:
+        p = predict(table, target, source=v100, calibration=calibration,  # type: ignore[arg-type]
+                    model="scaled", config=ScaledConfig(measurement="neusight"))
+        assert p.flags is not None
+        return [int(f) & perf.UNSEEN_TILES for f in p.flags]
+
+    assert not cal.tiles_seen("pascal", "simt_batched") and cal.tiles_seen("ampere", "simt_batched")
+    assert flags("SM60_P100_PCIE_16GB") == [perf.UNSEEN_TILES, 0]
+    assert flags("SM80_A100_PCIE_80GB") == [0, 0] and flags(v100) == [0, 0]
+    # as in leave-one-GPU-out without the A100: no Ampere-family tiles, so its bmm is flagged
+    no_ampere = replace(cal, tiles={a: t for a, t in cal.tiles.items() if a != "ampere"},
+                        tile_menus={a: t for a, t in cal.tile_menus.items() if a != "ampere"})
+    assert flags("SM80_A100_PCIE_80GB", no_ampere) == [perf.UNSEEN_TILES, 0]
+    # the flagged share widens the whole trace's figure (the linear alone: none)
+    one = predict(KernelTable.from_rows([linear]), "SM60_P100_PCIE_16GB", source=v100,
+                  model="scaled", config=ScaledConfig(measurement="neusight")).provenance.accuracy
+    both = predict(table, "SM60_P100_PCIE_16GB", source=v100,
+                   model="scaled", config=ScaledConfig(measurement="neusight")).provenance.accuracy
+    assert one.total_pct is not None and both.total_pct is not None and both.total_pct > one.total_pct
+    assert "no data set covers" in both.total_basis and "no data set covers" not in one.total_basis
+
+
 def test_every_power_limited_board_sustains_its_base_clock_not_its_boost() -> None:
     """A board whose TDP is under 1.25 W per SM-GHz at boost (T4, A10, L4, L40, L40S, RTX 6000
     Ada: 7 nm and 5 nm parts) cannot hold its boost clock under a long heavy kernel: its spec

@@ -384,6 +384,14 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
         borrowed from a kernel-family peer, not the least-time default)."""
         return self._own_tile(arch, key) is not None
 
+    def tiles_seen(self, arch: str, key: str) -> bool:
+        """Whether any data showed the GEMM tiles the arch's library runs on a path: its own
+        fitted policy or kernel-name menu, or (SIMT paths) those of an architecture that runs the
+        same cuBLAS SGEMM kernels. False: :meth:`tile` falls back to the least-time rule."""
+        if self._own_tile(arch, key) is not None or self.tile_menu(arch, key):
+            return True
+        return any(self.tiles.get(other, {}).get(key) for other in _family_peers(arch, key, self.tiles))
+
     def tile(self, arch: str, key: str) -> tuple[int, int]:
         """Typical GEMM tile for an arch and path key, as fitted on that architecture's data.
         A SIMT path with no fit of its own takes the fit of an architecture that runs the same

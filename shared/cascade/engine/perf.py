@@ -311,9 +311,13 @@ EXTRAPOLATION_REASONS: tuple[tuple[int, str], ...] = (
            "CUDA cores, FP32 multiply-adds")),
     (512, ("convolution or pooling window on another GPU: the target runs its own cuDNN algorithm and "
            "window arithmetic (quoted at the single-operator figure for convolutions, KernelBench)")),
+    (1024, ("batched FP32 GEMM on a GPU whose cuBLAS SGEMM kernels no data shows (Pascal, Blackwell): "
+            "least-time tile, fast where the library runs larger ones (bmm into an A100 left out with "
+            "no Ampere data: 25%)")),
 )
 (TARGET_UNCALIBRATED, SOURCE_UNCALIBRATED, SHAPE_OUTSIDE, BOUND_ONLY, NOT_SIMULATED,
- INFERRED_FROM_NAME, INFERRED_BLEND, TF32_CONV, OFF_TENSOR, WINDOW) = (b for b, _ in EXTRAPOLATION_REASONS)
+ INFERRED_FROM_NAME, INFERRED_BLEND, TF32_CONV, OFF_TENSOR, WINDOW, UNSEEN_TILES) = (
+    b for b, _ in EXTRAPOLATION_REASONS)
 #: dtype of per-kernel extrapolation bits (every bit above fits).
 FLAGS_DTYPE = np.int16
 
@@ -349,6 +353,14 @@ def extrapolation_flags(w: Workload, target: GPUSpec, source: GPUSpec | None, ca
             covered |= g.covers(cells[g.width])
         # a GEMV's regime is a streaming kernel's, which the operator data sets cover
         flags |= np.where(w.is_gemm & ~covered & ~streams_weights(w), SHAPE_OUTSIDE, 0).astype(FLAGS_DTYPE)
+    key = tile_key(False, True)
+    if w.is_gemm.any() and not cal.tiles_seen(target.arch, key):
+        # the tile of a batched SIMT GEMM comes from a rule no data checked for this library (the
+        # kernel's own named tile is kept only where it ran on the target's architecture)
+        ruled = w.is_gemm & ~w.tensor & (np.nan_to_num(w.batch) > 1) & ~streams_weights(w)
+        if source is not None and source.arch == target.arch:
+            ruled &= w.tile_a <= 0
+        flags |= np.where(ruled, UNSEEN_TILES, 0).astype(FLAGS_DTYPE)
     return flags
 
 

@@ -21,6 +21,7 @@ from cascade.engine.perf import (
     SHAPE_OUTSIDE,
     TARGET_UNCALIBRATED,
     TF32_CONV,
+    UNSEEN_TILES,
     WINDOW,
     describe_flags,
 )
@@ -197,7 +198,7 @@ def _counts(model: str, res: ModelOutput) -> dict[str, int]:
 
 #: Extrapolation bits of kernels in regimes no data set covers (their share of the time widens a
 #: whole trace's quoted error: :func:`cascade.calibration.accuracy.widen_total`).
-UNCOVERED = (SHAPE_OUTSIDE | BOUND_ONLY | INFERRED_FROM_NAME | INFERRED_BLEND | OFF_TENSOR | TF32_CONV)
+UNCOVERED = (SHAPE_OUTSIDE | BOUND_ONLY | INFERRED_FROM_NAME | INFERRED_BLEND | OFF_TENSOR | TF32_CONV | UNSEEN_TILES)
 
 
 def uncovered_mask(flags: np.ndarray) -> np.ndarray:

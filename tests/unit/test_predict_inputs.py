@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import shutil
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,37 @@ def test_a_json_that_is_no_trace_is_an_error_not_an_empty_prediction(
     assert str(path) in err and "'traceEvents' array" in err
     assert not (tmp_path / "p.csv").exists()
 
+
+
+def test_a_tables_manifest_names_its_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The bundled sample's replica (``synthetic/``: ``timeline.csv.gz`` and a ``manifest.json``
+    naming it and its GPU) predicts from its GPU without ``--source``, as the table file or as its
+    folder; a manifest that names another file, or is not one, says nothing about a table."""
+    from cascade.traces.inputs import load_trace, stream_trace
+    from tests.support.paths import REPO
+
+    folder = tmp_path / "synthetic"
+    shutil.copytree(REPO / "samples" / "opt125m-h100-e2e" / "synthetic", folder)
+    table = folder / "timeline.csv.gz"
+    assert load_trace(table).device == "SM90_H100" and load_trace(folder).device == "SM90_H100"
+    assert stream_trace(table).device == "SM90_H100" and stream_trace(folder).device == "SM90_H100"
+    assert len(load_trace(folder).table) == len(load_trace(table).table) > 0
+    for trace in (table, folder):
+        assert main(["predict", "--trace", str(trace), "--target", "SM80_A100", "--out",
+                     str(tmp_path / "out.csv")]) == 0
+        err = capsys.readouterr().err
+        assert "SM80_A100 from SM90_H100" in err and "names no GPU" not in err
+    # the manifest's GPU is the trace's: another one needs --force-source, as for any trace
+    assert main(["predict", "--trace", str(table), "--source", "SM80_A100", "--target", "SM90_H100"]) != 0
+    assert "recorded on SM90_H100" in capsys.readouterr().err
+    other = tmp_path / "other.csv"
+    shutil.copy(table, tmp_path / "copy.csv.gz")
+    other.write_text("name,op,dtype,m,n,k,duration_ns\ngemm,linear,fp16,512,4096,4096,120000\n")
+    (tmp_path / "manifest.json").write_text('{"timeline": "copy.csv.gz", "source_gpu": "SM75_T4"}')
+    assert load_trace(other).device == "" and load_trace(tmp_path / "copy.csv.gz").device == "SM75_T4"
+    for text in ("not json", '{"timeline": 3}', '{"source_gpu": "SM75_T4"}', "[1, 2]"):
+        (tmp_path / "manifest.json").write_text(text)
+        assert load_trace(tmp_path / "copy.csv.gz").device == ""
+    (folder / "manifest.json").write_text('{"timeline": "missing.csv", "source_gpu": "SM90_H100"}')
+    with pytest.raises(TraceFormatError, match="manifest.json names its kernel table"):
+        load_trace(folder)

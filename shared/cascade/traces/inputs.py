@@ -1,7 +1,8 @@
 """Local trace inputs, read by every command that takes a trace path (``cascade predict``,
-``cascade trace``, ``cascade validate``): kernel-table files (CSV, Parquet, .npz), prepared
-bundles, Accel-Sim trace folders, single kernel trace files and timelines (PyTorch profiler,
-Nsight Systems SQLite, Cascade JSONL).
+``cascade trace``, ``cascade validate``): kernel-table files (CSV, Parquet, .npz; the GPU from a
+``manifest.json`` beside one that names it, as a bundled sample's), folders whose manifest names
+their kernel table, prepared bundles, Accel-Sim trace folders, single kernel trace files and
+timelines (PyTorch profiler, Nsight Systems SQLite, Cascade JSONL).
 
 Each kind is a :class:`TraceLoader` in :data:`LOADERS`, tried in registration order; add one
 with ``LOADERS.register(name, None, TraceLoader(accepts, load))``.
@@ -12,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from cascade import tableio
 from cascade.errors import TraceFormatError, UnknownGPUError, ValidationError
@@ -56,9 +59,66 @@ def _is_table_file(path: Path) -> bool:
     return path.is_file() and path.name.lower().endswith(tableio.SUFFIXES)
 
 
+class _TableManifest(msgspec.Struct, frozen=True, kw_only=True):
+    """What a ``manifest.json`` beside a kernel table may say about it (a bundled sample's
+    synthetic replica: ``timeline``, the table's file name, and ``source_gpu``); other fields
+    are the manifest's own."""
+
+    timeline: str = ""
+    source_gpu: str = ""
+
+
+#: The largest manifest read for a table's GPU (a sample's is ~2 KB).
+_MANIFEST_MAX_BYTES = 1 << 20
+
+
+def _manifest_of(folder: Path) -> _TableManifest | None:
+    """The folder's ``manifest.json`` as a table manifest; None where there is none, it is
+    oversized, or it is not one (another tool's manifest is not this input's business)."""
+    path = folder / MANIFEST_NAME
+    try:
+        if not path.is_file() or path.stat().st_size > _MANIFEST_MAX_BYTES:
+            return None
+        found = msgspec.json.decode(path.read_bytes(), type=_TableManifest)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return found if found.timeline and found.source_gpu else None
+
+
+def _device_beside(path: Path) -> str:
+    """The GPU a ``manifest.json`` next to a kernel-table file names for it (the file is its
+    ``timeline``), to be resolved like a device name a trace records; '' if none does."""
+    found = _manifest_of(path.parent)
+    return found.source_gpu if found is not None and found.timeline == path.name else ""
+
+
+def _is_table_folder(path: Path) -> bool:
+    """A folder whose ``manifest.json`` names a kernel-table file in it and the GPU it was
+    captured on (a bundled sample's ``synthetic/``); a prepared bundle is not one."""
+    if not path.is_dir() or (path / KERNELS_NAME).is_file():
+        return False
+    found = _manifest_of(path)
+    return found is not None and _is_table_file(path / Path(found.timeline).name)
+
+
+def _named_table(folder: Path) -> Path:
+    """The kernel-table file a folder's manifest names (its ``timeline``)."""
+    found = _manifest_of(folder)
+    if found is None:
+        raise TraceFormatError(str(folder / MANIFEST_NAME), None,
+                               "a manifest naming the folder's kernel table (timeline) and its GPU (source_gpu)")
+    return folder / Path(found.timeline).name
+
+
+def load_table_folder(path: Path) -> LoadedTrace:
+    """The kernel table a folder's manifest names, with the GPU it names."""
+    return load_table_file(_named_table(path))
+
+
 def load_table_file(path: Path) -> LoadedTrace:
-    """A Cascade kernel table (CSV, CSV.gz, Parquet)."""
-    return LoadedTrace(tableio.read_table(path))
+    """A Cascade kernel table (CSV, CSV.gz, Parquet), with the GPU a ``manifest.json`` beside
+    it names for it."""
+    return LoadedTrace(tableio.read_table(path), device=_device_beside(path))
 
 
 def load_npz_file(path: Path) -> LoadedTrace:
@@ -129,6 +189,7 @@ def load_timeline_file(path: Path) -> LoadedTrace:
 
 
 LOADERS.register("bundle", None, TraceLoader(is_bundle_dir, load_bundle_dir))
+LOADERS.register("kernel-table folder", None, TraceLoader(_is_table_folder, load_table_folder))
 LOADERS.register("accel-sim folder", None, TraceLoader(is_trace_folder, load_trace_folder))
 LOADERS.register("kernel trace file", None, TraceLoader(
     lambda p: p.is_file() and p.name.lower().endswith(_KERNEL_SUFFIXES), load_kernel_file))
@@ -157,7 +218,8 @@ def load_trace(path: str | Path) -> LoadedTrace:
 _ACCEPTED = ("a Cascade kernel-table CSV (.csv, .csv.gz), Parquet (.parquet) or .npz file; a "
              "PyTorch profiler Chrome trace (.json, .json.gz), Nsight Systems SQLite export "
              "(.sqlite) or Cascade JSONL timeline (.jsonl); an Accel-Sim kernel trace (.traceg, "
-             ".trace, optionally .xz) or trace folder; or a Cascade bundle folder")
+             ".trace, optionally .xz) or trace folder; a Cascade bundle folder; or a folder whose "
+             "manifest.json names its kernel table (timeline) and GPU (source_gpu)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,8 +236,10 @@ class StreamedTrace:
 def stream_trace(path: str | Path, batch_rows: int = tableio.BATCH_ROWS) -> StreamedTrace:
     """Like :func:`load_trace`, in batches of at most ``batch_rows`` rows for table files."""
     p = Path(path)
+    if _is_table_folder(p):
+        p = _named_table(p)
     if _is_table_file(p):
-        return StreamedTrace(tableio.iter_batches(p, batch_rows))
+        return StreamedTrace(tableio.iter_batches(p, batch_rows), device=_device_beside(p))
     loaded = load_trace(p)
     return StreamedTrace(iter([tableio.Batch(loaded.table)]), loaded.source, loaded.device,
                          loaded.warnings)

@@ -99,14 +99,105 @@ def test_convolution_backward_has_both_passes() -> None:
                  "[True, True, True]"])
     assert w is not None and [p.name for p in w.passes] == ["dgrad", "wgrad"]
     dgrad, wgrad = w.passes
-    assert (dgrad.m, dgrad.n, dgrad.k) == (2 * 256, 3, 8 * 9)
+    # stride 2: a pixel of the input gets a quarter of the 8 x 9 taps, so the data gradient is
+    # the forward's FLOPs (as PyTorch's flop counter counts it), not four times them
+    assert (dgrad.m, dgrad.n, dgrad.k) == (2 * 256, 3, 8 * 9 // 4)
     assert (wgrad.m, wgrad.n, wgrad.k) == (8, 27, 128)
-    assert dgrad.flops == 2 * 512 * 3 * 72 and wgrad.flops == 2 * 8 * 27 * 128
+    forward = 2 * (2 * 8 * 8) * 8 * 27
+    assert dgrad.flops == forward and wgrad.flops == forward
     only_w = op_work("aten::convolution_backward",
                      [[2, 8, 8, 8], [2, 3, 16, 16], [8, 3, 3, 3]] + [[]] * 8, F * 3,
                      ["", "", "", "[8]", "[2, 2]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1",
                       "[False, True, True]"])
     assert only_w is not None and [p.name for p in only_w.passes] == ["wgrad"]
+
+
+#: (input, weight, stride, padding, dilation, transposed, groups): plain, strided, valid, dilated,
+#: grouped, depthwise, 1D, 3D and transposed convolutions.
+CONVS = [
+    ([4, 16, 32, 32], [32, 16, 3, 3], [1, 1], [1, 1], [1, 1], False, 1),
+    ([4, 16, 32, 32], [32, 16, 3, 3], [2, 2], [1, 1], [1, 1], False, 1),
+    ([4, 16, 32, 32], [32, 16, 1, 1], [2, 2], [0, 0], [1, 1], False, 1),
+    ([2, 8, 31, 29], [12, 8, 5, 3], [3, 2], [0, 1], [1, 1], False, 1),
+    ([2, 8, 32, 32], [8, 8, 3, 3], [1, 1], [2, 2], [2, 2], False, 1),
+    ([2, 16, 20, 20], [32, 4, 3, 3], [2, 2], [1, 1], [1, 1], False, 4),
+    ([2, 16, 20, 20], [16, 1, 3, 3], [1, 1], [1, 1], [1, 1], False, 16),
+    ([4, 8, 100], [16, 8, 5], [2], [2], [1], False, 1),
+    ([2, 4, 8, 12, 12], [8, 4, 3, 3, 3], [2, 2, 2], [1, 1, 1], [1, 1, 1], False, 1),
+    ([4, 32, 14, 14], [32, 16, 4, 4], [2, 2], [1, 1], [1, 1], True, 1),
+    ([2, 8, 5, 6, 7], [8, 4, 3, 3, 3], [2, 2, 2], [0, 0, 0], [1, 1, 1], True, 2),
+]
+
+
+def _conv_backward(x: list[int], w: list[int], stride: list[int], pad: list[int], dil: list[int],
+                   transposed: bool, groups: int) -> tuple[Any, list[int]]:
+    fwd = op_work("aten::convolution", [x, w, [], [], [], [], [], [], []], F * 2,
+                  ["", "", "", str(stride), str(pad), str(dil), str(transposed), "[0]", str(groups)])
+    assert fwd is not None and len(fwd.passes) == 1
+    out = [x[0], (w[1] * groups if transposed else w[0])] + [-1] * (len(x) - 2)
+    return fwd, out
+
+
+@pytest.mark.parametrize("case", CONVS)
+def test_every_pass_of_a_convolution_is_the_forwards_flops(case: tuple[Any, ...]) -> None:
+    """A convolution's data and weight gradients multiply each weight tap with each pixel of the
+    low-resolution side once, as its forward does: the strided data gradient's implicit GEMM
+    (and a transposed convolution's forward) reduces over the taps that land on a pixel, not all
+    of them (PyTorch's flop counter counts the same; before, a stride-2 data gradient was 4x)."""
+    x, w, stride, pad, dil, transposed, groups = case
+    fwd, _ = _conv_backward(x, w, stride, pad, dil, transposed, groups)
+    (f,) = fwd.passes
+    # the forward's true FLOPs: every tap of every weight once per low-resolution pixel
+    low_pixels = x[0] * math.prod(x[2:]) if transposed else f.m
+    c_in = x[1]
+    c_out = w[1] * groups if transposed else w[0]
+    assert fwd.flops == pytest.approx(2.0 * low_pixels * (c_in // groups) * c_out * math.prod(w[2:]))
+    # the backward of the same convolution: grad_output has the forward's output shape
+    high = f.m if transposed else x[0] * math.prod(x[2:])
+    go = [x[0], c_out] + _out_spatial(x, w, stride, pad, dil, transposed)
+    bwd = op_work("aten::convolution_backward", [go, x, w] + [[]] * 8, F * 3,
+                  ["", "", "", "[0]", str(stride), str(pad), str(dil), str(transposed), "[0]", str(groups),
+                   "[True, True, False]"])
+    assert bwd is not None and [p.name for p in bwd.passes] == ["dgrad", "wgrad"]
+    for p in bwd.passes:
+        assert p.flops == pytest.approx(fwd.flops), p.name
+        assert p.k >= 1 and p.m * p.n * p.k * 2 * p.batch == pytest.approx(p.flops, rel=0.5)
+    assert max(p.m for p in (*fwd.passes, *bwd.passes)) == high
+
+
+def _out_spatial(x: list[int], w: list[int], stride: list[int], pad: list[int], dil: list[int],
+                 transposed: bool) -> list[int]:
+    if transposed:
+        return [(i - 1) * s - 2 * p + d * (r - 1) + 1 for i, s, p, d, r in zip(x[2:], stride, pad, dil, w[2:],
+                                                                                strict=True)]
+    return [(i + 2 * p - d * (r - 1) - 1) // s + 1 for i, s, p, d, r in zip(x[2:], stride, pad, dil, w[2:],
+                                                                            strict=True)]
+
+
+@pytest.mark.parametrize("case", CONVS)
+def test_convolution_flops_match_pytorchs_flop_counter(case: tuple[Any, ...]) -> None:
+    """The same FLOPs as ``torch.utils.flop_counter`` for the forward and the backward (where
+    PyTorch is installed: its CPU build, shapes on the meta device)."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    x, w, stride, pad, dil, transposed, groups = case
+    xt = torch.empty(x, device="meta", requires_grad=True)
+    wt = torch.empty(w, device="meta", requires_grad=True)
+    with FlopCounterMode(display=False) as fwd_count:
+        y = torch.ops.aten.convolution(xt, wt, None, stride, pad, dil, transposed, [0] * len(stride), groups)
+    with FlopCounterMode(display=False) as bwd_count:
+        y.backward(torch.empty(y.shape, device="meta"))
+    fwd, _ = _conv_backward(x, w, stride, pad, dil, transposed, groups)
+    assert list(y.shape[2:]) == _out_spatial(x, w, stride, pad, dil, transposed)
+    assert fwd.flops == pytest.approx(fwd_count.get_total_flops())
+    go = list(y.shape)
+    bwd = op_work("aten::convolution_backward", [go, x, w] + [[]] * 8, F * 3,
+                  ["", "", "", "[0]", str(stride), str(pad), str(dil), str(transposed), "[0]", str(groups),
+                   "[True, True, False]"])
+    assert bwd is not None
+    if groups == 1:  # (PyTorch's counter takes a grouped weight gradient as groups x its FLOPs)
+        assert sum(p.flops for p in bwd.passes) == pytest.approx(bwd_count.get_total_flops())
 
 
 @pytest.mark.parametrize(("name", "dims"), [
@@ -237,7 +328,7 @@ def test_conv_backward_kernels_memcpy_steps_device() -> None:
     helper = names.index("cudnn::engines_precompiled::nchwToNhwcKernel<__half>")
     dgrad = next(i for i, n in enumerate(names) if "dgrad" in n)
     wgrad = next(i for i, n in enumerate(names) if "wgrad" in n)
-    assert (t["m"][dgrad], t["n"][dgrad], t["k"][dgrad]) == (8 * 56 * 56, 32, 64 * 9)
+    assert (t["m"][dgrad], t["n"][dgrad], t["k"][dgrad]) == (8 * 56 * 56, 32, 64 * 9 // 4)  # stride 2
     assert (t["m"][wgrad], t["n"][wgrad], t["k"][wgrad]) == (64, 32 * 9, 8 * 28 * 28)
     assert t["m"][helper] == -1 and math.isnan(t["flops"][helper])
     assert t["op"][helper] == "convolution_backward" and t["dtype"][helper] == "fp16"

@@ -572,3 +572,66 @@ def test_the_kernelbench_transfer_is_fitted_on_kernelbench_and_holds_for_a_gpu_l
     into = [c.mape for c in cells if c.target == "SM89_L40S" and c.family == "all"]
     base = e2e.operator_cells(ops, bare, reg, variants=("target uncalibrated",), models=("scaled",))
     assert np.mean(into) < np.mean([c.mape for c in base if c.target == "SM89_L40S" and c.family == "all"])
+
+
+def test_a_work_only_fp32_convolution_runs_where_pytorchs_cudnn_puts_it() -> None:
+    """With no measured time to scale (a table of shapes, a trace's unmeasured rows), an FP32
+    convolution on an Ampere-or-later GPU runs on TF32 tensor cores as PyTorch's cuDNN runs it
+    (``allow_tf32`` defaults to True), the same work the scaled model's target side runs; on a
+    Volta it stays on the CUDA cores; a name that pins FP32 math stays so on its own design."""
+    conv = {"op": "convolution", "dtype": "fp32", "flops": 2.0 * 25088 * 128 * 1152,
+            "bytes": 4.0 * (32 * 128 * 56 * 56 * 2 + 128 * 128 * 9), "batch": 1, "m": 25088, "n": 128,
+            "k": 1152}
+    table = KernelTable.from_rows([{**conv, "name": "aten::convolution"}])
+    reg = default_registry()
+    a100, v100 = reg.get("SM80_A100_SXM_40GB"), reg.get("SM70_V100_SXM2")
+    fp32_roof = {g.id: conv["flops"] / g.peak_flops("fp32", False) * 1e9 for g in (a100, v100)}
+    on_a100 = predict(table, a100.id, model="analytical")
+    on_v100 = predict(table, v100.id, model="analytical")
+    # faster than the FP32 CUDA cores allow at all: the TF32 path, flagged as moved there
+    assert on_a100.predicted_ns[0] < 0.8 * fp32_roof[a100.id]
+    assert on_a100.flags is not None and on_a100.flags[0] & perf.TF32_CONV
+    assert on_v100.predicted_ns[0] >= fp32_roof[v100.id]
+    assert on_v100.flags is not None and not on_v100.flags[0] & perf.TF32_CONV
+    # the scaled model's target side, from the V100's own model time (no deviation to carry)
+    timed = KernelTable.from_rows([{**conv, "name": "aten::convolution", "duration_ns": on_v100.predicted_ns[0]}])
+    scaled = predict(timed, a100.id, source=v100.id, model="scaled", config=ScaledConfig(measurement="kernel"))
+    assert scaled.predicted_ns[0] == pytest.approx(on_a100.predicted_ns[0], rel=0.1)
+    # cuDNN's FP32 kernel named in an A100 trace ran FP32 there: kept on its own design, moved
+    # where another design picks its own kernel
+    pinned = KernelTable.from_rows([{**conv, "name": "ampere_scudnn_128x64_relu_interior_nn_v1"}])
+    same = predict(pinned, a100.id, source=a100.id, model="analytical")
+    assert same.predicted_ns[0] >= fp32_roof[a100.id]
+    assert same.flags is not None and not same.flags[0] & perf.TF32_CONV
+    other = predict(pinned, "SM90_H100", source=a100.id, model="analytical")
+    assert other.flags is not None and other.flags[0] & perf.TF32_CONV
+
+
+def test_a_whole_resnet50_step_from_its_work_alone_follows_physics() -> None:
+    """The bench's FP32 ResNet-50 training step (every op PyTorch dispatches, shapes through
+    ``op_work``) on a V100 and an A100 SXM4 from its work alone: ResNet-50's textbook FLOPs,
+    TF32 convolutions on the A100 only, memory-bound families at the bandwidth ratio, the whole
+    step between what FP32 and bandwidth allow and what the TF32 peak would."""
+    from cascade.engine import ops
+    from programs.bench.resnet50 import load
+
+    table = load()
+    # 4.09 GMAC a 224x224 image forward; backward twice that, but the stem's data gradient
+    gflop = float(np.nansum(table["flops"])) / 1e9
+    assert 770 < gflop < 800
+    reg = default_registry()
+    v100, a100 = reg.get("SM70_V100_SXM2"), reg.get("SM80_A100_SXM_40GB")
+    pv = predict(table, v100.id, model="analytical")
+    pa = predict(table, a100.id, model="analytical")
+    fam = np.asarray(ops.FAMILIES, dtype=object)[ops.families(table["op"], table["name"])]
+    conv = np.char.find(table["name"].astype(str), "convolution") >= 0
+    assert pa.flags is not None and pv.flags is not None
+    assert np.all(pa.flags[conv] & perf.TF32_CONV) and not np.any(pv.flags & perf.TF32_CONV)
+    bw = a100.bandwidth_bps / v100.bandwidth_bps
+    for f in ("elementwise", "norm"):
+        r = pv.predicted_ns[fam == f].sum() / pa.predicted_ns[fam == f].sum()
+        assert 0.8 * bw <= r <= 1.25 * bw, (f, r, bw)
+    fp32 = a100.peak_flops("fp32", False) / v100.peak_flops("fp32", False)
+    tf32 = a100.peak_flops("tf32", True) / v100.peak_flops("fp32", False)
+    whole = pv.predicted_ns.sum() / pa.predicted_ns.sum()
+    assert max(bw, fp32) < whole < tf32 / 3, whole

@@ -125,6 +125,24 @@ def analytical_ns(table: KernelTable, w: Workload, spec: GPUSpec, ctx: ModelCont
     return np.where(ok, total, np.nan), regime
 
 
+def target_work(w: Workload, names: np.ndarray, target: GPUSpec, source: GPUSpec | None
+                ) -> tuple[Workload, np.ndarray]:
+    """The kernels' work as ``target`` runs it, for a model with no measured time to scale (the
+    same move the scaled model makes on its target side, :func:`cascade.engine.perf.target_math`):
+    a tensor kernel of a dtype ``target`` has no tensor cores for on its CUDA cores
+    (:func:`cascade.engine.perf.on_spec`, flagged ``OFF_TENSOR``), and FP32 convolutions on TF32
+    tensor cores where PyTorch's cuDNN puts them (:func:`cascade.engine.perf.cudnn_math`, flagged
+    ``TF32_CONV``). A name that pins a convolution to FP32 CUDA-core math (``scudnn``) is kept
+    only where ``source``, the GPU the trace ran on, is of ``target``'s SM design: on another
+    design cuDNN picks that GPU's own kernels. Returns the workload and the flag bits."""
+    on = perf.on_spec(w, target)
+    flags = np.where(w.tensor & ~on.tensor, perf.OFF_TENSOR, 0).astype(perf.FLAGS_DTYPE)
+    same_design = source is not None and source.sm_version == target.sm_version
+    moved, charged = perf.cudnn_math(on, names, target, measured=same_design)
+    flags |= np.where(charged & ~w.tensor, perf.TF32_CONV, 0).astype(perf.FLAGS_DTYPE)
+    return moved, flags
+
+
 class AnalyticalModel:
     """Instruction-feature model on the target (see module doc); no source times needed."""
 
@@ -135,15 +153,21 @@ class AnalyticalModel:
         cfg = ctx.config if isinstance(ctx.config, AnalyticalConfig) else AnalyticalConfig()
         pred, regime = analytical_ns(table, w, target, ctx)
         missing = ~np.isfinite(pred)
+        # the work as the target runs it (what the scaled model's target side runs too): FP32
+        # convolutions on TF32 tensor cores where PyTorch's cuDNN puts them, tensor kernels of a
+        # dtype the target lacks on its CUDA cores
+        w_t, moved = target_work(w, table["name"], target, ctx.source)
         if missing.any():
             cal = ctx.calibration
             fixed = fixed_kernel_ns(cfg, target, cal)
-            times = perf.kernel_times(w, target, cal.params_for(target, ctx.archs, cfg.measurement), cal, fixed,
-                                      perf.target_tiles(w, target, cal, ctx.source))
+            times = perf.kernel_times(w_t, target, cal.params_for(target, ctx.archs, cfg.measurement), cal, fixed,
+                                      perf.target_tiles(w_t, target, cal, ctx.source))
             pred = np.where(missing, times.total_ns, pred)
             regime = np.where(missing, times.regime, regime).astype(np.int8)
-        pred = np.maximum(pred, perf.roofline_ns(w, target))
+        # the work as counted cannot run faster (an instruction trace's kernel ran as it is traced)
+        pred = np.maximum(pred, np.where(missing, perf.roofline_ns(w_t, target), perf.roofline_ns(w, target)))
         # instruction features carry no shape: only the target's own calibration matters
         fitted = calibrated_in(ctx.calibration, target.id, cfg.measurement)
         flags = np.full(len(w), 0 if fitted else perf.TARGET_UNCALIBRATED, dtype=perf.FLAGS_DTYPE)
+        flags |= np.where(missing, moved, 0).astype(perf.FLAGS_DTYPE)
         return ModelOutput(pred, regime, model_column(len(w), self.name), flags, {self.name: len(w)})

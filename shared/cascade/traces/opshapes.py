@@ -297,24 +297,31 @@ def _conv_passes(x: list[int], w: list[int], stride: list[int], pad: list[int], 
         return []
     npq = nb * math.prod(out_sp)
     nhw = nb * math.prod(spatial_in)
-    crs = (c // groups) * math.prod(ksz)
-    krs = (k_out // groups) * math.prod(ksz)
     x_bytes = float(math.prod(x) * es)
     w_bytes = float(math.prod(w) * es)
     y_bytes = float(nb * k_out * math.prod(out_sp) * es)
-    shapes = {
-        "fwd": (npq, k_out // groups, crs, x_bytes + w_bytes + y_bytes),
-        "dgrad": (nhw, c // groups, krs, y_bytes + w_bytes + x_bytes),
-        "wgrad": (k_out // groups, crs, npq, y_bytes + x_bytes + w_bytes),
-    }
-    if transposed:  # a transposed conv's forward is the data gradient of the plain conv
-        shapes = {"fwd": (npq, k_out // groups, c // groups * math.prod(ksz), shapes["dgrad"][3]),
-                  "dgrad": shapes["fwd"], "wgrad": shapes["wgrad"]}
+    every = x_bytes + w_bytes + y_bytes
+    taps = math.prod(ksz)
+    # Every pass multiplies each weight tap with each pixel of the low-resolution side once: a
+    # convolution's forward, data and weight gradient are the same FLOPs (as PyTorch's flop
+    # counter and KernelBench count them). The high-resolution side's implicit GEMM (a strided
+    # convolution's data gradient, a transposed one's forward) reduces over the taps that land on
+    # a pixel, a 1 / stride^d share of them, not over all of them.
+    if transposed:  # x is the low-resolution side; the weight is [C_in, K/g, ...]
+        low, high, c_low, c_high = nhw, npq, c // groups, k_out // groups
+    else:
+        low, high, c_low, c_high = npq, nhw, k_out // groups, c // groups
+    landing = c_low * taps * low / max(high, 1)  # the high side's reduction per output element
+    to_low = (low, c_low, c_high * taps, float(c_high * taps))
+    to_high = (high, c_high, max(1, round(landing)), landing)
+    grad_w = (c_low, c_high * taps, low, float(low)) if not transposed else (c_high, c_low * taps, low, float(low))
+    plain = {"fwd": to_low, "dgrad": to_high, "wgrad": grad_w}
+    shapes = plain if not transposed else {"fwd": to_high, "dgrad": to_low, "wgrad": grad_w}
     out = []
     for name in which:
-        m, n, k, nbytes = shapes[name]
-        out.append(Pass(name=name, batch=groups, m=m, n=n, k=k, flops=2.0 * groups * m * n * k,
-                        bytes=nbytes))
+        m, n, k, k_exact = shapes[name]
+        out.append(Pass(name=name, batch=groups, m=m, n=n, k=k, flops=2.0 * groups * m * n * k_exact,
+                        bytes=every))
     return out
 
 

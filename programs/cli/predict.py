@@ -85,8 +85,8 @@ def _run(args: argparse.Namespace) -> int:
         raise ValidationError("--model scaled needs --source", field="source")
     if args.model == "auto" and source is None:
         print(f"warning: {args.trace} names no GPU and no --source was given: its measured kernel "
-              "times are not used (each kernel is predicted from its work alone, with no measured "
-              "accuracy); give --source SPEC, the GPU it was captured on", file=sys.stderr)
+              "times are not used (each kernel is predicted from its work alone, at the looser accuracy "
+              "measured for that); give --source SPEC, the GPU it was captured on", file=sys.stderr)
     config = _model_config(args)
     cal = load_calibration(args.calibration) if args.calibration else load_calibration()
 

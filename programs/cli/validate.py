@@ -139,6 +139,7 @@ def _end_to_end(args: argparse.Namespace, cal: object, reg: object) -> int:
 
 def e2e_markdown(summary: list, anchored: list, whole: list) -> str:  # type: ignore[type-arg]
     """The end-to-end summary as markdown tables: whole models (total and anchored), operators."""
+    from cascade.calibration.accuracy import WORK_MODEL
     from cascade.fitting.e2e import family_errors
 
     lines = ["### whole models (neusight-e2e): |error| of the predicted total vs the target's measured e2e, %", "",
@@ -149,21 +150,31 @@ def e2e_markdown(summary: list, anchored: list, whole: list) -> str:  # type: ig
         if s.dataset != "neusight-e2e":
             continue
         a = anch.get((s.variant, s.model, s.group))
-        lines.append(f"| {s.variant} | {s.model} | {s.group} | {s.cells} | {s.mean_pct:.1f} | {s.worst_pct:.1f} | "
-                     f"{a.mean_pct:.1f} | {a.worst_pct:.1f} |" if a else "")
+        # a model predicted from the work alone has no source time to anchor to
+        model = f"{s.model} (work alone)" if s.model == WORK_MODEL else s.model
+        lines.append(f"| {s.variant} | {model} | {s.group} | {s.cells} | {s.mean_pct:.1f} | {s.worst_pct:.1f} | "
+                     + (f"{a.mean_pct:.1f} | {a.worst_pct:.1f} |" if a else "- | - |"))
     for variant in sorted({c.variant for c in whole}):
-        fam = family_errors([c for c in whole if c.variant == variant and c.model == "scaled"])
-        lines += ["", f"per op family, scaled, {variant} (time-weighted |error| vs the target's own operator times, %): "
-                  + ", ".join(f"{k} {v:.1f}" for k, v in fam.items())]
+        for model in ("scaled", WORK_MODEL):
+            fam = family_errors([c for c in whole if c.variant == variant and c.model == model])
+            if fam:
+                what = "from the work alone" if model == WORK_MODEL else "scaled"
+                lines += ["", f"per op family, {what}, {variant} (time-weighted |error| vs the target's own operator "
+                          "times, %): " + ", ".join(f"{k} {v:.1f}" for k, v in fam.items())]
     lines += ["", "### single operators (kernelbench, >= 0.1 ms on the target): mean over GPU pairs of MAPE, %", "",
-              "| variant | group | pairs | scaled mean | scaled worst | ratio roofline mean | ratio roofline worst |",
-              "|---|---|---|---|---|---|---|"]
+              "(work alone: each operator on each GPU that timed it from its FLOPs and bytes, no source; "
+              "the mean over GPUs)", "",
+              "| variant | group | pairs | scaled mean | scaled worst | ratio roofline mean | ratio roofline worst "
+              "| work alone mean | work alone worst |",
+              "|---|---|---|---|---|---|---|---|---|"]
     ops = {(s.variant, s.model, s.group): s for s in summary if s.dataset == "kernelbench"}
     for (variant, model, group), s in ops.items():
         if model != "scaled":
             continue
         # the ratio roofline fits nothing: the same figure as the plain variant's
         r = ops.get((variant, "roofline", group)) or ops.get(("target uncalibrated", "roofline", group))
+        w = ops.get((variant, WORK_MODEL, group))
         lines.append(f"| {variant} | {group} | {s.cells} | {s.mean_pct:.1f} | {s.worst_pct:.1f} | "
-                     + (f"{r.mean_pct:.1f} | {r.worst_pct:.1f} |" if r else "- | - |"))
+                     + (f"{r.mean_pct:.1f} | {r.worst_pct:.1f} |" if r else "- | - |")
+                     + (f" {w.mean_pct:.1f} | {w.worst_pct:.1f} |" if w else " - | - |"))
     return "\n".join(lines)

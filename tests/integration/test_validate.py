@@ -570,6 +570,10 @@ def test_cli_e2e_prints_both_data_sets_and_fit_transfer_needs_kernelbench(tmp_pa
     groups = {(s["dataset"], s["variant"], s["model"], s["group"]) for s in doc["summary"]}
     assert ("neusight-e2e", "target uncalibrated", "scaled", "all") in groups
     assert ("kernelbench", "target uncalibrated", "roofline", "conv") in groups
+    # from the work alone too: whole models (training only the V100 measured) and operators
+    assert ("neusight-e2e", "target uncalibrated", "analytical", "training") in groups
+    assert ("kernelbench", "calibrated", "analytical", "all") in groups
+    assert not any(s["model"] == "analytical" for s in doc["anchored"])  # no source to anchor to
     metrics = load_calibration().metrics["end_to_end"]
     assert any(r["variant"] == "target uncalibrated, transfer fitted without it" for r in metrics)
     (tmp_path / "neusight-e2e").symlink_to(MEASURED / "neusight-e2e")

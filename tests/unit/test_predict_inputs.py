@@ -29,7 +29,8 @@ def test_trace_folder_is_parsed_and_predicted(capsys: pytest.CaptureFixture[str]
                     "--target", "SM90_H100,SM70_V100_PCIE_32GB", "--model", "analytical")
     assert [r["target"] for r in rows] == ["SM90_H100", "SM70_V100_PCIE_32GB"]
     assert all(r["warp_insts"] == "4416" for r in rows)
-    assert all(float(r["predicted_ns"]) > 0 and r["model"] == "analytical" for r in rows)
+    # an instruction trace: every kernel predicted from its features, and labelled so
+    assert all(float(r["predicted_ns"]) > 0 and r["model"] == "analytical:features" for r in rows)
 
 
 def test_single_kernel_file(capsys: pytest.CaptureFixture[str]) -> None:

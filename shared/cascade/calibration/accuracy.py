@@ -147,6 +147,12 @@ OPERATOR_DATASET = "kernelbench"
 #: The operator protocol's variant whose fitted exponents never saw the target (leave one GPU out):
 #: the figure quoted for kernels no data set covers.
 OPERATOR_LOGO_VARIANT = "target uncalibrated, transfer fitted without it"
+#: The model a prediction from the work alone runs (no measured source time; the end-to-end
+#: protocol scores it on both data sets, :func:`cascade.fitting.e2e.work_cells`).
+WORK_MODEL = "analytical"
+#: What the work-alone figures hold for, said beside them.
+_WORK_SCOPE = ("kernels predicted from their work (FLOPs, bytes, shapes); not those an instruction trace's "
+               "features predicted")
 
 
 def _e2e_row(cal: Calibration, dataset: str, variant: str, model: str, group: str) -> Mapping[str, object] | None:
@@ -176,34 +182,43 @@ def whole_accuracy(cal: Calibration, target_id: str, target_calibrated: bool, me
     fitted = "calibrated" if target_calibrated else "with its own fit taken out"
     whose = f"into {target_id} ({fitted})" if row.get("group") == target_id else (
         "into calibrated GPUs" if target_calibrated else "into GPUs with their own fit taken out")
+    if scored == WORK_MODEL:
+        whose = (f"on {target_id} ({fitted})" if row.get("group") == target_id else
+                 "on calibrated GPUs" if target_calibrated else "on GPUs with their own fit taken out")
+        return mean, worst, (f"end-to-end protocol: {cells} whole-model cells predicted from their work alone "
+                             f"(neusight-e2e, inference and training, the sum of predicted operators vs the "
+                             f"measured e2e time) {whose}; for {_WORK_SCOPE}")
     kind = measurement_context(measurement) or "kernel"
     borrowed = "" if kind == "neusight" else f"; borrowed for {kind} times (the whole models are FP32 harness times)"
     return mean, worst, (f"end-to-end protocol: {cells} whole-model cells (neusight-e2e, the sum of predicted "
                          f"operators vs the measured e2e time) {whose}{borrowed}")
 
 
-def widen_total(cal: Calibration, est: AccuracyEstimate, share: float, window_share: float = 0.0) -> AccuracyEstimate:
+def widen_total(cal: Calibration, est: AccuracyEstimate, share: float, window_share: float = 0.0,
+                model: str = "scaled") -> AccuracyEstimate:
     """``est`` with its whole-trace figure widened for ``share`` (0-1) of the predicted time in
     kernels of regimes no data set covers (extrapolated shapes, work inferred from a name, paths
     moved, launch/roofline bounds only): + share x the single-operator figure into GPUs with no
     calibration (KernelBench), never a tight figure for what nothing measured; and for
     ``window_share`` of it in convolution and pooling kernels (which no whole-model data set has):
-    + that share x KernelBench's figure for convolutions."""
+    + that share x KernelBench's figure for convolutions. ``model``: whose single-operator figures
+    (:data:`WORK_MODEL`: KernelBench predicted from the work alone)."""
     if est.total_pct is None or (share <= 0 and window_share <= 0):
         return est
     total = est.total_pct
     parts: list[str] = []
+    scored = WORK_MODEL if model == WORK_MODEL else "scaled"
     if share > 0:
-        row = (_e2e_row(cal, OPERATOR_DATASET, OPERATOR_LOGO_VARIANT, "scaled", "all")
-               or _e2e_row(cal, OPERATOR_DATASET, "target uncalibrated", "scaled", "all"))
+        row = (_e2e_row(cal, OPERATOR_DATASET, OPERATOR_LOGO_VARIANT, scored, "all")
+               or _e2e_row(cal, OPERATOR_DATASET, "target uncalibrated", scored, "all"))
         op = float(str(row["mean_pct"])) if row is not None else 50.0
         where = ("the single-operator figure into uncalibrated GPUs (kernelbench)" if row is not None
                  else "50% (nothing measured)")
         total += share * op
         parts.append(f"{100 * share:.0f}% of the time in kernels no data set covers x {where} ({op:.0f}%)")
     if window_share > 0:
-        row = (_e2e_row(cal, OPERATOR_DATASET, OPERATOR_LOGO_VARIANT, "scaled", "conv")
-               or _e2e_row(cal, OPERATOR_DATASET, "target uncalibrated", "scaled", "conv"))
+        row = (_e2e_row(cal, OPERATOR_DATASET, OPERATOR_LOGO_VARIANT, scored, "conv")
+               or _e2e_row(cal, OPERATOR_DATASET, "target uncalibrated", scored, "conv"))
         conv = float(str(row["mean_pct"])) if row is not None else 50.0
         where = ("the single-operator figure for convolutions into uncalibrated GPUs (kernelbench)"
                  if row is not None else "50% (nothing measured)")
@@ -224,7 +239,7 @@ def expected_accuracy(cal: Calibration, source_id: str | None, target_id: str,
     if source_id and source_id == target_id and est.mape_pct == 0.0:
         return msgspec.structs.replace(est, total_pct=0.0, total_worst_pct=0.0,
                                        total_basis="target is the source GPU: measured durations kept")
-    if model not in ("auto", "scaled", "roofline") or not source_id:
+    if model != WORK_MODEL and (model not in ("auto", "scaled", "roofline") or not source_id):
         return est
     whole = whole_accuracy(cal, target_id, est.target_calibrated, measurement, model)
     if whole is None:
@@ -246,6 +261,19 @@ def kernel_accuracy(cal: Calibration, source_id: str | None, target_id: str,
     scored = "scaled" if model in ("auto", "scaled") else model
     if source_id and source_id == target_id and scored == "scaled":
         return AccuracyEstimate(mape_pct=0.0, worst_pct=0.0, basis="target is the source GPU: measured durations kept", **base)
+    if scored == WORK_MODEL:
+        variant = "calibrated" if t_cal else "target uncalibrated"
+        row = (_e2e_row(cal, OPERATOR_DATASET, variant, WORK_MODEL, target_id)
+               or _e2e_row(cal, OPERATOR_DATASET, variant, WORK_MODEL, "all"))
+        if row is None:
+            return AccuracyEstimate(basis=f"no measured accuracy for model {model!r}", **base)
+        fitted = "calibrated" if t_cal else "with its own fit taken out"
+        on = (f"on {target_id} ({fitted})" if row.get("group") == target_id else
+              "on calibrated GPUs" if t_cal else "on GPUs with their own fit taken out")
+        return AccuracyEstimate(
+            mape_pct=float(str(row["mean_pct"])), worst_pct=float(str(row["worst_pct"])), cells=int(str(row["cells"])),
+            basis=(f"end-to-end protocol, single operators predicted from their work alone (kernelbench, FP32, "
+                   f">= 0.1 ms) {on}; for {_WORK_SCOPE}"), **base)
     if scored not in ("scaled", "roofline") or (scored == "scaled" and not source_id):
         return AccuracyEstimate(basis=f"no measured accuracy for model {model!r} without source times"
                                 if scored == "scaled" else f"no measured accuracy for model {model!r}", **base)

@@ -29,6 +29,12 @@ _REUSE_L2_BYTES = 32768 * 128.0
 _ALU_DEP_CYCLES = 6.0
 
 
+#: The per-kernel model label of a kernel the analytical model predicted from its instruction-trace
+#: features (one it predicted from its work is labelled ``analytical``): no protocol here measures
+#: the features' accuracy, so a prediction of such kernels quotes none.
+FEATURES_LABEL = "analytical:features"
+
+
 class AnalyticalConfig(msgspec.Struct, frozen=True, kw_only=True, tag="analytical", tag_field="kind"):
     """Settings of the ``analytical`` model."""
 
@@ -170,4 +176,9 @@ class AnalyticalModel:
         fitted = calibrated_in(ctx.calibration, target.id, cfg.measurement)
         flags = np.full(len(w), 0 if fitted else perf.TARGET_UNCALIBRATED, dtype=perf.FLAGS_DTYPE)
         flags |= np.where(missing, moved, 0).astype(perf.FLAGS_DTYPE)
-        return ModelOutput(pred, regime, model_column(len(w), self.name), flags, {self.name: len(w)})
+        # which rows the instruction features predicted, and which their work (FLOPs, bytes,
+        # shapes: the figure the end-to-end protocol measures for a prediction from the work alone)
+        names = model_column(len(w), self.name)
+        names[~missing] = FEATURES_LABEL
+        counts = {k: int(v) for k, v in ((self.name, missing.sum()), (FEATURES_LABEL, (~missing).sum())) if v}
+        return ModelOutput(pred, regime, names, flags, counts)

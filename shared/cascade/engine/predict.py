@@ -235,24 +235,25 @@ def accuracy_of(cal: Calibration, source_id: str | None, target_id: str, measure
     reads the figure of the model behind most of its rows (kernels it could only bound,
     by ``roofline``, are flagged, not counted); a mix says for how many kernels it holds."""
     used = {k: int(v) for k, v in counts.items() if v and k != "roofline"}
-    if model != "auto":
+    if model not in ("auto", "analytical"):  # (analytical: from features or from the work, by its rows)
         main = model
     elif used:
         main = max(used, key=lambda k: used[k])
     else:
-        main = "roofline"
+        main = "roofline" if model == "auto" else model
     est = expected_accuracy(cal, source_id, target_id, measurement, main)
     counted = None if flags is None else (flags & BOUND_ONLY) == 0
     if flags is not None and counted is not None and counted.any():  # as the rows' model judged it
         target_fitted = not np.any(flags[counted] & TARGET_UNCALIBRATED)
         if target_fitted != est.target_calibrated:
             est = msgspec.structs.replace(est, target_calibrated=target_fitted)
-    if model == "auto" and len(used) > 1:
+    if model in ("auto", "analytical") and len(used) > 1:
         others = ", ".join(f"{v} by {k}" for k, v in sorted(used.items()) if k != main)
         est = msgspec.structs.replace(est, basis=f"{est.basis}; for the {used[main]} kernels "
                                                  f"predicted by {main} ({others})")
     return widen_total(cal, est, uncovered_share(flags, times) if share is None else share,
-                       uncovered_share(flags, times, window=True) if window_share is None else window_share)
+                       uncovered_share(flags, times, window=True) if window_share is None else window_share,
+                       model=main)
 
 
 def measurement_of_config(config: Any) -> str:

@@ -20,6 +20,11 @@ Two data sets under ``../shared/data/measured``:
 Both are harness timings (CUDA events around a PyTorch call): the ``neusight`` and
 ``kernelbench`` measurement kinds, whose per-call fixed cost is the harness's.
 
+Beside the cross-GPU cells, each data set is also predicted from its work alone (model
+:data:`WORK_MODEL`, no source GPU: FLOPs, bytes and shapes on the target, as a table of shapes
+without measured times is): each whole model on each GPU that measured it, each operator on each
+GPU that timed it (:func:`work_cells`, :func:`work_operator_cells`).
+
 Each cell is scored twice: with the calibration as it is (``calibrated``: a GPU whose per-operator
 data the fit saw is in-sample for its own fit, never for these totals) and with the target's own
 fit taken out (``target uncalibrated``: :func:`without_gpu`, the situation of a GPU nobody has
@@ -39,7 +44,7 @@ import msgspec
 import numpy as np
 
 from cascade.calibration import Calibration, Transfer
-from cascade.calibration.accuracy import OPERATOR_LOGO_VARIANT
+from cascade.calibration.accuracy import OPERATOR_LOGO_VARIANT, WORK_MODEL
 from cascade.engine import perf
 from cascade.engine.models import RooflineConfig, ScaledConfig
 from cascade.engine.predict import predict
@@ -309,6 +314,57 @@ def operator_cells(ops: OperatorSet, cal: Calibration, reg: GPURegistry, *,
     return out
 
 
+def _without_times(table: KernelTable) -> KernelTable:
+    out = table.take(np.arange(len(table)))
+    out["duration_ns"] = np.full(len(table), np.nan)
+    return out
+
+
+def work_cells(runs: Sequence[WholeRun], cal: Calibration, reg: GPURegistry, *,
+               variants: Iterable[str] = VARIANTS) -> list[WholeCell]:
+    """Every whole workload predicted from its work alone (no measured time, model
+    :data:`WORK_MODEL` with its defaults, as ``cascade predict`` runs a table of shapes) on each
+    GPU that measured it end to end, per variant: no source, no anchored figure."""
+    out: list[WholeCell] = []
+    for variant in variants:
+        for r in sorted(runs, key=lambda r: (r.workload, r.spec.id)):
+            use = without_gpu(cal, r.spec.id) if variant == "target uncalibrated" else cal
+            p = predict(_without_times(r.table), r.spec, model=WORK_MODEL, calibration=use, registry=reg)
+            total = float(np.nansum(p.predicted_ns))
+            fam_pred = _family_sums(r.table, p.predicted_ns)
+            fam_meas = _family_sums(r.table, r.table["duration_ns"])
+            out.append(WholeCell(
+                dataset=r.dataset, workload=r.workload, mode=r.mode, source="", target=r.spec.id, variant=variant,
+                model=WORK_MODEL, measured_ms=r.total_ns / 1e6, predicted_ms=total / 1e6,
+                error_pct=(total / r.total_ns - 1.0) * 100.0, anchored_ms=float("nan"),
+                anchored_error_pct=float("nan"),
+                families={f: [v / 1e6, fam_meas.get(f, float("nan")) / 1e6] for f, v in fam_pred.items()}))
+    return out
+
+
+def work_operator_cells(ops: OperatorSet, cal: Calibration, reg: GPURegistry, *,
+                        variants: Iterable[str] = VARIANTS, min_ms: float = KERNELBENCH_MIN_MS) -> list[OperatorCell]:
+    """Every operator predicted from its work alone on each GPU that timed it, per family and
+    variant: MAPE over those of at least ``min_ms`` (one cell per GPU, no source)."""
+    out: list[OperatorCell] = []
+    for variant in variants:
+        for t in sorted(ops.times_ns):
+            tt = ops.times_ns[t]
+            idx = np.flatnonzero(np.isfinite(tt) & (tt >= min_ms * 1e6))
+            if len(idx) == 0:
+                continue
+            use = without_gpu(cal, t) if variant == "target uncalibrated" else cal
+            p = predict(ops.work.take(idx), ops.specs[t], model=WORK_MODEL, calibration=use, registry=reg)
+            err = np.abs(p.predicted_ns / tt[idx] - 1.0) * 100.0
+            fams = ops.families[idx]
+            for fam in [*sorted(set(fams.tolist())), "all"]:
+                sel = np.ones(len(idx), dtype=bool) if fam == "all" else fams == fam
+                out.append(OperatorCell(dataset="kernelbench", family=str(fam), source="", target=t,
+                                        variant=variant, model=WORK_MODEL, count=int(sel.sum()),
+                                        mape=float(err[sel].mean())))
+    return out
+
+
 def _summary(dataset: str, variant: str, model: str, group: str, errs: Sequence[float]) -> Summary:
     a = np.abs(np.asarray(errs, dtype=float))
     return Summary(dataset=dataset, variant=variant, model=model, group=group, cells=len(a),
@@ -498,7 +554,8 @@ def end_to_end(root: str | Path, cal: Calibration, reg: GPURegistry, *, fit: boo
         if leave_one_gpu_out:
             logo, per_gpu = transfer_logo(ops, cal, reg)
         cal = with_fit(cal, fitted)
-    whole = whole_cells(runs, cal, reg)
-    operators = (operator_cells(ops, cal, reg) if ops is not None else []) + logo
+    whole = whole_cells(runs, cal, reg) + work_cells(runs, cal, reg)
+    operators = (operator_cells(ops, cal, reg) + work_operator_cells(ops, cal, reg) if ops is not None else []) + logo
+    scaled_from_source = [c for c in whole if c.model != WORK_MODEL]  # (a work cell has no source to anchor to)
     return EndToEnd(calibration=cal, fitted=fitted, left_out=per_gpu, whole=whole, operators=operators,
-                    summary=summarize(whole, operators), anchored=summarize(whole, [], anchored=True))
+                    summary=summarize(whole, operators), anchored=summarize(scaled_from_source, [], anchored=True))

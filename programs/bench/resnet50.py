@@ -21,13 +21,13 @@ Ampere, memory-bound norms and activations), not a fit (nothing is calibrated on
 from __future__ import annotations
 
 import argparse
-import gzip
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from cascade.kerneltable import KernelTable
+from programs.bench._capture import Call, recording, table_of, write_gz
 
 NAME = "resnet50"
 HELP = "a FP32 ResNet-50 training step predicted from its work alone, beside measured totals"
@@ -39,59 +39,12 @@ BATCH = 32
 MEASURED_MS: dict[str, float] = {"SM80_A100_SXM_40GB": 39.44, "SM70_V100_SXM2": 94.5, "SM70_V100_PCIE_32GB": 94.5}
 TARGETS: tuple[str, ...] = ("SM70_V100_SXM2", "SM70_V100_PCIE_32GB", "SM80_A100_SXM_40GB", "SM86_A10",
                             "SM89_L40S", "SM90_H100", "SM75_T4")
-#: aten ops that launch no kernel (views, metadata, allocation, autograd bookkeeping).
-_NO_KERNEL = ("detach", "view", "t", "expand", "empty", "empty_like", "_to_copy", "alias", "as_strided",
-              "lift_fresh", "unsqueeze", "squeeze", "reshape", "_reshape_alias", "clone")
-
 
 # ---- writing the table (needs PyTorch) ------------------------------------------------------------
-def _record_args(args: tuple[Any, ...]) -> tuple[list[Any], list[str], list[str]]:
-    """A call's arguments as the profiler records them: ``Input Dims``, ``Input type``,
-    ``Concrete Inputs``."""
-    import torch
-
-    names = {torch.float32: "float", torch.float16: "c10::Half", torch.bfloat16: "c10::BFloat16",
-             torch.int64: "long int", torch.int32: "int", torch.bool: "bool", torch.float64: "double"}
-    dims: list[Any] = []
-    types: list[str] = []
-    concrete: list[str] = []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            dims.append(list(a.shape))
-            types.append(names.get(a.dtype, str(a.dtype)))
-            concrete.append("")
-        elif isinstance(a, (list, tuple)) and a and all(isinstance(x, torch.Tensor) for x in a):
-            dims.append([list(x.shape) for x in a])
-            types.append("TensorList")
-            concrete.append("")
-        elif isinstance(a, (list, tuple)) and all(isinstance(x, int) and not isinstance(x, bool) for x in a):
-            dims.append([])
-            types.append("int[]")
-            concrete.append("[" + ", ".join(str(x) for x in a) + "]")
-        elif isinstance(a, bool):
-            dims.append([])
-            types.append("bool")
-            concrete.append(str(a))
-        elif isinstance(a, (int, float)):
-            dims.append([])
-            types.append("Scalar")
-            concrete.append(str(a))
-        elif isinstance(a, (list, tuple)) and all(isinstance(x, bool) for x in a):
-            dims.append([])
-            types.append("bool[]")
-            concrete.append("[" + ", ".join(str(x) for x in a) + "]")
-        else:
-            dims.append([])
-            types.append("")
-            concrete.append("")
-    return dims, types, concrete
-
-
-def capture(batch: int = BATCH) -> list[tuple[str, list[Any], list[str], list[str]]]:
+def capture(batch: int = BATCH) -> list[Call]:
     """One training step's aten calls as profiler records (name, dims, types, concrete)."""
     import torch
     from torch import nn
-    from torch.utils._python_dispatch import TorchDispatchMode
 
     class Bottleneck(nn.Module):
         def __init__(self, cin: int, width: int, stride: int) -> None:
@@ -128,23 +81,11 @@ def capture(batch: int = BATCH) -> list[tuple[str, list[Any], list[str], list[st
             y = nn.functional.adaptive_avg_pool2d(self.blocks(self.stem(x)), 1)
             return self.fc(torch.flatten(y, 1))
 
-    calls: list[tuple[str, list[Any], list[str], list[str]]] = []
-
-    class Record(TorchDispatchMode):
-        def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
-                               kwargs: dict[str, Any] | None = None) -> Any:
-            op = func._overloadpacket.__name__
-            if op not in _NO_KERNEL:
-                calls.append((f"aten::{op}", *_record_args(tuple(args) + tuple((kwargs or {}).values()))))
-            return func(*args, **(kwargs or {}))
-
     torch.manual_seed(0)
     model = ResNet50().to("meta")
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, foreach=True)
     x = torch.empty(batch, 3, 224, 224, device="meta")
     y = torch.empty(batch, dtype=torch.long, device="meta")
-    recorder: Any = Record  # (torch's dispatch mode has no annotations)
-
     def step() -> None:
         loss = nn.functional.cross_entropy(model(x), y)
         loss.backward()
@@ -152,49 +93,15 @@ def capture(batch: int = BATCH) -> list[tuple[str, list[Any], list[str], list[st
         opt.zero_grad(set_to_none=True)
 
     step()  # the first step creates the momentum buffers; the second is recorded
-    with recorder():
+    with recording() as calls:
         step()
     return calls
 
 
-def table_of(calls: list[tuple[str, list[Any], list[str], list[str]]]) -> KernelTable:
-    """The calls' work as a kernel table (:func:`cascade.traces.opshapes.op_work`): a row per
-    op, a convolution backward's passes each their own row."""
-    from cascade.traces.opshapes import op_work
-
-    rows: list[dict[str, Any]] = []
-    for name, dims, types, concrete in calls:
-        work = op_work(name, dims, types, concrete)
-        if work is None or not (np.isfinite(work.bytes) and work.bytes > 0):
-            continue
-        base = {"op": work.op, "dtype": work.dtype or "fp32"}
-        if work.kind in ("gemm", "conv") and work.passes:
-            for p in work.passes:
-                label = name if p.name == "fwd" else f"{name} ({p.name})"
-                rows.append({**base, "name": label, "flops": p.flops, "bytes": p.bytes, "batch": p.batch,
-                             "m": p.m, "n": p.n, "k": p.k})
-        else:
-            rows.append({**base, "name": name, "flops": work.flops if np.isfinite(work.flops) else 0.0,
-                         "bytes": work.bytes})
-    table = KernelTable.from_rows(rows)
-    table["kernel_id"] = np.arange(1, len(table) + 1)
-    return table
-
-
 def write(path: Path = TABLE, batch: int = BATCH) -> KernelTable:
-    """Capture the step and write its table (gzip with a fixed mtime: the same bytes each time)."""
-    from cascade.tableio import write_csv_text
-
+    """Capture the step and write its table."""
     table = table_of(capture(batch))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as gz:
-        import io
-
-        text = io.TextIOWrapper(gz, encoding="utf-8", newline="")
-        write_csv_text(table, text, columns=["kernel_id", "name", "op", "dtype", "flops", "bytes", "batch", "m",
-                                             "n", "k"])
-        text.flush()
-        text.detach()
+    write_gz(table, path)
     return table
 
 

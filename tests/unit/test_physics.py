@@ -635,6 +635,14 @@ def test_a_work_only_fp32_convolution_runs_where_pytorchs_cudnn_puts_it() -> Non
     assert same.flags is not None and not same.flags[0] & perf.TF32_CONV
     other = predict(pinned, "SM90_H100", source=a100.id, model="analytical")
     assert other.flags is not None and other.flags[0] & perf.TF32_CONV
+    # with its shapes (an implicit GEMM) or without, a convolution on another GPU, or from its
+    # work alone, runs whichever algorithm cuDNN picks there: flagged, and quoted at the
+    # single-operator figure for convolutions, not the transformers' whole-model one
+    for p in (on_a100, on_v100, scaled):
+        assert p.flags is not None and p.flags[0] & perf.WINDOW
+        assert "convolution and pooling kernels" in p.provenance.accuracy.total_basis
+    same_gpu = predict(timed, v100.id, source=v100.id, model="scaled", config=ScaledConfig(measurement="kernel"))
+    assert same_gpu.flags is not None and not same_gpu.flags[0] & perf.WINDOW
 
 
 def test_a_whole_resnet50_step_from_its_work_alone_follows_physics() -> None:

@@ -194,6 +194,10 @@ def whole_accuracy(cal: Calibration, target_id: str, target_calibrated: bool, me
                          f"operators vs the measured e2e time) {whose}{borrowed}")
 
 
+#: Where :func:`widen_total`'s single-operator figures come from, per scored model.
+_OPS_WHERE = {"scaled": "into uncalibrated GPUs", WORK_MODEL: "from their work alone"}
+
+
 def widen_total(cal: Calibration, est: AccuracyEstimate, share: float, window_share: float = 0.0,
                 model: str = "scaled") -> AccuracyEstimate:
     """``est`` with its whole-trace figure widened for ``share`` (0-1) of the predicted time in
@@ -212,7 +216,7 @@ def widen_total(cal: Calibration, est: AccuracyEstimate, share: float, window_sh
         row = (_e2e_row(cal, OPERATOR_DATASET, OPERATOR_LOGO_VARIANT, scored, "all")
                or _e2e_row(cal, OPERATOR_DATASET, "target uncalibrated", scored, "all"))
         op = float(str(row["mean_pct"])) if row is not None else 50.0
-        where = ("the single-operator figure into uncalibrated GPUs (kernelbench)" if row is not None
+        where = (f"the single-operator figure {_OPS_WHERE[scored]} (kernelbench)" if row is not None
                  else "50% (nothing measured)")
         total += share * op
         parts.append(f"{100 * share:.0f}% of the time in kernels no data set covers x {where} ({op:.0f}%)")
@@ -220,7 +224,7 @@ def widen_total(cal: Calibration, est: AccuracyEstimate, share: float, window_sh
         row = (_e2e_row(cal, OPERATOR_DATASET, OPERATOR_LOGO_VARIANT, scored, "conv")
                or _e2e_row(cal, OPERATOR_DATASET, "target uncalibrated", scored, "conv"))
         conv = float(str(row["mean_pct"])) if row is not None else 50.0
-        where = ("the single-operator figure for convolutions into uncalibrated GPUs (kernelbench)"
+        where = (f"the single-operator figure for convolutions {_OPS_WHERE[scored]} (kernelbench)"
                  if row is not None else "50% (nothing measured)")
         total += window_share * conv
         parts.append(f"{100 * window_share:.0f}% of the time in convolution and pooling kernels x {where} "

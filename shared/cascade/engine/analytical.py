@@ -176,6 +176,10 @@ class AnalyticalModel:
         fitted = calibrated_in(ctx.calibration, target.id, cfg.measurement)
         flags = np.full(len(w), 0 if fitted else perf.TARGET_UNCALIBRATED, dtype=perf.FLAGS_DTYPE)
         flags |= np.where(missing, moved, 0).astype(perf.FLAGS_DTYPE)
+        if missing.any():  # a convolution or pooling window from its work: whichever algorithm cuDNN picks there
+            names = table["name"]
+            window = (perf.window_kinds(w, names) > 0) | perf.convolution_kernels(w, names)
+            flags |= np.where(missing & window, perf.WINDOW, 0).astype(perf.FLAGS_DTYPE)
         # which rows the instruction features predicted, and which their work (FLOPs, bytes,
         # shapes: the figure the end-to-end protocol measures for a prediction from the work alone)
         names = model_column(len(w), self.name)

@@ -221,8 +221,9 @@ class ScaledModel:
             pred = pred * np.exp(grid.lookup(cells[grid.width]))
         pred = np.maximum(pred, perf.roofline_ns(w_tgt, target))
         flags = perf.extrapolation_flags(w, target, src, cal, cfg.measurement, cells)
-        if src.id != target.id:  # (a window kernel: the target's own algorithm, quoted as such)
-            flags |= inferred | tf32 | np.where(windows > 0, perf.WINDOW, 0).astype(perf.FLAGS_DTYPE)
+        if src.id != target.id:  # (a window kernel, any convolution: the target's own algorithm, quoted as such)
+            window = (windows > 0) | perf.convolution_kernels(w, names)
+            flags |= inferred | tf32 | np.where(window, perf.WINDOW, 0).astype(perf.FLAGS_DTYPE)
         measured = np.isfinite(t_src) & (t_src > 0)
         bracket = None
         if src.id == target.id:  # identity: the measured times, exactly

@@ -520,6 +520,16 @@ def convolutions(w: Workload, names: np.ndarray) -> np.ndarray:
     return _conv_rows(w, names, cand)[0] if cand.any() else cand
 
 
+def convolution_kernels(w: Workload, names: np.ndarray) -> np.ndarray:
+    """Every convolution among the GEMM-family rows, by op or name, with GEMM dims (a trace with
+    shapes gives its implicit GEMM) or without: cuDNN picks each GPU's own algorithm for all of
+    them, so on another GPU (or from the work alone) each is flagged :data:`WINDOW` and quoted at
+    the single-operator figure for convolutions (:func:`convolutions` are those the window roof
+    is fitted on)."""
+    cand = w.family == ops.GEMM
+    return _conv_rows(w, names, cand)[0] if cand.any() else cand
+
+
 def cudnn_math(w: Workload, names: np.ndarray, spec: GPUSpec, *, measured: bool = False
                ) -> tuple[Workload, np.ndarray]:
     """The workload as PyTorch's cuDNN runs it on ``spec``: an FP32 convolution runs on TF32

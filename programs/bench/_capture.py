@@ -19,9 +19,10 @@ from cascade.kerneltable import KernelTable
 
 #: One recorded call: (``aten::<op>``, ``Input Dims``, ``Input type``, ``Concrete Inputs``).
 Call = tuple[str, list[Any], list[str], list[str]]
-#: aten ops that launch no kernel (views, metadata, allocation, autograd bookkeeping).
-NO_KERNEL = ("detach", "view", "t", "expand", "empty", "empty_like", "_to_copy", "alias", "as_strided",
-             "lift_fresh", "unsqueeze", "squeeze", "reshape", "_reshape_alias", "clone", "_unsafe_view",
+#: aten ops that launch no kernel (views, metadata, allocation, autograd bookkeeping; ``clone`` and
+#: ``_to_copy`` copy, and the importer counts them as copies).
+NO_KERNEL = ("detach", "view", "t", "expand", "empty", "empty_like", "alias", "as_strided",
+             "lift_fresh", "unsqueeze", "squeeze", "reshape", "_reshape_alias", "_unsafe_view",
              "transpose", "permute", "slice", "select", "split", "split_with_sizes", "unbind", "chunk",
              "_local_scalar_dense", "new_empty", "empty_strided", "set_", "resolve_conj", "resolve_neg")
 COLUMNS = ["kernel_id", "name", "op", "dtype", "flops", "bytes", "batch", "m", "n", "k"]

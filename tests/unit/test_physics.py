@@ -692,3 +692,17 @@ def test_every_specs_tensor_peak_is_what_its_sms_issue_at_its_clock() -> None:
         if not any(0.90 * r <= per_clock <= 1.02 * r for r in rates):
             wrong.append(f"{spec.id}: {per_clock:.0f} FLOP per SM and clock")
     assert not wrong, wrong
+
+
+def test_every_specs_fp32_peak_is_what_its_lanes_issue_at_its_boost_clock() -> None:
+    """FP32 peak = SMs x FP32 lanes per SM (64: GP100, Volta, Turing, GA100; 128: GP10x, GA10x,
+    Ada, Hopper, Blackwell) x 2 x the boost clock, within 2% above (rounding) and 10% below
+    (a peak quoted at a lower clock). The B200 had the 1200 W GB200 board's 80 TFLOP/s (HGX
+    B200: 75); the H100 PCIe a boost clock (1620 MHz, its tensor peaks' clock) below the 1755
+    its FP32 peak is quoted at."""
+    wrong = []
+    for spec in default_registry():
+        lanes = spec.fp32_tflops * 1e12 / (spec.sms * spec.boost_clock_mhz * 1e6 * 2.0)
+        if not any(0.90 * r <= lanes <= 1.02 * r for r in (64.0, 128.0)):
+            wrong.append(f"{spec.id}: {lanes:.1f} FP32 lanes per SM")
+    assert not wrong, wrong

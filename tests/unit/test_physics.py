@@ -706,3 +706,41 @@ def test_every_specs_fp32_peak_is_what_its_lanes_issue_at_its_boost_clock() -> N
         if not any(0.90 * r <= lanes <= 1.02 * r for r in (64.0, 128.0)):
             wrong.append(f"{spec.id}: {lanes:.1f} FP32 lanes per SM")
     assert not wrong, wrong
+
+
+@needs_data
+def test_batch_statistics_norms_move_what_the_importer_counts() -> None:
+    """KernelBench's BatchNorm, InstanceNorm and GroupNorm (a [16, 64, 256, 256] FP32 input, batch
+    statistics) on every GPU that timed them: with the importer's count (2 reads of the input + 1
+    write, ``opshapes``) their DRAM rate is nearer the rate the same GPU's one-kernel scalar
+    multiply of the same input reaches than with 1 read + 1 write, on every GPU."""
+    from cascade.traces.opshapes import op_work
+
+    reg = default_registry()
+    ops = e2e.load_kernelbench(MEASURED / "kernelbench" / "kernelbench_level1.csv", reg)
+    names = [str(n) for n in ops.names]
+    x, c = [16, 64, 256, 256], [64]
+    counted = {
+        "33_BatchNorm.py": op_work("aten::native_batch_norm", [x, c, c, c, c, [], [], []], ["float"] * 5,
+                                   ["", "", "", "", "", "True", "0.1", "1e-05"]),
+        "34_InstanceNorm.py": op_work("aten::native_batch_norm", [[1, 16 * 64, 256, 256], [], [], [], [], [], [], []],
+                                      ["float"], ["", "", "", "", "", "True", "0.1", "1e-05"]),
+        "35_GroupNorm_.py": op_work("aten::native_group_norm", [x, c, c, [], [], [], [], []], ["float"] * 3,
+                                    ["", "", "", "16", "64", "65536", "8", "1e-05"]),
+    }
+    one_pass = 2.0 * 4.0 * np.prod(x)
+    stream_i = names.index("5_Matrix_scalar_multiplication.py")
+    checked = 0
+    for sid, times in ops.times_ns.items():
+        if not np.isfinite(times[stream_i]):
+            continue
+        streamed = float(ops.work["bytes"][stream_i]) / times[stream_i]
+        for name, work in counted.items():
+            t = times[names.index(name)]
+            if not np.isfinite(t):
+                continue
+            assert work is not None
+            now, before = work.bytes / t, one_pass / t
+            assert abs(np.log(now / streamed)) < abs(np.log(before / streamed)), (sid, name, now, before, streamed)
+            checked += 1
+    assert checked >= 10

@@ -503,6 +503,60 @@ def _broadcast(shapes: list[list[int]]) -> list[int] | None:
     return out
 
 
+#: Where a batch-statistics norm's ``training`` flag sits in its arguments (``Concrete Inputs``).
+_TRAINING_ARG = {"native_batch_norm": 5, "cudnn_batch_norm": 5, "batch_norm": 5, "_batch_norm_impl_index": 5,
+                 "instance_norm": 5, "_native_batch_norm_legit": 5}
+#: Where a norm backward's training flag (batch norms) sits.
+_BWD_TRAINING_ARG = {"native_batch_norm_backward": 7, "batch_norm_backward": 7,
+                     "_batch_norm_impl_index_backward": 8}
+#: Where a row-norm backward's ``output_mask`` sits (its weight / bias gradients: a second pass).
+_BWD_MASK_ARG = {"native_layer_norm_backward": 7, "_fused_rms_norm_backward": 5}
+
+
+def _flag(concrete: Sequence[Any], i: int) -> bool | None:
+    v = _arg(concrete, i)
+    return v if isinstance(v, bool) else None
+
+
+def _mask(concrete: Sequence[Any], i: int) -> list[bool] | None:
+    text = concrete[i].strip() if i < len(concrete) and isinstance(concrete[i], str) else ""
+    if not (text.startswith("[") and text.endswith("]")):
+        return None
+    parts = [x.strip() for x in text[1:-1].split(",") if x.strip()]
+    return [x == "True" for x in parts] if all(x in ("True", "False") for x in parts) else None
+
+
+def _statistics_pass(op: str, dims: Sequence[Any], concrete: Sequence[Any]) -> bool:
+    """Whether a norm reads its input twice: statistics over more than one block holds (a batch
+    norm's per-channel batch statistics, a group norm's groups) are one kernel (a reduction over
+    the whole tensor), the normalisation a second that reads the input again (PyTorch's
+    ``batch_norm_collect_statistics`` then ``batch_norm_elemt``, ``RowwiseMoments`` then the
+    group norm's apply kernel; cuDNN's batch norm likewise). A layer or RMS norm's row fits one
+    block, which reads it once. A batch norm in eval mode (running statistics) reads it once;
+    one whose mode the trace does not say is taken as one read."""
+    if op in ("native_group_norm", "group_norm", "_batch_norm_with_update"):
+        return True
+    if op == "_batch_norm_no_update":  # batch statistics where no running ones are given
+        return not (len(dims) > 3 and isinstance(dims[3], list) and len(dims[3]) > 0)
+    if op == "_native_batch_norm_legit" and 0 < len(concrete) <= 6:  # the no_stats overload
+        return _flag(concrete, 3) is True
+    i = _TRAINING_ARG.get(op)
+    return i is not None and _flag(concrete, i) is True
+
+
+def _reduction_pass(op: str, concrete: Sequence[Any]) -> bool:
+    """Whether a norm's backward reads ``grad_out`` and the input twice (five streams, not
+    three): a batch or group norm in training reduces over them (``batch_norm_backward_reduce``)
+    before the kernel that writes the input gradient reads them again; a layer or RMS norm's
+    weight and bias gradients are a second, column-wise kernel over the same two."""
+    if op in ("native_group_norm_backward", "cudnn_batch_norm_backward"):
+        return True
+    if op in _BWD_TRAINING_ARG:
+        return _flag(concrete, _BWD_TRAINING_ARG[op]) is True
+    mask = _mask(concrete, _BWD_MASK_ARG[op]) if op in _BWD_MASK_ARG else None
+    return mask is not None and any(mask[1:])
+
+
 def _memory_op(op: str, dims: Sequence[Any], types: Sequence[Any],
                concrete: Sequence[Any]) -> OpWork | None:
     tensors = _tensors(dims, types)
@@ -516,11 +570,13 @@ def _memory_op(op: str, dims: Sequence[Any], types: Sequence[Any],
     inputs = _bytes_of(tensors, default)
     if op in _NORM_OPS:
         params = inputs - first_b
+        reads = 2.0 if _statistics_pass(op, dims, concrete) else 1.0
         return OpWork(op=op, kind="norm", dtype=dtype, flops=8.0 * first_n,
-                      bytes=2.0 * first_b + params)
+                      bytes=(reads + 1.0) * first_b + params)
     if op in _NORM_BWD_OPS:
+        streams = 5.0 if _reduction_pass(op, concrete) else 3.0
         return OpWork(op=op, kind="norm", dtype=dtype, flops=12.0 * first_n,
-                      bytes=3.0 * first_b + 2.0 * (inputs - 2.0 * first_b if inputs > 2 * first_b else 0))
+                      bytes=streams * first_b + 2.0 * (inputs - 2.0 * first_b if inputs > 2 * first_b else 0))
     if op in _SOFTMAX_OPS:
         return OpWork(op=op, kind="softmax", dtype=dtype, flops=5.0 * first_n, bytes=2.0 * first_b)
     if op in _SOFTMAX_BWD_OPS:

@@ -36,7 +36,7 @@ def test_the_bench_prints_every_gpu_beside_its_measured_step(capsys: pytest.Capt
     a100 = lines["SM80_A100_SXM_40GB"]
     assert float(a100[2]) == resnet50.MEASURED_MS["SM80_A100_SXM_40GB"]
     assert a100[3].endswith("%") and abs(float(a100[3].rstrip("%"))) == pytest.approx(
-        abs(float(a100[1]) / 39.44 - 1) * 100, abs=0.06)
+        abs(float(a100[1]) / 39.44 - 1) * 100, abs=0.2)  # (the step printed to 0.1 ms: 0.13% of 39.44)
     assert "2.40x measured" in out
     assert float(lines["SM90_H100"][1]) < float(a100[1]) < float(lines["SM70_V100_SXM2"][1])
 

@@ -744,3 +744,27 @@ def test_batch_statistics_norms_move_what_the_importer_counts() -> None:
             assert abs(np.log(now / streamed)) < abs(np.log(before / streamed)), (sid, name, now, before, streamed)
             checked += 1
     assert checked >= 10
+
+
+def test_a_streaming_kernel_of_gemm_only_fits_runs_at_the_specs_achievable_bandwidth() -> None:
+    """NeuSight's operator data are GEMMs: the bw_eff fitted there is the GEMMs' operand traffic
+    (V100 0.68, T4 0.63, A100 PCIe 0.92), not what an elementwise or norm kernel reaches. A
+    streaming kernel in that context (or from its work alone, on a GPU no fit saw one on) runs at
+    the spec's achievable fraction, so between two such GPUs it scales by the DRAM bandwidth
+    ratio; where a fit saw streaming kernels (Vidur's per-kernel times on the A100 and H100) its
+    fitted fraction stays."""
+    cal = load_calibration()
+    reg = default_registry()
+    v100, a100p, a100 = reg.get("SM70_V100_PCIE_32GB"), reg.get("SM80_A100_PCIE_40GB"), reg.get("SM80_A100")
+    for spec in (v100, a100p):
+        p = cal.params_for(spec, None, "neusight")
+        assert p.stream_bw_eff == spec.efficiency.bandwidth and p.bw_eff != spec.efficiency.bandwidth
+        assert cal.params_for(spec, None, "device").stream_bw_eff == spec.efficiency.bandwidth
+    assert cal.params_for(a100, None, "kernel").stream_bw_eff is None
+    assert cal.params_for(a100, None, "device").stream_bw_eff is None  # its own fit saw them
+    assert cal.params_for(v100, None, "kernel").stream_bw_eff is None  # that context's fits did
+    big = KernelTable.from_rows([{"name": "vectorized_elementwise_kernel", "op": "elementwise", "dtype": "fp32",
+                                  "bytes": 8e8, "duration_ns": 8e8 / (0.85 * v100.bandwidth_bps) * 1e9}])
+    p = predict(big, a100p.id, source=v100.id, model="scaled", config=ScaledConfig(measurement="neusight"))
+    ratio = big["duration_ns"][0] / p.predicted_ns[0]
+    assert ratio == pytest.approx(a100p.bandwidth_bps / v100.bandwidth_bps, rel=0.03)

@@ -23,6 +23,8 @@ from cascade.gpus.spec import GPUSpec
 
 #: Op families whose bandwidth efficiency may differ from plain streaming kernels.
 BW_FAMILIES: tuple[str, ...] = ("norm", "embedding", "elementwise", "softmax", "reduce", "other")
+#: Families whose kernels stream their bytes once through DRAM (what ``stream_bw_eff`` applies to).
+STREAM_FAMILIES: tuple[str, ...] = ("norm", "embedding", "elementwise", "softmax", "reduce")
 
 
 #: Architecture -> the cuBLAS SGEMM (FP32 SIMT) kernel generation it runs: Turing runs
@@ -305,6 +307,12 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
             found = mine if mine is not None else median(None)
         return found if found is not None else 1.0
 
+    def _streams_fitted(self, context: str | None) -> bool:
+        """Whether a measurement context's fits saw streaming kernels (its GPUs carry per-family
+        bandwidth multipliers); a context with no fitted GPU, or none, did not."""
+        ids = self.contexts.get(context, []) if context else []
+        return any(self.specs[s].family_bw for s in ids if s in self.specs)
+
     def params_for(self, spec: GPUSpec, archs: dict[str, str] | None = None,
                    context: str | None = None) -> ResolvedParams:
         """Parameters for a spec: its own fit, else the median fit of its architecture, else the
@@ -322,6 +330,12 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
         stream = self.globals.gemm_stream
         gemm_bw = (min(spec.efficiency.bandwidth * stream, 1.0)
                    if stream > 0 and context in (None, "kernel") else None)
+        # a GEMM-only context's bw_eff is the GEMMs' operand traffic: streaming kernels run at
+        # the spec's achievable fraction unless some fit of this GPU saw them
+        # (a calibration that names no contexts cannot say what its fits saw: bw_eff throughout)
+        saw_streams = any(self._streams_fitted(c) for c, ids in self.contexts.items() if spec.id in ids)
+        stream_bw = (None if not self.contexts or self._streams_fitted(context) or saw_streams
+                     else float(spec.efficiency.bandwidth))
         steps = [p.simt_step for sid, p in self.specs.items() if p.simt_step is not None
                  and (not among or sid in among)]
         step = (own.simt_step if own is not None and own.simt_step is not None and (not among or spec.id in among)
@@ -329,6 +343,7 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
         return ResolvedParams(
             simt_step=float(step),
             gemm_bw_eff=gemm_bw,
+            stream_bw_eff=stream_bw,
             simt_eff=self._fallback(spec, "simt_eff", spec.efficiency.simt, archs, context),
             tensor_eff=self._fallback(spec, "tensor_eff", spec.efficiency.tensor, archs, context),
             bw_eff=self._fallback(spec, "bw_eff", spec.efficiency.bandwidth, archs, context),
@@ -434,6 +449,11 @@ class ResolvedParams(msgspec.Struct, frozen=True, kw_only=True):
     gemm_bw_eff: float | None = None
     """Achievable DRAM fraction of GEMMs' operand streaming (None: ``bw_eff``; see
     :attr:`Globals.gemm_stream`)."""
+    stream_bw_eff: float | None = None
+    """Achievable DRAM fraction of the streaming kernels (elementwise, norms, softmax,
+    reductions, gathers: :data:`STREAM_FAMILIES`) where no fit of this GPU ever saw one (a
+    harness's GEMM-only data fits ``bw_eff`` to GEMMs' operand traffic): the spec's
+    ``efficiency.bandwidth``, one long sequential read (None: ``bw_eff``)."""
 
 
 def _known_archs() -> dict[str, str]:

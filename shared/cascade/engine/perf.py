@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cascade.calibration import BW_FAMILIES, Calibration, ResolvedParams
+from cascade.calibration import BW_FAMILIES, STREAM_FAMILIES, Calibration, ResolvedParams
 from cascade.calibration.accuracy import calibrated_in
 from cascade.engine import ops
 from cascade.engine.workload import Workload
@@ -415,12 +415,16 @@ def launch_wave_factor(w: Workload, spec: GPUSpec, quant: float) -> np.ndarray:
 
 
 def family_bw_eff(w: Workload, params: ResolvedParams) -> np.ndarray:
-    """Achievable DRAM bandwidth fraction of every kernel (its family's calibrated factor)."""
+    """Achievable DRAM bandwidth fraction of every kernel (its family's calibrated factor; a
+    streaming family from ``stream_bw_eff`` where the GPU's fits never saw one)."""
     bw_mult = np.ones(len(w))
+    base = np.full(len(w), params.bw_eff)
     for i, fam in enumerate(ops.FAMILIES):
         if fam in BW_FAMILIES and params.family_bw.get(fam, 1.0) != 1.0:
             bw_mult[w.family == i] = params.family_bw[fam]
-    return np.minimum(params.bw_eff * bw_mult, 1.0)
+        if params.stream_bw_eff is not None and fam in STREAM_FAMILIES:
+            base[w.family == i] = params.stream_bw_eff
+    return np.minimum(base * bw_mult, 1.0)
 
 
 def memory_ns(w: Workload, spec: GPUSpec, bw_eff: np.ndarray, l2_resident: float) -> np.ndarray:

@@ -327,15 +327,20 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
         # the fixed time's per-family shape is the GPU's own measurement (never borrowed: an
         # uncalibrated GPU keeps one fixed time for every family)
         family_fixed = dict(own.family_fixed) if own and (not among or spec.id in among) else {}
+        # a context no fit was made in (``device``: a prediction from the work alone) takes
+        # the spec's physical fractions for every stream of bytes: fitted fractions belong to
+        # the harness and kernels they were fitted on, and borrowing them by GPU made the
+        # same silicon with more bandwidth slower (A100 80GB vs 40GB)
+        unfitted = bool(self.contexts) and context is not None and context not in self.contexts
         stream = self.globals.gemm_stream
         gemm_bw = (min(spec.efficiency.bandwidth * stream, 1.0)
-                   if stream > 0 and context in (None, "kernel") else None)
+                   if stream > 0 and (context in (None, "kernel") or unfitted) else None)
         # a GEMM-only context's bw_eff is the GEMMs' operand traffic: streaming kernels run at
-        # the spec's achievable fraction unless some fit of this GPU saw them
-        # (a calibration that names no contexts cannot say what its fits saw: bw_eff throughout)
-        saw_streams = any(self._streams_fitted(c) for c, ids in self.contexts.items() if spec.id in ids)
-        stream_bw = (None if not self.contexts or self._streams_fitted(context) or saw_streams
-                     else float(spec.efficiency.bandwidth))
+        # the spec's achievable fraction unless that context's fits saw them (no context: this
+        # GPU's own fits); a calibration that names no contexts cannot say: bw_eff throughout
+        saw_streams = (self._streams_fitted(context) if context is not None else
+                       any(self._streams_fitted(c) for c, ids in self.contexts.items() if spec.id in ids))
+        stream_bw = None if not self.contexts or saw_streams else float(spec.efficiency.bandwidth)
         steps = [p.simt_step for sid, p in self.specs.items() if p.simt_step is not None
                  and (not among or sid in among)]
         step = (own.simt_step if own is not None and own.simt_step is not None and (not among or spec.id in among)
@@ -346,7 +351,8 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
             stream_bw_eff=stream_bw,
             simt_eff=self._fallback(spec, "simt_eff", spec.efficiency.simt, archs, context),
             tensor_eff=self._fallback(spec, "tensor_eff", spec.efficiency.tensor, archs, context),
-            bw_eff=self._fallback(spec, "bw_eff", spec.efficiency.bandwidth, archs, context),
+            bw_eff=(float(spec.efficiency.bandwidth) if unfitted
+                    else self._fallback(spec, "bw_eff", spec.efficiency.bandwidth, archs, context)),
             family_bw=family_bw,
             family_fixed=family_fixed,
             calibrated=spec.id in self.specs,

@@ -194,6 +194,13 @@ class KernelTable:
         """Rows selected by an index array or boolean mask."""
         return KernelTable({k: v[index] for k, v in self._cols.items()})
 
+    def without_times(self) -> KernelTable:
+        """The same rows with no measured durations: what a prediction from the work alone
+        reads (the columns are shared, not copied; ``duration_ns`` is a new NaN column)."""
+        out = KernelTable(dict(self._cols), n=len(self))
+        out["duration_ns"] = np.full(len(self), np.nan)
+        return out
+
     @classmethod
     def concat(cls, tables: Iterable[KernelTable]) -> KernelTable:
         tabs = list(tables)

@@ -414,3 +414,13 @@ def test_source_takes_the_targets_tile_rule_on_paths_the_target_arch_has_no_poli
 
     assert pred("128x128", p100) == pytest.approx(pred("32x128", p100))
     assert pred("128x128", t4) != pytest.approx(pred("32x128", t4))
+
+
+@pytest.mark.parametrize("model", ["auto", "analytical", "roofline"])
+def test_an_empty_table_quotes_no_figure(model: str) -> None:
+    """No kernel was predicted, so no protocol's figure holds (the work-alone one had been quoted
+    for zero kernels)."""
+    empty = KernelTable.from_rows([{"name": "x", "op": "elementwise", "dtype": "fp32", "bytes": 1e6}]).take(
+        np.array([], dtype=int))
+    acc = predict(empty, "A100", model=model).provenance.accuracy
+    assert acc.mape_pct is None and acc.total_pct is None and "no kernels" in acc.basis

@@ -10,7 +10,12 @@ import msgspec
 import numpy as np
 
 from cascade.calibration import Calibration, load_calibration
-from cascade.calibration.accuracy import AccuracyEstimate, expected_accuracy, widen_total
+from cascade.calibration.accuracy import (
+    AccuracyEstimate,
+    calibrated_in,
+    expected_accuracy,
+    widen_total,
+)
 from cascade.engine.base import ModelContext, ModelOutput
 from cascade.engine.perf import (
     BOUND_ONLY,
@@ -234,6 +239,9 @@ def accuracy_of(cal: Calibration, source_id: str | None, target_id: str, measure
     kernels per model that predicted them; ``flags``: their extrapolation bits): ``auto``
     reads the figure of the model behind most of its rows (kernels it could only bound,
     by ``roofline``, are flagged, not counted); a mix says for how many kernels it holds."""
+    if any(a is not None and len(a) == 0 for a in (flags, times)):  # an empty table: no figure holds for nothing
+        return AccuracyEstimate(basis="no kernels: nothing was predicted",
+                                target_calibrated=calibrated_in(cal, target_id, measurement))
     used = {k: int(v) for k, v in counts.items() if v and k != "roofline"}
     if model not in ("auto", "analytical"):  # (analytical: from features or from the work, by its rows)
         main = model

@@ -314,12 +314,6 @@ def operator_cells(ops: OperatorSet, cal: Calibration, reg: GPURegistry, *,
     return out
 
 
-def _without_times(table: KernelTable) -> KernelTable:
-    out = table.take(np.arange(len(table)))
-    out["duration_ns"] = np.full(len(table), np.nan)
-    return out
-
-
 def work_cells(runs: Sequence[WholeRun], cal: Calibration, reg: GPURegistry, *,
                variants: Iterable[str] = VARIANTS) -> list[WholeCell]:
     """Every whole workload predicted from its work alone (no measured time, model
@@ -329,7 +323,7 @@ def work_cells(runs: Sequence[WholeRun], cal: Calibration, reg: GPURegistry, *,
     for variant in variants:
         for r in sorted(runs, key=lambda r: (r.workload, r.spec.id)):
             use = without_gpu(cal, r.spec.id) if variant == "target uncalibrated" else cal
-            p = predict(_without_times(r.table), r.spec, model=WORK_MODEL, calibration=use, registry=reg)
+            p = predict(r.table.without_times(), r.spec, model=WORK_MODEL, calibration=use, registry=reg)
             total = float(np.nansum(p.predicted_ns))
             fam_pred = _family_sums(r.table, p.predicted_ns)
             fam_meas = _family_sums(r.table, r.table["duration_ns"])

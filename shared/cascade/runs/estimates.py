@@ -147,9 +147,7 @@ def engine_predictor(model: str = "auto") -> PredictForConfig:
     def predict_for(config: str, table: KernelTable) -> np.ndarray:
         from cascade.engine import predict
 
-        shapes = KernelTable(dict(table.as_dict()), n=len(table))
-        shapes["duration_ns"] = np.full(len(table), np.nan)
-        return predict(shapes, config, model=model).predicted_ns
+        return predict(table.without_times(), config, model=model).predicted_ns
 
     return predict_for
 

@@ -777,9 +777,11 @@ def test_the_same_silicon_with_more_bandwidth_is_never_slower() -> None:
     PCIe boards at 40 and 80 GB, H100 / H200 / GH200) where one has at least the other's DRAM
     bandwidth and L2 and the same sustained clock: no kernel is predicted slower on it, from its
     work alone (a ResNet-50 training step, a GPT-2 Large forward) or from a traced source (the
-    bundled sample, from the H100). From the work alone the fitted fractions of the GPUs the
-    calibration measured had made the A100 SXM 80GB 9% slower than the 40GB (its Vidur fit,
-    0.51 of the bandwidth, against 0.72 borrowed by the 40GB)."""
+    bundled sample and a ViT trace, from the H100). From the work alone the fitted fractions of
+    the GPUs the calibration measured had made the A100 SXM 80GB 9% slower than the 40GB (its
+    Vidur fit, 0.51 of the bandwidth, against 0.72 borrowed by the 40GB); from a trace its
+    memory-bound kernels were up to 11% slower than the uncalibrated PCIe 80GB's, which took the
+    H100's fraction instead of its measured sibling's."""
     from cascade.calibration.family import same_compute
     from cascade.tableio import read_table
 
@@ -787,7 +789,8 @@ def test_the_same_silicon_with_more_bandwidth_is_never_slower() -> None:
     bench = REPO / "programs" / "bench" / "data"
     work = [read_table(bench / "resnet50-train-fp32-b32.kernels.csv.gz"),
             read_table(bench / "wholemodels" / "gpt2_large-inf-1024-4.kernels.csv.gz")]
-    traced = load_trace(SAMPLE).table
+    traced = [load_trace(SAMPLE).table,
+              load_trace(SHARED_DATA / "timelines" / "h100-vit-nsfw-detection.pt.trace.json.gz").table]
     specs = list(reg)
     checked = 0
     for lo in specs:
@@ -799,10 +802,9 @@ def test_the_same_silicon_with_more_bandwidth_is_never_slower() -> None:
                 a = predict(table, lo.id, model="analytical").predicted_ns
                 b = predict(table, hi.id, model="analytical").predicted_ns
                 assert (b <= a * (1 + 1e-9)).all(), (lo.id, hi.id, int((b > a * (1 + 1e-9)).sum()))
-            # (from a trace, a calibrated GPU keeps what its own data measured: the A100 SXM 80GB's
-            # fitted fixed time puts a 2.5 us copy kernel 0.9% over the uncalibrated PCIe 80GB's)
-            a = predict(traced, lo.id, source="SM90_H100", model="auto").predicted_ns
-            b = predict(traced, hi.id, source="SM90_H100", model="auto").predicted_ns
-            assert (b <= a * 1.01).all() and b.sum() <= a.sum(), (lo.id, hi.id, "sample")
+            for trace in traced:
+                a = predict(trace, lo.id, source="SM90_H100", model="auto").predicted_ns
+                b = predict(trace, hi.id, source="SM90_H100", model="auto").predicted_ns
+                assert (b <= a * (1 + 1e-9)).all(), (lo.id, hi.id, int((b > a * (1 + 1e-9)).sum()))
             checked += 1
     assert checked >= 8

@@ -86,17 +86,24 @@ class ScaledConfig(msgspec.Struct, frozen=True, kw_only=True, tag="scaled", tag_
 HARNESS_FLOOR_FRACTION = 0.9
 
 
-def _sibling_floor(cal: Calibration, target: GPUSpec) -> float | None:
-    """The fitted per-kernel fixed time of an uncalibrated target's same-compute sibling
-    (same die, SMs and clocks: H200 <- H100; :mod:`cascade.calibration.family`)."""
+def same_compute_sibling(cal: Calibration, target: GPUSpec, measurement: str) -> GPUSpec | None:
+    """An uncalibrated target's same-compute sibling calibrated on this measurement kind (same
+    die, SMs and clocks: H200 <- H100, A100 PCIe 80GB <- A100 SXM 80GB;
+    :mod:`cascade.calibration.family`), or None."""
     from cascade.calibration.family import sibling
     from cascade.gpus import default_registry
 
     known = {s.id: s for s in default_registry()}
-    sib = sibling(cal, target, "kernel", known)
+    sib = sibling(cal, target, measurement, known)
     if sib is None or not sib.same_compute or sib.id not in known:
         return None
-    return cal.floor_ns("kernel", known[sib.id])
+    return known[sib.id]
+
+
+def _sibling_floor(cal: Calibration, target: GPUSpec) -> float | None:
+    """The fitted per-kernel fixed time of an uncalibrated target's same-compute sibling."""
+    sib = same_compute_sibling(cal, target, "kernel")
+    return None if sib is None else cal.floor_ns("kernel", sib)
 
 
 def fixed_times(table_durations: np.ndarray, source: GPUSpec, target: GPUSpec,
@@ -165,8 +172,13 @@ class ScaledModel:
         pt = cal.params_for(target, ctx.archs, cfg.measurement)
         if src.id != target.id and not calibrated_in(cal, target.id, cfg.measurement):
             # streaming: no fit measured the target's bandwidth fraction on this kind of time, so
-            # it reaches the source's (a memory-bound kernel scales by the bandwidth ratio)
-            pt = msgspec.structs.replace(pt, bw_eff=ps.bw_eff, family_bw=dict(ps.family_bw))
+            # it reaches its same-compute sibling's where one was measured (the same memory
+            # system: A100 PCIe 80GB <- A100 SXM 80GB), else the source's (a memory-bound kernel
+            # scales by the bandwidth ratio)
+            fitted_kind = measurement_context(cfg.measurement) in cal.contexts
+            sib = same_compute_sibling(cal, target, cfg.measurement) if fitted_kind else None
+            like = ps if sib is None or sib.id == src.id else cal.params_for(sib, ctx.archs, cfg.measurement)
+            pt = msgspec.structs.replace(pt, bw_eff=like.bw_eff, family_bw=dict(like.family_bw))
         # On GEMM paths where the target architecture has no tile policy fitted on its own
         # data (its library's choices unseen), the source is modelled with the target's rule
         # too, so the rule's error cancels in the ratio instead of landing on the target

@@ -457,8 +457,9 @@ class ResolvedParams(msgspec.Struct, frozen=True, kw_only=True):
     :attr:`Globals.gemm_stream`)."""
     stream_bw_eff: float | None = None
     """Achievable DRAM fraction of the streaming kernels (elementwise, norms, softmax,
-    reductions, gathers: :data:`STREAM_FAMILIES`) where no fit of this GPU ever saw one (a
-    harness's GEMM-only data fits ``bw_eff`` to GEMMs' operand traffic): the spec's
+    reductions, gathers: :data:`STREAM_FAMILIES`) where the measurement context's fits saw none
+    (a harness's GEMM-only data fits ``bw_eff`` to GEMMs' operand traffic; a context nothing
+    was fitted in, such as a prediction from the work alone): the spec's
     ``efficiency.bandwidth``, one long sequential read (None: ``bw_eff``)."""
 
 

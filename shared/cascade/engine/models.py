@@ -7,6 +7,8 @@ durations (ns) and regime codes for every kernel, vectorised with numpy.
 
 from __future__ import annotations
 
+import statistics
+
 import msgspec
 import numpy as np
 
@@ -101,9 +103,18 @@ def same_compute_sibling(cal: Calibration, target: GPUSpec, measurement: str) ->
 
 
 def _sibling_floor(cal: Calibration, target: GPUSpec) -> float | None:
-    """The fitted per-kernel fixed time of an uncalibrated target's same-compute sibling."""
+    """The fitted per-kernel fixed time of an uncalibrated target's same-compute sibling, else
+    the median of its architecture's calibrated GPUs' (the shortest kernel a device runs is its
+    front end's and driver's, not its memory's: an H100 PCIe takes the H100 SXM's)."""
     sib = same_compute_sibling(cal, target, "kernel")
-    return None if sib is None else cal.floor_ns("kernel", sib)
+    if sib is not None:
+        return cal.floor_ns("kernel", sib)
+    from cascade.gpus import default_registry
+
+    known = {s.id: s for s in default_registry()}
+    same_arch = [f for sid, f in cal.floors_ns.get("kernel", {}).items()
+                 if sid in known and known[sid].arch == target.arch]
+    return float(statistics.median(same_arch)) if same_arch else None
 
 
 def fixed_times(table_durations: np.ndarray, source: GPUSpec, target: GPUSpec,

@@ -544,3 +544,15 @@ def test_a_norms_backward_with_a_reduction_pass_reads_grad_and_input_twice(
     assert w is not None and w.kind == "norm"
     small = 4.0 * sum(math.prod(d) for d in dims[2:] if d)
     assert w.bytes == pytest.approx(streams * _XB + 2.0 * small)
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("[True, False, True]", [True, False, True]), ("[1, 2]", [1, 2]), ("[]", []), ("True", True),
+    ("[True, 1]", None), ("[x]", None), ("3", 3), ("0.5", 0.5), ("", None),
+])
+def test_concrete_inputs_parse_to_ints_bools_and_their_lists(text: str, value: Any) -> None:
+    """One parser for every ``Concrete Inputs`` cell: an ``output_mask`` is a list of bools (the
+    convolution and norm backwards read it the same way), a mixed list is nothing."""
+    from cascade.traces.opshapes import parse_scalar
+
+    assert parse_scalar(text) == value and type(parse_scalar(text)) is type(value)

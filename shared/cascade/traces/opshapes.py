@@ -143,7 +143,8 @@ def _bytes_of(tensors: list[tuple[list[int], str]], default: int) -> float:
 
 
 def parse_scalar(text: Any) -> Any:
-    """A ``Concrete Inputs`` cell as a Python value: int, float, bool, list of ints, or None."""
+    """A ``Concrete Inputs`` cell as a Python value: int, float, bool, list of ints or of bools
+    (an ``output_mask``), or None."""
     if not isinstance(text, str):
         return None
     s = text.strip()
@@ -155,8 +156,11 @@ def parse_scalar(text: Any) -> Any:
         inner = s[1:-1].strip()
         if not inner:
             return []
+        parts = [x.strip() for x in inner.split(",")]
+        if all(x in ("True", "False") for x in parts):
+            return [x == "True" for x in parts]
         try:
-            return [int(x) for x in inner.split(",")]
+            return [int(x) for x in parts]
         except ValueError:
             return None
     try:
@@ -175,7 +179,7 @@ def _arg(concrete: Sequence[Any], i: int) -> Any:
 
 
 def _pair(v: Any, default: int, n: int = 2) -> list[int]:
-    if isinstance(v, list) and v and all(isinstance(x, int) for x in v):
+    if isinstance(v, list) and v and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
         return (v * n)[:n] if len(v) == 1 else list(v[:n]) + [v[-1]] * max(0, n - len(v))
     if isinstance(v, int) and not isinstance(v, bool):
         return [v] * n
@@ -342,11 +346,7 @@ def _conv(op: str, dims: Sequence[Any], types: Sequence[Any], concrete: Sequence
             return None
         mask = _arg(concrete, mi)
         which: list[str] = []
-        if not isinstance(mask, list):  # "[True, True, False]" does not parse as ints
-            text = concrete[mi] if mi < len(concrete) and isinstance(concrete[mi], str) else ""
-            flags = [t.strip() == "True" for t in text.strip("[]").split(",")] if text else []
-        else:
-            flags = [bool(v) for v in mask]
+        flags = [bool(v) for v in mask] if isinstance(mask, list) else []
         if not flags:
             flags = [True, True]
         if flags[0]:
@@ -519,11 +519,8 @@ def _flag(concrete: Sequence[Any], i: int) -> bool | None:
 
 
 def _mask(concrete: Sequence[Any], i: int) -> list[bool] | None:
-    text = concrete[i].strip() if i < len(concrete) and isinstance(concrete[i], str) else ""
-    if not (text.startswith("[") and text.endswith("]")):
-        return None
-    parts = [x.strip() for x in text[1:-1].split(",") if x.strip()]
-    return [x == "True" for x in parts] if all(x in ("True", "False") for x in parts) else None
+    v = _arg(concrete, i)
+    return v if isinstance(v, list) and all(isinstance(x, bool) for x in v) else None
 
 
 def _statistics_pass(op: str, dims: Sequence[Any], concrete: Sequence[Any]) -> bool:

@@ -24,6 +24,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    help="shifted-shape protocols to run and record (comma-separated: octave, aspect, "
                         "extremes; 'none' to skip): whole regions of the shape space refitted without "
                         "and scored, about 2 minutes per refit (octave: two)")
+    p.add_argument("--llm", action="store_true",
+                   help="fit the LLM-kernel surfaces instead, on DIR laid out like measured/llm-kernels/ "
+                        "(default --out: the packaged llm.npz; seconds)")
     add_model_options(p)
     p.set_defaults(func=run)
 
@@ -45,6 +48,9 @@ def run(args: argparse.Namespace) -> int:
     from cascade.calibration import save_calibration
     from cascade.fitting.calibrate import fit_directory
 
+    if args.llm:
+        return _llm(args, Path(calibration_pkg.__file__).with_name("llm.npz"))
+
     out = Path(args.out) if args.out else Path(calibration_pkg.__file__).with_name("default.json")
     cal = fit_directory(args.data, holdout=args.holdout, evals=args.evals,
                         leave_one_gpu_out=not args.no_leave_one_gpu_out, thorough=args.thorough, log=print,
@@ -65,4 +71,28 @@ def run(args: argparse.Namespace) -> int:
                 print(f"  {r['dataset']:12s} {r['family']:12s} {r['source']:>20s} -> {r['target']:<20s} "
                       f"{r['model']:9s} n={r['count']:6d} MAPE {r['mape']:6.2f} median {r['median_ape']:6.2f} "
                       f"p90 {r['p90_ape']:6.2f}{where}")
+    return 0
+
+
+def _llm(args: argparse.Namespace, default_out: Path) -> int:
+    """Fit the LLM surfaces (:func:`cascade.fitting.llm.fit`), score the held-out shapes from
+    every calibrated GPU, record those figures in the file (what predictions quote)."""
+    import msgspec
+
+    from cascade.fitting import llm as fit_llm
+    from cascade.gpus import GPURegistry, builtin_specs
+    from cascade.llm.model import save_llm_calibration
+
+    reg = GPURegistry(builtin_specs())
+    out = Path(args.out) if args.out else default_out
+    sets = fit_llm.read_folder(args.data, reg, log=print)
+    cal = fit_llm.fit(sets, heldout_fraction=args.holdout, source=Path(args.data).name, version="1")
+    print(f"fitted {len(cal.surfaces)} surfaces on {sum(len(s.table) for s in sets)} rows "
+          f"({args.holdout:.0%} of shapes held out); scoring the held-out shapes")
+    scores = fit_llm.evaluate(sets, cal, heldout_only=args.holdout > 0)
+    cal = msgspec.structs.replace(cal, metrics=[msgspec.to_builtins(s) for s in scores])
+    save_llm_calibration(cal, out)
+    for variant, row in fit_llm.summary(scores).items():
+        print(f"  {variant}: {row}")
+    print(f"wrote {out}")
     return 0

@@ -34,6 +34,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         "another GPU (GEMMs, convolutions, the rest) and the window kernels' CUDA-core work per "
                         "byte (convolutions, depthwise, pooling) on the kernelbench pairs, score them with "
                         "each GPU left out of the fit, and use them (with --record: keep them in FILE; 50 s)")
+    p.add_argument("--llm", action="store_true",
+                   help="LLM-kernel protocol instead: DIR laid out like measured/llm-kernels/ (gemm, attention, "
+                        "moe, nccl, custom all-reduce Parquet tables; any GPUs, device names resolved through "
+                        "the aliases): from each GPU the shipped LLM calibration measured into every other GPU "
+                        "of DIR, per operator family and dtype, beside the ratio roofline, each target also "
+                        "scored with its own surfaces removed; never fits on DIR")
+    p.add_argument("--llm-calibration", metavar="FILE",
+                   help="with --llm: an LLM calibration (.npz from `cascade calibrate --llm`; default: packaged)")
+    p.add_argument("--llm-sources", metavar="SPEC[,SPEC...]",
+                   help="with --llm: only these source GPUs (default: every GPU the calibration measured)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     from cascade.fitting.options import add_model_options
 
@@ -53,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
     reg = GPURegistry(builtin_specs())
     if args.specs:
         reg.load_dir(args.specs)
+    if args.llm:
+        return _llm(args, reg)
     cal = load_calibration(args.calibration) if args.calibration else load_calibration()
     if args.e2e:
         return _end_to_end(args, cal, reg)
@@ -177,4 +189,42 @@ def e2e_markdown(summary: list, anchored: list, whole: list) -> str:  # type: ig
         lines.append(f"| {variant} | {group} | {s.cells} | {s.mean_pct:.1f} | {s.worst_pct:.1f} | "
                      + (f"{r.mean_pct:.1f} | {r.worst_pct:.1f} |" if r else "- | - |")
                      + (f" {w.mean_pct:.1f} | {w.worst_pct:.1f} |" if w else " - | - |"))
+    return "\n".join(lines)
+
+
+def _llm(args: argparse.Namespace, reg: object) -> int:
+    """The LLM-kernel protocol (:func:`cascade.fitting.llm.evaluate`): one row per cell."""
+    from cascade.fitting import llm as fit_llm
+    from cascade.gpus import GPURegistry
+    from cascade.llm.model import describe, load_llm_calibration
+
+    assert isinstance(reg, GPURegistry)
+    cal = load_llm_calibration(args.llm_calibration)
+    sets = fit_llm.read_folder(args.data, reg, log=lambda m: print(f"cascade validate: {m}", file=sys.stderr))
+    sources = [reg.get(s.strip()).id for s in args.llm_sources.split(",") if s.strip()] if args.llm_sources else None
+    heldout = bool(args.heldout)
+    scores = fit_llm.evaluate(sets, cal, heldout_only=heldout, sources=sources)
+    if args.json:
+        doc = {"calibration": describe(cal), "data": str(args.data), "heldout": cal.heldout if heldout else None,
+               "llm": msgspec.to_builtins(scores), "summary": fit_llm.summary(scores)}
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(doc), indent=2).decode() + "\n")
+        return 0
+    sys.stdout.write(llm_markdown(scores) + "\n")
+    return 0
+
+
+def llm_markdown(scores: list) -> str:  # type: ignore[type-arg]
+    """The LLM-kernel protocol as a markdown table, then the summary per variant."""
+    from cascade.fitting.llm import summary
+
+    lines = ["| variant | op | dtype | source -> target | n | MAPE % | median % | p90 % | ratio roofline % |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for s in scores:
+        lines.append(f"| {s.variant} | {s.op} | {s.dtype} | {s.source} -> {s.target} | {s.n} | {s.mape_pct:.1f} | "
+                     f"{s.median_pct:.1f} | {s.p90_pct:.1f} | {s.baseline_mape_pct:.1f} |")
+    lines.append("")
+    for variant, row in summary(scores).items():
+        lines.append(f"{variant}: {row['cells']} cells, {row['n']} shapes, MAPE {row['mape_pct']:.1f}% "
+                     f"(ratio roofline {row['baseline_mape_pct']:.1f}%), worst cell {row['worst_cell_pct']:.1f}%, "
+                     f"{row['cells_worse_than_baseline']} cells worse than the ratio roofline")
     return "\n".join(lines)

@@ -29,7 +29,8 @@ CSV_HEADER: tuple[str, ...] = (
 )
 
 #: dtypes a kernel's math can be in (``dtype`` column).
-DTYPES: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8", "fp64")
+DTYPES: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8", "fp64", "fp8_block", "fp4", "mxfp4",
+                          "int4")
 
 _STR = np.dtype(object)
 _I64 = np.dtype(np.int64)
@@ -69,6 +70,29 @@ COLUMNS: dict[str, tuple[np.dtype[Any], str]] = {
     "m": (_I64, "GEMM M"),
     "n": (_I64, "GEMM N"),
     "k": (_I64, "GEMM K"),
+    # today's LLM operators (:mod:`cascade.llm.work`): op = gemm | attention | moe | collective
+    "impl": (_STR, "implementation (cublas, nvjet, cutlass, deepgemm, flashinfer, triton, marlin, fa2, fa3, "
+                   "fa4, trtllm_gen, nccl, vllm_custom, multimem, ...)"),
+    "phase": (_STR, "attention: 'prefill' (seq new tokens per sequence, causal) or 'decode' (one new token "
+                    "attending to context cached ones)"),
+    "seq": (_I64, "attention: new tokens per sequence"),
+    "context": (_I64, "attention: tokens each sequence attends to (cached + new)"),
+    "heads": (_I64, "attention: query heads on this GPU"),
+    "kv_heads": (_I64, "attention: KV heads on this GPU (fewer than heads: GQA / MQA)"),
+    "head_dim": (_I64, "attention: head dimension"),
+    "window": (_I64, "attention: sliding window in tokens (0: full attention)"),
+    "kv_dtype": (_STR, "attention: KV-cache dtype (bf16, fp8)"),
+    "tokens": (_I64, "fused MoE: tokens entering the layer"),
+    "hidden": (_I64, "fused MoE: hidden size"),
+    "inter": (_I64, "fused MoE: the model's expert intermediate size (before the TP split)"),
+    "experts": (_I64, "fused MoE: the model's experts (before the EP split)"),
+    "topk": (_I64, "fused MoE: experts per token"),
+    "tp": (_I64, "fused MoE: tensor-parallel split of each expert's intermediate size"),
+    "ep": (_I64, "fused MoE: expert-parallel ranks (this GPU holds experts / ep)"),
+    "distribution": (_STR, "fused MoE: expert load ('balanced', 'power_law_1.2', ...)"),
+    "collective": (_STR, "collective: all_reduce, all_gather, reduce_scatter, all_to_all, send_recv"),
+    "ranks": (_I64, "collective: GPUs taking part"),
+    "comm_bytes": (_F64, "collective: message size in bytes (the whole buffer, as nccl-tests counts it)"),
     "kernels": (_I64, "device kernels this row's time covers (an operator a harness timed as one "
                       "call: a lower bound of its launches); -1: one kernel"),
     # instruction-trace features (prepare); warp-instruction counts are totals over the kernel

@@ -23,10 +23,12 @@ from cascade.engine.base import (
     model_column,
     source_durations,
 )
+from cascade.engine.llm import LlmConfig, LlmModel
 from cascade.engine.workload import Workload
 from cascade.errors import ValidationError
 from cascade.gpus.spec import GPUSpec
 from cascade.kerneltable import KernelTable
+from cascade.llm.model import llm_rows
 
 
 # ---- roofline --------------------------------------------------------------------------
@@ -268,6 +270,8 @@ class AutoConfig(msgspec.Struct, frozen=True, kw_only=True, tag="auto", tag_fiel
     """Settings of ``auto`` (passed on to the models it picks)."""
 
     scaled: ScaledConfig = ScaledConfig()
+    llm: LlmConfig = LlmConfig()
+    """Settings of the ``llm`` model, which ``auto`` uses for LLM-operator rows."""
 
 
 class AutoModel:
@@ -287,12 +291,14 @@ class AutoModel:
         names = model_column(n, "")
         low = np.full(n, np.nan)
         high = np.full(n, np.nan)
+        use_llm = llm_rows(table)
         use_scaled = np.zeros(n, dtype=bool)
         if ctx.source is not None:
-            use_scaled = np.isfinite(source_durations(table))
-        use_analytical = ~use_scaled & (has_features(table) | (w.flops > 0) | (w.bytes > 0))
-        use_roof = ~use_scaled & ~use_analytical
+            use_scaled = np.isfinite(source_durations(table)) & ~use_llm
+        use_analytical = ~use_llm & ~use_scaled & (has_features(table) | (w.flops > 0) | (w.bytes > 0))
+        use_roof = ~use_llm & ~use_scaled & ~use_analytical
         plan: tuple[tuple[np.ndarray, str, msgspec.Struct, KernelModel], ...] = (
+            (use_llm, "llm", cfg.llm, LlmModel()),
             (use_scaled, "scaled", cfg.scaled, ScaledModel()),
             (use_analytical, "analytical", AnalyticalConfig(), AnalyticalModel()),
             (use_roof, "roofline", RooflineConfig(), RooflineModel()),

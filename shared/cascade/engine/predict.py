@@ -137,6 +137,8 @@ def predict_many(
         counts = _counts(model, res)
         acc = accuracy_of(cal, src.id if src else None, spec.id, measurement, model, counts,
                           res.flags, res.predicted_ns)
+        if counts.get("llm", 0) * 2 > len(table):  # mostly LLM operators: their protocol's figure
+            acc = llm_accuracy(table, src.id if src else None, spec, acc)
         prov = PredictionProvenance(
             model=model, spec_id=spec.id, spec_hash=spec.spec_hash(),
             source_id=src.id if src else "", source_hash=src.spec_hash() if src else "",
@@ -262,6 +264,19 @@ def accuracy_of(cal: Calibration, source_id: str | None, target_id: str, measure
     return widen_total(cal, est, uncovered_share(flags, times) if share is None else share,
                        uncovered_share(flags, times, window=True) if window_share is None else window_share,
                        model=main)
+
+
+def llm_accuracy(table: KernelTable, source_id: str | None, target: GPUSpec,
+                 base: AccuracyEstimate) -> AccuracyEstimate:
+    """``base`` with the LLM-kernel protocol's figure for the table's LLM rows
+    (:func:`cascade.llm.model.expected_error`)."""
+    from cascade.llm.model import expected_error, load_llm_calibration
+
+    err = expected_error(load_llm_calibration(), table, source_id, target)
+    if err.mape_pct is None:
+        return msgspec.structs.replace(base, basis=f"{base.basis}; LLM operators: {err.basis}")
+    return msgspec.structs.replace(base, mape_pct=err.mape_pct, worst_pct=err.worst_pct, cells=err.cells,
+                                   basis=err.basis)
 
 
 def measurement_of_config(config: Any) -> str:

@@ -15,6 +15,7 @@ import msgspec
 from cascade.engine.accelsim import AccelSimConfig, AccelSimModel
 from cascade.engine.analytical import AnalyticalConfig, AnalyticalModel
 from cascade.engine.base import KernelModel
+from cascade.engine.llm import LlmConfig, LlmModel
 from cascade.engine.models import (
     AutoConfig,
     AutoModel,
@@ -34,6 +35,7 @@ MODELS.register("analytical", AnalyticalConfig, AnalyticalModel)
 MODELS.register("scaled", ScaledConfig, ScaledModel)
 MODELS.register("roofline", RooflineConfig, RooflineModel)
 MODELS.register("accel-sim", AccelSimConfig, AccelSimModel)
+MODELS.register("llm", LlmConfig, LlmModel)
 
 #: One model and its settings, as a run carries it: ``{"kind": "auto"}``,
 #: ``{"kind": "scaled", "alpha_gemm": 1.0}``, ... (the members are :data:`MODELS`' configs).

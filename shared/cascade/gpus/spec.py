@@ -99,13 +99,31 @@ class GPUSpec(msgspec.Struct, frozen=True, kw_only=True):
     int32_tops: Annotated[float, msgspec.Meta(ge=0.01, le=100_000)]
     """SIMT INT32 peak, TOP/s."""
     tensor_tflops: dict[str, Annotated[float, msgspec.Meta(ge=0, le=1_000_000)]] = {}
-    """Dense tensor-core peaks by dtype (fp16, bf16, tf32, fp8, int8, fp64), TFLOP/s or TOP/s."""
+    """Dense (no sparsity) tensor-core peaks by dtype, TFLOP/s or TOP/s: ``fp16``, ``bf16``,
+    ``tf32``, ``fp8``, ``int8``, ``fp64``, and where the board has them ``fp4`` (NVFP4 / MXFP4,
+    Blackwell) and ``int4`` (Turing / Ampere / Ada INT4 MMA). A dtype a board lacks is left out."""
     launch_overhead_ns: Annotated[float, msgspec.Meta(ge=10, le=1_000_000)] = 2000.0
     """Minimum device time of a kernel launch (empty kernel), ns."""
     dram_latency_ns: Annotated[float, msgspec.Meta(ge=10, le=100_000)] = 500.0
     """Unloaded DRAM access latency, ns."""
     tdp_w: Annotated[float, msgspec.Meta(ge=0, le=10_000)] = 0.0
     """Board power, W (informational)."""
+    nvlink_gen: Annotated[int, msgspec.Meta(ge=0, le=10)] = 0
+    """NVLink generation (3 Ampere, 4 Hopper, 5 Blackwell); 0 = no NVLink."""
+    nvlink_gbps: Annotated[float, msgspec.Meta(ge=0, le=10_000)] = 0.0
+    """NVLink bandwidth per GPU per direction, GB/s (half the bidirectional figure NVIDIA
+    quotes: A100 SXM 300, H100 SXM 450, B200 900); 0 = no NVLink."""
+    nvlink_domain: Annotated[int, msgspec.Meta(ge=0, le=4_096)] = 0
+    """GPUs one NVLink domain joins all-to-all through NVSwitch (8 for HGX boards, 72 for
+    GB200 / GB300 NVL72; 2 for a bridged PCIe pair); 0 = no NVLink."""
+    nvls: bool = False
+    """NVLink SHARP (``multimem`` in-switch reductions, NCCL NVLS): NVSwitch gen 3 or later,
+    i.e. Hopper HGX boards and later."""
+    pcie_gen: Annotated[int, msgspec.Meta(ge=1, le=10)] = 4
+    """PCIe generation of the host / peer link."""
+    pcie_gbps: Annotated[float, msgspec.Meta(ge=0, le=1_000)] = 32.0
+    """Host / peer PCIe bandwidth per direction, GB/s (x16: Gen3 ~16, Gen4 ~32, Gen5 ~64,
+    Gen6 ~128)."""
     efficiency: Efficiency = Efficiency()
     """Default achievable fractions of the peaks."""
     sources: list[str] = []
@@ -209,6 +227,13 @@ def check_consistency(spec: GPUSpec) -> None:
     if spec.max_threads_per_block > spec.max_threads_per_sm:
         raise ValueError(f"max_threads_per_block ({spec.max_threads_per_block}) must not exceed "
                          f"max_threads_per_sm ({spec.max_threads_per_sm})")
+    if (spec.nvlink_gen > 0) != (spec.nvlink_gbps > 0):
+        raise ValueError(f"nvlink_gen ({spec.nvlink_gen}) and nvlink_gbps ({spec.nvlink_gbps:g}) "
+                         "must both be 0 (no NVLink) or both be set")
+    if spec.nvlink_domain and not spec.nvlink_gen:
+        raise ValueError(f"nvlink_domain ({spec.nvlink_domain}) needs NVLink (nvlink_gen > 0)")
+    if spec.nvls and spec.nvlink_domain < 2:
+        raise ValueError("nvls (NVLink SHARP) needs an NVSwitch domain (nvlink_domain >= 2)")
     if spec.max_threads_per_sm > spec.max_warps_per_sm * 32:
         raise ValueError(f"max_threads_per_sm ({spec.max_threads_per_sm}) must not exceed "
                          f"max_warps_per_sm x 32 ({spec.max_warps_per_sm * 32})")

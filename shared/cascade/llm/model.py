@@ -1,0 +1,424 @@
+"""The LLM kernel model: physics of :mod:`cascade.llm.work` times a measured efficiency
+surface per (GPU, operator key), carried to GPUs without one from their closest calibrated
+relative.
+
+On one GPU a row's model time is ``(fixed + roofline) * exp(residual(shape))``: ``fixed`` the
+surface's smallest-kernel floor, ``roofline`` the work at the GPU's peaks (its own dtype's
+tensor rate, its bandwidth, its links), ``residual`` the measured log ratio interpolated at the
+shape (:mod:`cascade.llm.surface`). A GPU without its own surface for a key runs the physics of
+its own spec with the residual of the nearest calibrated GPU of its software family (the same
+kernels: B300 / GB200 <- B200, H200 <- H100; :func:`software_family`), and says so.
+
+From a measured source time, the target time is ``t_src * model(target) / model(source)``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import io
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from cascade.errors import ValidationError
+from cascade.gpus.spec import GPUSpec
+from cascade.kerneltable import KernelTable
+from cascade.llm import surface, work
+
+#: The measurement the surfaces are fitted on (a harness's CUDA-graph time per call).
+COLLECTOR_DEFAULT = "vllm-0.24"
+
+
+class SurfaceInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """One fitted surface: which GPU, collector and operator key, and its fixed floor."""
+
+    gpu: str
+    """Spec id of the GPU it was measured on."""
+    arch: str
+    sm_version: int
+    collector: str
+    """Which harness and software version measured it (``vllm-0.24``, ``vllm-0.14``, ``nccl``)."""
+    key: str
+    """Operator key (:func:`cascade.llm.work.keys`)."""
+    dims: int
+    fixed_ns: float
+    """The floor under the roofline: a fraction of the smallest measured time."""
+    count: int
+    """Measured shapes behind it."""
+
+
+class LlmCalibration(msgspec.Struct, frozen=True, kw_only=True):
+    """Fitted surfaces (their points live in :attr:`arrays`) and the accuracy measured for them."""
+
+    id: str = "llm-kernels"
+    version: str = ""
+    source: str = ""
+    """The data set it was fitted on."""
+    heldout: float = 0.0
+    """Fraction of shapes (hash split) kept out of the fit, scored by ``--heldout``."""
+    surfaces: list[SurfaceInfo] = []
+    metrics: list[dict[str, Any]] = []
+    """Rows of ``cascade validate --llm`` measured when it was fitted (what predictions quote)."""
+    arrays: dict[str, Any] = {}
+    """``x{i}`` [N, dims] log2 shapes and ``r{i}`` [N] residuals of surface i (not serialised
+    as JSON)."""
+
+    def digest(self) -> str:
+        h = hashlib.sha256(msgspec.json.encode(self.surfaces))
+        for name in sorted(self.arrays):
+            h.update(np.ascontiguousarray(self.arrays[name]).tobytes())
+        return h.hexdigest()[:16]
+
+    def points(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.arrays[f"x{i}"], self.arrays[f"r{i}"]
+
+
+def save_llm_calibration(cal: LlmCalibration, path: str | Path) -> None:
+    """Write as one compressed .npz: ``meta`` (JSON) beside the arrays."""
+    meta = msgspec.json.encode(msgspec.structs.replace(cal, arrays={}))
+    buf = {"meta": np.frombuffer(meta, dtype=np.uint8)}
+    buf.update({k: np.asarray(v) for k, v in cal.arrays.items()})
+    np.savez_compressed(path, **buf)  # type: ignore[arg-type]
+
+
+def read_llm_calibration(data: bytes | str | Path) -> LlmCalibration:
+    """Read what :func:`save_llm_calibration` wrote."""
+    src: Any = io.BytesIO(data) if isinstance(data, bytes) else data
+    with np.load(src, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files if k != "meta"}
+        meta = z["meta"].tobytes()
+    cal = msgspec.json.decode(meta, type=LlmCalibration)
+    return msgspec.structs.replace(cal, arrays=arrays)
+
+
+@functools.lru_cache(maxsize=4)
+def load_llm_calibration(path: str | None = None) -> LlmCalibration:
+    """The packaged LLM calibration (``cascade/calibration/llm.npz``) or one from ``path``."""
+    if path:
+        return read_llm_calibration(Path(path))
+    data = resources.files("cascade.calibration").joinpath("llm.npz").read_bytes()
+    return read_llm_calibration(data)
+
+
+def software_family(spec: GPUSpec | SurfaceInfo) -> str:
+    """Which kernels a GPU runs (the libraries build per SM family): sm80 (A100, A10, A40...),
+    sm89 (Ada), sm90 (Hopper), sm100 (B200 / B300 / GB200 / GB300: tcgen05 kernels), sm120
+    (RTX PRO Blackwell: no tcgen05, mma.sync kernels like Ada's), older below sm80."""
+    v = spec.sm_version
+    if v >= 120:
+        return "sm120"
+    if v >= 100:
+        return "sm100"
+    if v >= 90:
+        return "sm90"
+    if v >= 89:
+        return "sm89"
+    if v >= 80:
+        return "sm80"
+    return "sm70"
+
+
+#: Per software family, the families whose measured efficiency it borrows, nearest first.
+FAMILY_ORDER: dict[str, tuple[str, ...]] = {
+    "sm100": ("sm100", "sm90", "sm89", "sm80"),
+    "sm90": ("sm90", "sm100", "sm80", "sm89"),
+    "sm89": ("sm89", "sm80", "sm90", "sm100"),
+    "sm80": ("sm80", "sm89", "sm90", "sm100"),
+    "sm120": ("sm120", "sm89", "sm80", "sm100", "sm90"),
+    "sm70": ("sm80", "sm89", "sm90", "sm100"),
+}
+
+
+def key_fallbacks(key: str) -> list[str]:
+    """Keys whose surface stands in for ``key`` where no GPU measured it, nearest first."""
+    parts = key.split("|")
+    out = [key]
+    if parts[0] == "gemm":
+        d = parts[1]
+        chain = {"w4_marlin": ["bf16"], "w8_marlin": ["bf16"], "fp8_block": ["fp8", "bf16"], "fp4": ["fp8", "bf16"],
+                 "int4": ["bf16"], "mxfp4": ["bf16"], "fp16": ["bf16"], "fp8": ["bf16"]}.get(d, ["bf16"])
+        out += [f"gemm|{c}" for c in chain]
+    elif parts[0] == "attention":
+        _, phase, kv, w = parts
+        out += [f"attention|{phase}|bf16|{w}", f"attention|{phase}|{kv}|w0", f"attention|{phase}|bf16|w0"]
+    elif parts[0] == "moe":
+        _, d, dist = parts
+        chain = {"w4_marlin": ["int4", "bf16"], "w8_marlin": ["bf16"], "fp8_block": ["fp8", "bf16"],
+                 "fp4": ["mxfp4", "fp8", "bf16"], "mxfp4": ["int4", "bf16"], "int4": ["bf16"]}.get(d, ["bf16"])
+        out += [f"moe|{d}|balanced"] + [f"moe|{c}|{dist}" for c in chain] + [f"moe|{c}|balanced" for c in chain]
+    elif parts[0] == "collective":
+        _, coll, impl, ranks = parts
+        out += [f"collective|{coll}|nccl|{ranks}"]
+    seen: list[str] = []
+    for k in out:
+        if k not in seen:
+            seen.append(k)
+    return seen
+
+
+def _near_variant(cal: LlmCalibration, key: str, candidates: list[int]) -> list[int]:
+    """Surfaces of ``candidates`` for the key, or for the nearest numeric variant of its last
+    part (a sliding window of 4096 -> the 8192 surface; 16 ranks -> 8)."""
+    exact = [i for i in candidates if cal.surfaces[i].key == key]
+    if exact:
+        return exact
+    head, _, tail = key.rpartition("|")
+    num = tail.lstrip("w")
+    if not num.isdigit():
+        return []
+    best: list[int] = []
+    gap = np.inf
+    for i in candidates:
+        h2, _, t2 = cal.surfaces[i].key.rpartition("|")
+        n2 = t2.lstrip("w")
+        if h2 != head or not n2.isdigit() or (int(n2) == 0) != (int(num) == 0):
+            continue
+        d = abs(np.log2(max(int(n2), 1)) - np.log2(max(int(num), 1)))
+        if d < gap:
+            gap, best = d, [i]
+        elif d == gap:
+            best.append(i)
+    return best
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """The surface a (GPU, key) uses and why."""
+
+    index: int
+    basis: str
+    own: bool
+    """True when the surface was measured on this very GPU (and key)."""
+
+
+def choose_surface(cal: LlmCalibration, spec: GPUSpec, key: str, *, collector: str = COLLECTOR_DEFAULT,
+                   exclude: frozenset[str] = frozenset()) -> Choice | None:
+    """The surface for ``key`` on ``spec``: its own (this collector first), else the nearest
+    calibrated GPU of its software family (the same bandwidth class first), else a stand-in key."""
+    fam = software_family(spec)
+    order = FAMILY_ORDER.get(fam, (fam,))
+    allowed = [i for i, s in enumerate(cal.surfaces) if s.gpu not in exclude]
+    for k in key_fallbacks(key):
+        # the GPU's own surface, this collector first
+        own = [i for i in _near_variant(cal, k, [i for i in allowed if cal.surfaces[i].gpu == spec.id])]
+        if own:
+            pick = sorted(own, key=lambda i: cal.surfaces[i].collector != collector)[0]
+            s = cal.surfaces[pick]
+            return Choice(pick, f"{s.gpu} measured ({s.collector}, {s.key})", own=k == key and s.key == key)
+        groups = _link_groups(cal, spec, allowed) if k.startswith("collective|") else [
+            [i for i in allowed if software_family(cal.surfaces[i]) == f] for f in order]
+        for group in groups:
+            peers = [i for i in group if cal.surfaces[i].gpu != spec.id]
+            hits = _near_variant(cal, k, peers)
+            if not hits:
+                continue
+            pick = sorted(hits, key=lambda i: (cal.surfaces[i].collector != collector,
+                                               cal.surfaces[i].arch != spec.arch, cal.surfaces[i].gpu))[0]
+            s = cal.surfaces[pick]
+            return Choice(pick, f"{s.gpu}'s measured efficiency ({s.collector}, {s.key}) on {spec.id}'s peaks",
+                          own=False)
+    return None
+
+
+def _link_groups(cal: LlmCalibration, spec: GPUSpec, allowed: list[int]) -> list[list[int]]:
+    """Collectives borrow from GPUs joined the same way (NVLink with or without in-switch
+    reductions, or PCIe), the nearest link bandwidth first: the link decides, not the SMs."""
+    from cascade.gpus.registry import default_registry
+
+    reg = default_registry()
+
+    def link(gpu: str) -> tuple[bool, bool, float]:
+        s = reg.resolve(gpu)
+        if s is None:
+            return (False, False, 0.0)
+        return (s.nvlink_gbps > 0, s.nvls, work.link_bandwidth_bps(s))
+
+    mine = (spec.nvlink_gbps > 0, spec.nvls, work.link_bandwidth_bps(spec))
+    ranked = sorted(allowed, key=lambda i: (link(cal.surfaces[i].gpu)[0] != mine[0],
+                                            link(cal.surfaces[i].gpu)[1] != mine[1],
+                                            abs(np.log(max(link(cal.surfaces[i].gpu)[2], 1.0) / mine[2]))))
+    return [[i] for i in ranked]
+
+
+@dataclass(frozen=True, slots=True)
+class LlmTimes:
+    """Per row: model time on one GPU, the surface each used, what the software substituted."""
+
+    model_ns: np.ndarray
+    roofline_ns: np.ndarray
+    basis: np.ndarray
+    own: np.ndarray
+    note: np.ndarray
+    distance: np.ndarray
+    """log2 distance from the row's shape to the nearest measured one (inf: no surface)."""
+
+
+def model_times(table: KernelTable, spec: GPUSpec, cal: LlmCalibration, *, collector: str = COLLECTOR_DEFAULT,
+                exclude: frozenset[str] = frozenset()) -> LlmTimes:
+    """Model time of every LLM row of ``table`` on ``spec`` (rows of other ops: NaN)."""
+    n = len(table)
+    sub = work.substitute(table, spec)
+    roof = work.roofline_ns(table, spec, sub)
+    keys = work.keys(table, sub)
+    feats = work.features(table)
+    out = np.full(n, np.nan)
+    basis = np.full(n, "", dtype=object)
+    own = np.zeros(n, dtype=bool)
+    dist = np.full(n, np.inf)
+    uniq, codes = np.unique(keys.astype(str), return_inverse=True)
+    for u, key in enumerate(uniq):
+        if not key:
+            continue
+        rows = np.flatnonzero(codes == u)
+        choice = choose_surface(cal, spec, str(key), collector=collector, exclude=exclude)
+        if choice is None:  # physics alone
+            out[rows] = roof[rows] + spec.launch_overhead_ns
+            basis[rows] = f"roofline of {spec.id} (no measured surface for {key})"
+            continue
+        info = cal.surfaces[choice.index]
+        x, r = cal.points(choice.index)
+        res, near = surface.interpolate(x, r, feats[rows, :info.dims])
+        out[rows] = (info.fixed_ns + roof[rows]) * np.exp(res)
+        basis[rows] = choice.basis
+        own[rows] = choice.own
+        dist[rows] = near
+    return LlmTimes(out, roof, basis, own, sub.note, dist)
+
+
+def llm_rows(table: KernelTable) -> np.ndarray:
+    """Rows the LLM model predicts: ``op`` is one of :data:`cascade.llm.work.LLM_OPS` with its
+    shape columns set (a GEMM needs m, n, k and an LLM dtype; attention its heads; a MoE layer
+    its tokens and experts; a collective its bytes and ranks)."""
+    op = table["op"]
+    dtype = np.asarray([work.canonical_dtype(str(d)) in work.LLM_DTYPES for d in table["dtype"]], dtype=bool)
+    gemm = (op == work.GEMM) & dtype & (table["m"] > 0) & (table["n"] > 0) & (table["k"] > 0)
+    attn = (op == work.ATTENTION) & (table["heads"] > 0) & (table["head_dim"] > 0) & (table["batch"] > 0)
+    moe = (op == work.MOE) & (table["tokens"] > 0) & (table["experts"] > 0) & (table["hidden"] > 0)
+    coll = (op == work.COLLECTIVE) & (table["comm_bytes"] > 0) & (table["ranks"] > 0)
+    return np.asarray(gemm | attn | moe | coll, dtype=bool)
+
+
+def carry(t_src: np.ndarray, src: LlmTimes, tgt: LlmTimes) -> np.ndarray:
+    """Target times from measured source times: ``t_src * model(target) / model(source)``
+    (the target's model time where no source time was measured)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pred = t_src * tgt.model_ns / src.model_ns
+    ok = np.isfinite(pred) & (t_src > 0)
+    return np.where(ok, pred, tgt.model_ns)
+
+
+def require_calibrated_keys(table: KernelTable) -> None:
+    """Refuse LLM rows whose enumerations are not known (a clear error naming the field)."""
+    op = table["op"]
+    phase = table["phase"]
+    for i in np.flatnonzero(op == work.ATTENTION):
+        if phase[i] not in ("prefill", "decode"):
+            raise ValidationError(f"row {i + 1}: attention needs phase 'prefill' or 'decode', got {phase[i]!r}",
+                                  field="phase")
+    coll = table["collective"]
+    for i in np.flatnonzero(op == work.COLLECTIVE):
+        if coll[i] not in work.COLLECTIVES:
+            raise ValidationError(f"row {i + 1}: collective must be one of {', '.join(work.COLLECTIVES)}, "
+                                  f"got {coll[i]!r}", field="collective")
+
+
+def describe(cal: LlmCalibration) -> dict[str, Any]:
+    """A short JSON-able summary (id, digest, surfaces per GPU)."""
+    per: dict[str, int] = {}
+    for s in cal.surfaces:
+        per[s.gpu] = per.get(s.gpu, 0) + 1
+    return {"id": cal.id, "version": cal.version, "digest": cal.digest(), "surfaces": per,
+            "source": cal.source, "heldout": cal.heldout}
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, indent=2, sort_keys=True)
+
+
+def report_family(table: KernelTable) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the protocol's (op, dtype) cell it belongs to (``cascade validate --llm``)."""
+    op = table["op"]
+    n = len(table)
+    fam = np.full(n, "", dtype=object)
+    dt = np.full(n, "", dtype=object)
+    phase, impl, coll = table["phase"], table["impl"], table["collective"]
+    dtype = np.asarray([work.canonical_dtype(str(d)) for d in table["dtype"]], dtype=object)
+    kv = np.asarray([work.canonical_dtype(str(d)) or "bf16" for d in table["kv_dtype"]], dtype=object)
+    for i in range(n):
+        if op[i] == work.GEMM:
+            fam[i], dt[i] = "gemm", dtype[i]
+        elif op[i] == work.ATTENTION:
+            fam[i], dt[i] = f"attention_{phase[i]}", kv[i]
+        elif op[i] == work.MOE:
+            fam[i], dt[i] = "moe", dtype[i]
+        elif op[i] == work.COLLECTIVE:
+            custom = str(impl[i]).startswith("vllm_custom")
+            fam[i] = ("custom_all_reduce_" + str(impl[i]).removeprefix("vllm_custom_")) if custom \
+                else f"nccl_{coll[i]}"
+            dt[i] = ""
+    return fam, dt
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectedError:
+    """The protocol's measured error for a set of LLM rows on one (source, target)."""
+
+    mape_pct: float | None
+    worst_pct: float | None
+    cells: int
+    basis: str
+
+
+def expected_error(cal: LlmCalibration, table: KernelTable, source_id: str | None, target: GPUSpec) -> ExpectedError:
+    """Row-weighted MAPE of the protocol cells matching each LLM row's family, dtype and GPUs.
+
+    Target calibrated: its cells from this source (any source when none). Target without its
+    own surfaces: the cells of the GPU it borrows from scored with that GPU left out (a
+    calibrated GPU predicted from a relative's surface), so the figure is widened as the
+    situation is."""
+    rows = llm_rows(table)
+    if not rows.any() or not cal.metrics:
+        return ExpectedError(None, None, 0, "no LLM-kernel protocol figures recorded")
+    sub = table.take(np.flatnonzero(rows))
+    fam, dt = report_family(sub)
+    own_gpus = {s.gpu for s in cal.surfaces}
+    calibrated = target.id in own_gpus
+    if calibrated:
+        stand_in, variant = target.id, "calibrated"
+    else:
+        order = FAMILY_ORDER.get(software_family(target), ())
+        peers = sorted({(order.index(software_family(s)) if software_family(s) in order else 99, s.gpu)
+                        for s in cal.surfaces})
+        stand_in, variant = (peers[0][1] if peers else ""), "target left out"
+    total = 0.0
+    count = 0
+    worst = 0.0
+    cells = 0
+    for f, d in sorted(set(zip(fam.tolist(), dt.tolist(), strict=True))):
+        k = int(np.sum((fam == f) & (dt == d)))
+        match = [m for m in cal.metrics if m.get("op") == f and m.get("target") == stand_in
+                 and m.get("variant") == variant and (not d or m.get("dtype") == d)
+                 and (source_id is None or m.get("source") == source_id)]
+        if not match and source_id is not None:  # another source into the same target
+            match = [m for m in cal.metrics if m.get("op") == f and m.get("target") == stand_in
+                     and m.get("variant") == variant and (not d or m.get("dtype") == d)]
+        if not match:
+            continue
+        n = sum(int(m["n"]) for m in match)
+        mape = sum(float(m["mape_pct"]) * int(m["n"]) for m in match) / max(n, 1)
+        total += mape * k
+        count += k
+        worst = max(worst, *(float(m["mape_pct"]) for m in match))
+        cells += len(match)
+    if count == 0:
+        return ExpectedError(None, None, 0, f"no LLM-kernel protocol cell covers these rows into {target.id}")
+    what = (f"held-out shapes of {cal.source} into {target.id}" if calibrated else
+            f"{target.id} has no measured surfaces: cells into {stand_in} with {stand_in}'s own surfaces left out")
+    return ExpectedError(round(total / count, 2), round(worst, 2), cells,
+                         f"cascade validate --llm --heldout ({what}; {count} of {len(table)} rows)")

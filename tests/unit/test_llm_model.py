@@ -1,0 +1,166 @@
+"""The LLM-operator model: its physics, its surfaces, which surface each GPU borrows, what the
+target's software runs, and predictions through ``predict`` (packaged calibration)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cascade.engine.predict import predict
+from cascade.errors import ValidationError
+from cascade.fitting import llm as fit_llm
+from cascade.gpus import default_registry
+from cascade.kerneltable import KernelTable
+from cascade.llm import model as llm_model
+from cascade.llm import surface, work
+
+REG = default_registry()
+H100, H200, A100, B200, L40S = (REG.get(g) for g in ("SM90_H100", "SM90_H200", "SM80_A100", "SM100_B200",
+                                                     "SM89_L40S"))
+
+
+def _gemm(m: int, n: int, k: int, dtype: str = "bf16", **extra: object) -> dict[str, object]:
+    return {"name": "nvjet_tst_128x256", "op": "gemm", "m": m, "n": n, "k": k, "dtype": dtype, **extra}
+
+
+def _decode(batch: int, context: int, kv: str = "bf16", **extra: object) -> dict[str, object]:
+    return {"name": "flash_fwd_splitkv_kernel", "op": "attention", "phase": "decode", "batch": batch, "seq": 1,
+            "context": context, "heads": 32, "kv_heads": 8, "head_dim": 128, "kv_dtype": kv, **extra}
+
+
+def test_gemm_work_is_counted_from_the_shape_and_the_weight_format() -> None:
+    t = KernelTable.from_rows([_gemm(16, 4096, 4096, "bf16"), _gemm(16, 4096, 4096, "fp8"),
+                               _gemm(16, 4096, 4096, "fp4")])
+    wk = work.work(t, B200)
+    assert wk.flops.tolist() == [2 * 16 * 4096 * 4096] * 3
+    # a decode-sized GEMM is its weights: BF16 2 bytes, FP8 1, NVFP4 half a byte plus its scales
+    weights = 4096 * 4096
+    assert wk.bytes[0] == pytest.approx(weights * 2, rel=0.02)
+    assert wk.bytes[1] == pytest.approx(weights * 1, rel=0.03)
+    assert wk.bytes[2] == pytest.approx(weights * (0.5 + 1 / 16), rel=0.05)
+    # each at its own tensor peak
+    assert wk.peak_flops.tolist() == [B200.tensor_flops("bf16"), B200.tensor_flops("fp8"), B200.tensor_flops("fp4")]
+
+
+def test_the_targets_software_replaces_what_its_tensor_cores_cannot_run() -> None:
+    t = KernelTable.from_rows([_gemm(64, 4096, 4096, "fp8"), _gemm(64, 4096, 4096, "fp4"),
+                               _decode(8, 1024, "fp8"), _gemm(64, 4096, 4096, "bf16")])
+    on_a100 = work.substitute(t, A100)
+    assert on_a100.dtype.tolist()[:2] == ["w8_marlin", "w4_marlin"]
+    assert on_a100.kv_dtype[2] == "bf16" and "FlashAttention 2" in on_a100.note[2]
+    assert "Marlin" in on_a100.note[0] and on_a100.note[3] == ""
+    on_h100 = work.substitute(t, H100)  # FP8 native, FP4 not
+    assert on_h100.dtype.tolist()[:2] == ["fp8", "w4_marlin"] and on_h100.kv_dtype[2] == "fp8"
+    on_b200 = work.substitute(t, B200)
+    assert on_b200.dtype.tolist()[:2] == ["fp8", "fp4"] and not any(on_b200.note)
+    # weight-only Marlin reads 4-bit weights but multiplies at the BF16 rate, never on CUDA cores
+    wk = work.work(t, A100, on_a100)
+    assert wk.peak_flops[1] == A100.tensor_flops("bf16")
+
+
+def test_decode_attention_reads_the_kv_cache_once_and_fp8_halves_it() -> None:
+    t = KernelTable.from_rows([_decode(64, 8192, "bf16"), _decode(64, 8192, "fp8"),
+                               _decode(64, 8192, "bf16", window=1024)])
+    wk = work.work(t, H100)
+    kv = 64 * 8192 * 2 * 8 * 128
+    assert wk.bytes[0] == pytest.approx(kv * 2, rel=0.01)
+    assert wk.bytes[1] == pytest.approx(kv * 1, rel=0.01)
+    assert wk.bytes[2] == pytest.approx(kv * 2 / 8, rel=0.02)  # a sliding window reads its window
+
+
+def test_collectives_move_ring_traffic_over_nvlink_or_pcie() -> None:
+    t = KernelTable.from_rows([{"name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "op": "collective",
+                                "collective": "all_reduce", "ranks": 8, "comm_bytes": 64e6},
+                               {"name": "ncclDevKernel_AllGather_RING_LL", "op": "collective",
+                                "collective": "all_gather", "ranks": 8, "comm_bytes": 64e6}])
+    wk = work.work(t, H100)
+    assert wk.link_bytes.tolist() == pytest.approx([64e6 * 2 * 7 / 8, 64e6 * 7 / 8])
+    # an NVLink board moves them far faster than a PCIe one
+    assert work.roofline_ns(t, H100)[0] * 5 < work.roofline_ns(t, L40S)[0]
+
+
+def test_a_surface_is_exact_at_its_points_and_between_them_in_between() -> None:
+    pts = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    res = np.array([0.0, 1.0, 0.0, 1.0])
+    got, dist = surface.interpolate(pts, res, np.array([[1.0, 0.0], [0.5, 0.5], [5.0, 0.0]]), neighbours=4)
+    assert got[0] == pytest.approx(1.0, abs=1e-6) and dist[0] == pytest.approx(0.0, abs=1e-6)
+    assert got[1] == pytest.approx(0.5, abs=1e-3)
+    assert 0.5 < got[2] <= 1.0 and dist[2] == pytest.approx(4.0)  # beyond the data: its edge, not a trend
+
+
+def _synthetic_sets(eff: dict[str, float]) -> list[fit_llm.LlmSet]:
+    """GEMM rows timed as physics x a per-GPU efficiency (a known answer)."""
+    out = []
+    shapes = [(m, n, k) for m in (1, 16, 256, 4096) for n in (1024, 4096, 16384) for k in (1024, 8192)]
+    for gid, e in eff.items():
+        spec = REG.get(gid)
+        t = KernelTable.from_rows([_gemm(m, n, k) for m, n, k in shapes])
+        lat = (2000.0 + work.roofline_ns(t, spec)) / e
+        keys = np.asarray([f"gemm|bf16|{m}|{n}|{k}" for m, n, k in shapes], dtype=object)
+        out.append(fit_llm.LlmSet("gemm.parquet", spec, "vllm-0.24", t, lat, keys,
+                                  np.full(len(t), "gemm", dtype=object), np.full(len(t), "bf16", dtype=object)))
+    return out
+
+
+def test_a_fit_carries_each_gpus_measured_efficiency_and_relatives_borrow_it() -> None:
+    cal = fit_llm.fit(_synthetic_sets({"SM90_H100": 0.7, "SM100_B200": 0.5}), heldout_fraction=0.0)
+    t = KernelTable.from_rows([_gemm(4096, 16384, 8192), _gemm(2048, 8192, 8192)])
+    own = llm_model.model_times(t, B200, cal)
+    assert own.own.all() and "SM100_B200 measured" in own.basis[0]
+    # B300 has no surface: B200's efficiency on B300's peaks, and it says so
+    b300 = REG.get("NVIDIA B300 SXM6 AC")
+    borrowed = llm_model.model_times(t, b300, cal)
+    assert not borrowed.own.any() and "SM100_B200's measured efficiency" in borrowed.basis[0]
+    # the H200 borrows its own family's H100 (not the B200)
+    assert "SM90_H100" in llm_model.model_times(t, H200, cal).basis[0]
+    # a measured shape carried between two calibrated GPUs: the target's measured time
+    sets = _synthetic_sets({"SM90_H100": 0.7, "SM100_B200": 0.5})
+    scores = fit_llm.evaluate(sets, cal, sources=["SM90_H100"])
+    mine = [s for s in scores if s.target == "SM100_B200" and s.variant == "calibrated"]
+    assert mine and mine[0].mape_pct < 0.5
+    # with the B200's own surface removed it runs the H100's efficiency: 0.7 / 0.5 off on big GEMMs
+    left = [s for s in scores if s.target == "SM100_B200" and s.variant == "target left out"]
+    assert left and left[0].mape_pct > 5
+
+
+def test_predict_sends_llm_rows_to_the_llm_model_with_its_provenance() -> None:
+    rows = [_gemm(8, 8192, 8192, "fp8", duration_ns=30000.0), _gemm(4096, 8192, 8192, "bf16", duration_ns=800000.0),
+            _decode(128, 4096, "fp8", duration_ns=420000.0),
+            {"name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "op": "collective", "collective": "all_reduce",
+             "ranks": 8, "comm_bytes": 16e6, "duration_ns": 90000.0}]
+    table = KernelTable.from_rows(rows)
+    same = predict(table, "SM90_H100", source="SM90_H100")
+    assert set(same.models.tolist()) == {"llm"}
+    assert same.predicted_ns.tolist() == pytest.approx(table["duration_ns"].tolist())  # identity
+    b200 = predict(table, "SM100_B200", source="SM90_H100")
+    assert (b200.predicted_ns < table["duration_ns"]).all()  # more of everything: faster here
+    assert b200.provenance.accuracy.mape_pct is not None
+    assert "validate --llm" in b200.provenance.accuracy.basis
+    a100 = predict(table, "SM80_A100", source="SM90_H100")
+    assert (a100.predicted_ns > table["duration_ns"]).all()
+    # the FP8 decode attention runs as BF16 FlashAttention 2 there: at most the BF16 cache's
+    # bandwidth cost, never the CUDA-core multiply-adds of an emulation
+    assert a100.predicted_ns[2] < 10 * table["duration_ns"][2]
+
+
+def test_never_faster_than_the_work_at_the_targets_peaks() -> None:
+    rows = [_gemm(m, 8192, 8192, d, duration_ns=1000.0) for m in (1, 64, 8192) for d in ("bf16", "fp8", "fp4")]
+    table = KernelTable.from_rows(rows)
+    for target in ("SM100_B200", "SM90_H200", "SM89_L40S", "NVIDIA GB200", "SM80_A100"):
+        spec = REG.get(target)
+        pred = predict(table, spec, source="SM90_H100")
+        assert (pred.predicted_ns >= work.roofline_ns(table, spec) * 0.999).all(), target
+
+
+def test_more_fp4_throughput_is_never_slower() -> None:
+    rows = [_gemm(m, 16384, 16384, "fp4") for m in (1024, 4096, 16384)]
+    table = KernelTable.from_rows(rows)
+    b200 = predict(table, "SM100_B200")
+    b300 = predict(table, "NVIDIA B300 SXM6 AC")
+    assert (b300.predicted_ns <= b200.predicted_ns * 1.001).all()
+
+
+def test_an_attention_row_without_a_phase_is_refused_by_name() -> None:
+    table = KernelTable.from_rows([_decode(8, 1024, phase="both")])
+    with pytest.raises(ValidationError, match="phase"):
+        predict(table, "SM100_B200", source="SM90_H100", model="llm")

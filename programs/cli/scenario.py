@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import msgspec
 from cascade.errors import ValidationError
 from cascade.serving.arrivals import Burst, Constant, Gamma, Poisson, Trace, parse_length
 from cascade.serving.capacity import CapacityResult, max_rate, min_replicas
+from cascade.serving.described import DescribedStepCost, described_kv
 from cascade.serving.kv import MODEL_SHAPES, KVConfig
 from cascade.serving.metrics import Slo, records_csv
 from cascade.serving.report import format_summary
@@ -34,6 +36,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                      help="kernel-table CSV with step columns and duration_ns (summed per step)")
     src.add_argument("--synthetic", action="store_true",
                      help="a synthetic Llama-2-7B/H100-like step model (not a measurement)")
+    src.add_argument("--hf-config", metavar="config.json",
+                     help="describe the model from its Hugging Face config.json and time every step at "
+                          "its shape on --gpu (LLM-operator model, no trace); the KV cache from the GPU's memory")
+    h = p.add_argument_group("described model (--hf-config)")
+    h.add_argument("--gpu", help="GPU spec id or alias (SM100_B200, 'NVIDIA B200', h100, ...)")
+    h.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs of one replica (default 1)")
+    h.add_argument("--ep", type=int, default=1,
+                   help="expert-parallel ranks among the tp GPUs (default 1: experts split by TP)")
+    h.add_argument("--quant", default="bf16", choices=["bf16", "fp8", "fp8-block", "fp4", "int4", "mxfp4"],
+                   help="dtype of the linear layers (default bf16)")
+    h.add_argument("--moe-quant", default=None, choices=["bf16", "fp8", "fp8-block", "fp4", "int4", "mxfp4"],
+                   help="dtype of the experts (default: --quant)")
+    h.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp8"])
+    h.add_argument("--llm-calibration", metavar="FILE", help="LLM calibration .npz (default: packaged)")
     p.add_argument("--save-step-model", metavar="FILE.json", help="write the step model used")
     g = p.add_argument_group("traffic")
     g.add_argument("--arrival", choices=["poisson", "gamma", "constant", "burst"],
@@ -42,7 +58,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     g.add_argument("--cv", type=float, default=1.0, help="gamma: coefficient of variation")
     g.add_argument("--trace", metavar="FILE.csv",
                    help="replay arrived_at,prompt_tokens,output_tokens (overrides --arrival)")
-    g.add_argument("--requests", type=int, help="number of requests (default 1000)")
+    g.add_argument("--requests", type=int,
+                   help="number of requests (default 1000; with --concurrency N: 10 x N)")
+    g.add_argument("--concurrency", type=int, default=None, metavar="N",
+                   help="closed loop: N clients, each sending its next request when its previous one "
+                        "finished (vllm bench serve --max-concurrency N); --arrival/--rate are ignored")
     g.add_argument("--duration", type=float, help="seconds of traffic instead of --requests")
     g.add_argument("--prompt", default=None,
                    help="prompt tokens: N | uniform:LO:HI | lognormal:median=M,p90=P | "
@@ -114,9 +134,9 @@ def build_scenario(args: argparse.Namespace) -> Scenario:
                            max_num_seqs=args.max_num_seqs,
                            enable_chunked_prefill=not args.no_chunked_prefill))
     n = args.requests
-    if n is None and args.duration is None and not args.trace:
+    if n is None and args.duration is None and not args.trace and args.concurrency is None:
         n = 1000
-    return Scenario(
+    return Scenario(concurrency=args.concurrency,
         arrival=arrival, n_requests=n, duration_s=args.duration, replicas=args.replicas,
         prompt=parse_length(args.prompt, "prompt") if args.prompt else None,
         output=parse_length(args.output, "output") if args.output else None,
@@ -154,7 +174,50 @@ def _write_records(path: str, res: ScenarioResult) -> None:
         Path(path).write_text(records_csv(recs))
 
 
+def described(args: argparse.Namespace) -> tuple[DescribedStepCost, KVConfig]:
+    """The step-time source and KV cache of --hf-config on --gpu."""
+    from cascade.gpus import default_registry
+    from cascade.llm.describe import describe_model
+    from cascade.llm.model import load_llm_calibration
+
+    if not args.gpu:
+        raise ValidationError("--hf-config needs --gpu", field="--gpu")
+    path = Path(args.hf_config)
+    if not path.is_file():
+        raise ValidationError(f"{path} does not exist", field="--hf-config")
+    try:
+        config = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValidationError(f"{path} is not JSON: {exc}", field="--hf-config") from None
+    spec = default_registry().get(args.gpu)
+    desc = describe_model(config, quant=args.quant, moe_quant=args.moe_quant, kv_dtype=args.kv_dtype,
+                          tp=args.tp, ep=args.ep)
+    cal = load_llm_calibration(args.llm_calibration)
+    cost = DescribedStepCost(desc, spec, cal, max_tokens=args.max_num_batched_tokens,
+                             max_seqs=args.max_num_seqs)
+    cost.basis["config"] = str(path)
+    kv = described_kv(desc, spec, gpu_memory_utilization=args.gpu_memory_utilization,
+                      block_size=args.block_size, max_num_batched_tokens=args.max_num_batched_tokens,
+                      max_num_seqs=args.max_num_seqs, num_gpu_blocks_override=args.num_gpu_blocks)
+    cost.basis["kv_cache_tokens"] = kv.num_blocks() * kv.block_size
+    cost.basis["weights_gib_per_gpu"] = round(desc.weight_bytes_per_gpu() / (1 << 30), 2)
+    return cost, kv
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.hf_config:
+        if args.capacity or args.save_step_model:
+            raise ValidationError("not available with --hf-config", field="--capacity" if args.capacity
+                                  else "--save-step-model")
+        source, kv = described(args)
+        res = run_scenario(build_scenario(args), source, kv)
+        if args.json:
+            print(msgspec.json.encode(msgspec.structs.replace(res, records=None)).decode())
+        else:
+            print(format_summary(res))
+        if args.records:
+            _write_records(args.records, res)
+        return 0
     model = load_step_model(args)
     if args.save_step_model:
         Path(args.save_step_model).write_bytes(model.to_json())

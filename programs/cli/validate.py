@@ -44,6 +44,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    help="with --llm: an LLM calibration (.npz from `cascade calibrate --llm`; default: packaged)")
     p.add_argument("--llm-sources", metavar="SPEC[,SPEC...]",
                    help="with --llm: only these source GPUs (default: every GPU the calibration measured)")
+    p.add_argument("--serving", action="store_true",
+                   help="serving protocol instead: DIR holds serving.csv and model_configs/ (+ model_map.csv) "
+                        "laid out like measured/llm-kernels/; every agg row's TTFT and TPOT predicted from the "
+                        "model's config alone (closed-loop simulation at the row's concurrency), MAPE per "
+                        "(backend, model, GPU) beside a roofline and a leave-one-out group mean")
+    p.add_argument("--serving-backends", default="vllm", metavar="NAME[,NAME...]",
+                   help="with --serving: backends to predict (default vllm; also sglang, trtllm: reported apart)")
+    p.add_argument("--serving-every", type=int, default=1, metavar="K",
+                   help="with --serving: subsample, every K-th row of each (backend, model, GPU) group")
+    p.add_argument("--serving-requests", type=int, default=5, metavar="R",
+                   help="with --serving: requests per closed-loop client (default 5: 5 x concurrency requests)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     from cascade.fitting.options import add_model_options
 
@@ -65,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
         reg.load_dir(args.specs)
     if args.llm:
         return _llm(args, reg)
+    if getattr(args, "serving", False):
+        return _serving(args, reg)
     cal = load_calibration(args.calibration) if args.calibration else load_calibration()
     if args.e2e:
         return _end_to_end(args, cal, reg)
@@ -213,6 +226,47 @@ def _llm(args: argparse.Namespace, reg: object) -> int:
     return 0
 
 
+def _serving(args: argparse.Namespace, reg: object) -> int:
+    """The serving protocol (:func:`cascade.fitting.serving.evaluate`): MAPE per group."""
+    from pathlib import Path
+
+    from cascade.errors import ValidationError
+    from cascade.fitting import serving
+    from cascade.gpus import GPURegistry
+    from cascade.llm.model import describe, load_llm_calibration
+
+    assert isinstance(reg, GPURegistry)
+    root = Path(args.data)
+    csv_path, cfg_dir = root / "serving.csv", root / "model_configs"
+    for path in (csv_path, cfg_dir / "model_map.csv"):
+        if not path.is_file():
+            raise ValidationError(f"{path} does not exist", field="data")
+    cal = load_llm_calibration(getattr(args, "llm_calibration", None))
+    rows = serving.read_rows(csv_path.read_text())
+    configs = serving.parse_configs(serving.read_model_map((cfg_dir / "model_map.csv").read_text()),
+                                    lambda name: (cfg_dir / name).read_text())
+    backends = tuple(b.strip() for b in args.serving_backends.split(",") if b.strip())
+    report = serving.evaluate(rows, configs, reg, cal, backends=backends, requests_per_client=args.serving_requests,
+                              every=max(1, args.serving_every))
+    for message in report.skipped:
+        print(f"cascade validate: skipped {message}", file=sys.stderr)
+    if args.json:
+        doc = {"calibration": describe(cal), "data": str(root), "requests_per_client": args.serving_requests,
+               "every": args.serving_every, "serving": msgspec.to_builtins(report.scores),
+               "rows": msgspec.to_builtins(report.rows), "skipped": report.skipped}
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(doc), indent=2).decode() + "\n")
+        return 0
+    lines = ["| backend | model | gpu | n | TTFT MAPE % | TPOT MAPE % | roofline TTFT % | roofline TPOT % "
+             "| group-mean TTFT % | group-mean TPOT % |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for s in report.scores:
+        gm = (f"{s.group_mean_ttft_mape_pct:.1f} | {s.group_mean_tpot_mape_pct:.1f}"
+              if s.group_mean_ttft_mape_pct is not None and s.group_mean_tpot_mape_pct is not None else "- | -")
+        lines.append(f"| {s.backend} | {s.model} | {s.gpu} | {s.n} | {s.ttft_mape_pct:.1f} | {s.tpot_mape_pct:.1f} | "
+                     f"{s.roofline_ttft_mape_pct:.1f} | {s.roofline_tpot_mape_pct:.1f} | {gm} |")
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
 def llm_markdown(scores: list) -> str:  # type: ignore[type-arg]
     """The LLM-kernel protocol as a markdown table, then the summary per variant."""
     from cascade.fitting.llm import summary
@@ -222,6 +276,12 @@ def llm_markdown(scores: list) -> str:  # type: ignore[type-arg]
     for s in scores:
         lines.append(f"| {s.variant} | {s.op} | {s.dtype} | {s.source} -> {s.target} | {s.n} | {s.mape_pct:.1f} | "
                      f"{s.median_pct:.1f} | {s.p90_pct:.1f} | {s.baseline_mape_pct:.1f} |")
+    from cascade.fitting.llm import condensed_markdown
+
+    for source in sorted({s.source for s in scores}):
+        for variant in ("calibrated", "target left out"):
+            if any(s.source == source and s.variant == variant for s in scores):
+                lines += ["", f"{variant}: MAPE % (ratio roofline %)", "", condensed_markdown(scores, source, variant)]
     lines.append("")
     for variant, row in summary(scores).items():
         lines.append(f"{variant}: {row['cells']} cells, {row['n']} shapes, MAPE {row['mape_pct']:.1f}% "

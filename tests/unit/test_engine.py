@@ -224,8 +224,13 @@ def test_no_prediction_beats_the_roofline(rows: list[dict[str, object]], src: st
     p = predict(t, tgt, source=src, model=model)
     spec = default_registry().get(tgt)
     w = workload_of(t)
-    floor = np.maximum(w.flops / np.array([spec.peak_flops(str(d), True) for d in w.dtype]),
-                       w.bytes / spec.bandwidth_bps) * 1e9
+    # FP8 on a GPU without FP8 tensor cores runs on its BF16 / FP16 ones (its software's
+    # fallback, perf.tensor_dtype_on), not on the CUDA cores
+    def peak(d: str) -> float:
+        alt = perf.tensor_dtype_on(spec, d) if d in perf.LOW_PRECISION else ""
+        return spec.tensor_flops(alt) if alt else spec.peak_flops(d, True)
+
+    floor = np.maximum(w.flops / np.array([peak(str(d)) for d in w.dtype]), w.bytes / spec.bandwidth_bps) * 1e9
     assert np.all(np.isfinite(p.predicted_ns))
     if model != "analytical" and default_registry().get(src).id == spec.id:  # identity: measured, exactly
         assert np.array_equal(p.predicted_ns, t["duration_ns"])

@@ -138,6 +138,10 @@ def test_predict_sends_llm_rows_to_the_llm_model_with_its_provenance() -> None:
     assert "validate --llm" in b200.provenance.accuracy.basis
     a100 = predict(table, "SM80_A100", source="SM90_H100")
     assert (a100.predicted_ns > table["duration_ns"]).all()
+    from cascade.engine import perf
+
+    assert a100.flags is not None and a100.flags[0] & perf.SOFTWARE_FALLBACK and a100.flags[2] & perf.SOFTWARE_FALLBACK
+    assert "Marlin" in " ".join(a100.extrapolation_reasons)
     # the FP8 decode attention runs as BF16 FlashAttention 2 there: at most the BF16 cache's
     # bandwidth cost, never the CUDA-core multiply-adds of an emulation
     assert a100.predicted_ns[2] < 10 * table["duration_ns"][2]
@@ -164,3 +168,37 @@ def test_an_attention_row_without_a_phase_is_refused_by_name() -> None:
     table = KernelTable.from_rows([_decode(8, 1024, phase="both")])
     with pytest.raises(ValidationError, match="phase"):
         predict(table, "SM100_B200", source="SM90_H100", model="llm")
+
+
+def test_a_traced_fp8_attention_kernel_runs_on_an_a100s_bf16_tensor_cores_not_its_cuda_cores() -> None:
+    """A B200 trace's FP8 TRT-LLM attention and MXFP4 GEMM kernels (no shapes) on an A100: what
+    its software runs there (BF16 FlashAttention 2, Marlin), flagged, never 180x slower."""
+    from cascade.engine import perf
+
+    rows = [{"name": "fmhaSm100aKernel_QkvE4m3OBfloat16H128PagedKvCausalP64VarSeqQ128Kv128PersistentContext",
+             "duration_ns": 400_000.0},
+            {"name": "bmm_E2m1_E2m1E2m1_Fp32_t128x8x512u2_s4_et64x8_m64x8x64_cga1x1x1_16dp256b_TN_transOut",
+             "duration_ns": 50_000.0}]
+    table = KernelTable.from_rows(rows)
+    a100 = predict(table, "SM80_A100", source="SM100_B200")
+    ratio = a100.predicted_ns / table["duration_ns"]
+    # attention: the BF16 tensor rate is 7.2x lower, the bandwidth 3.9x: not 180x
+    assert 3.5 < ratio[0] < 8, ratio
+    # the FP4 GEMM (no shapes: work inferred as compute-class) moves at most by the ratio of the
+    # B200's FP4 units to the A100's BF16 ones a Marlin GEMM runs on, at least by the bandwidths'
+    peaks = B200.tensor_flops("fp4") / A100.tensor_flops("bf16")
+    assert B200.bandwidth_bps / A100.bandwidth_bps < ratio[1] <= peaks * 1.05, (ratio, peaks)
+    assert a100.flags is not None and (a100.flags & perf.SOFTWARE_FALLBACK).all()
+    assert not (a100.flags & perf.OFF_TENSOR).any()
+
+
+def test_an_nvlink_sharp_all_reduce_runs_as_nccl_where_the_switch_cannot_reduce() -> None:
+    row = {"name": "multimem_all_reduce_kernel", "op": "collective", "collective": "all_reduce", "impl": "multimem",
+           "ranks": 8, "comm_bytes": 32e6}
+    t = KernelTable.from_rows([row])
+    on_a100 = work.substitute(t, A100)  # NVLink 3 without SHARP
+    assert on_a100.impl[0] == "nccl" and "NCCL" in on_a100.note[0]
+    on_l40s = work.substitute(t, L40S)
+    assert "no NVLink" in on_l40s.note[0]
+    assert work.substitute(t, H100).impl[0] == "multimem"
+    assert work.keys(t, on_a100)[0] == "collective|all_reduce|nccl|8"

@@ -74,6 +74,7 @@ class LlmModel:
             f |= np.where(~tgt.own, perf.TARGET_UNCALIBRATED, 0).astype(perf.FLAGS_DTYPE)
             f |= np.where(~src_fitted, perf.SOURCE_UNCALIBRATED, 0).astype(perf.FLAGS_DTYPE)
             f |= np.where(tgt.distance > 1.0, perf.SHAPE_OUTSIDE, 0).astype(perf.FLAGS_DTYPE)
+            f |= np.where(tgt.note != "", perf.SOFTWARE_FALLBACK, 0).astype(perf.FLAGS_DTYPE)
             flags[idx] = f
         rest = ~rows
         if rest.any():  # not an LLM operator: bound only (auto never sends such rows here)

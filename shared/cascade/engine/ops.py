@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from cascade.llm.names import classify
+
 #: Op families the models distinguish (index = code in ``family`` arrays).
 FAMILIES: tuple[str, ...] = (
     "gemm", "attention", "norm", "softmax", "elementwise", "embedding", "reduce", "memcpy", "other",
@@ -53,6 +55,7 @@ _TENSOR_NAME = re.compile(
 #: (CUDA-core) kernel from the xmma generator, not a tensor-core one.
 _SIMT_NAME = re.compile(r"sgemm|dgemm|gemv|gemmSN|gemmk1|splitKreduce|_simt_|ffma|hfma", re.IGNORECASE)
 _DTYPE_NAME: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("fp4", re.compile(r"e2m1|nvfp4|mxfp4|_fp4", re.IGNORECASE)),
     ("fp8", re.compile(r"e4m3|e5m2|fp8|_f8|qgmma", re.IGNORECASE)),
     ("int8", re.compile(r"i8816|imma|int8|_i8|s8s8|igemm", re.IGNORECASE)),
     ("bf16", re.compile(r"bf16|bfloat16|bf16816", re.IGNORECASE)),
@@ -63,11 +66,14 @@ _DTYPE_NAME: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("fp32", re.compile(r"sgemm|scudnn|ffma|_f32f32_f32|implicit_convolve_sgemm|float",
                         re.IGNORECASE)),
 )
+#: dtypes of LLM kernels (:func:`cascade.llm.names.classify`) that run on tensor cores.
+_LLM_TENSOR = ("bf16", "fp16", "fp8", "fp8_block", "fp4", "int4")
 _TILE_SIZE = re.compile(r"tilesize(\d+)x(\d+)(?:x(\d+))?", re.IGNORECASE)
 _TILE_PAIR = re.compile(r"(?<![0-9a-z])(\d{2,3})x(\d{2,3})(?:x(\d{1,3}))?(?![0-9])", re.IGNORECASE)
 _SLICED = re.compile(r"sliced(\d+)x(\d+)", re.IGNORECASE)
 _TILE_OK = {16, 32, 48, 64, 96, 128, 160, 192, 224, 256}
-_DTYPE_BYTES = {"fp64": 8.0, "fp32": 4.0, "tf32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0}
+_DTYPE_BYTES = {"fp64": 8.0, "fp32": 4.0, "tf32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0,
+                "fp8_block": 1.0, "fp4": 0.5, "mxfp4": 0.5, "int4": 0.5}
 
 
 def family_of(op: str, name: str) -> int:
@@ -82,6 +88,11 @@ def family_of(op: str, name: str) -> int:
     for code, pattern in _NAME_RULES:
         if pattern.search(name):
             return code
+    kind = classify(name).kind  # today's LLM kernels the rules above do not name
+    if kind in ("gemm", "moe"):
+        return GEMM
+    if kind == "attention":
+        return ATTENTION
     return OTHER
 
 
@@ -118,6 +129,9 @@ def tensor_path_of(name: str) -> int:
         return 0
     if _TENSOR_NAME.search(name):
         return 1
+    llm = classify(name)
+    if llm.kind in ("gemm", "moe", "attention") and llm.dtype in _LLM_TENSOR:
+        return 1
     return -1
 
 
@@ -141,7 +155,8 @@ def dtype_of_name(name: str) -> str:
     for dtype, pattern in _DTYPE_NAME:
         if pattern.search(name):
             return dtype
-    return ""
+    llm = classify(name).dtype
+    return llm if llm in _LLM_TENSOR else ""
 
 
 def factorize(values: np.ndarray) -> tuple[list[Any], np.ndarray]:

@@ -47,11 +47,41 @@ def matmul_simt_flops(spec: GPUSpec, dtype: str) -> float:
     return spec.simt_flops(dtype)
 
 
+#: Low-precision formats whose kernels a GPU without their tensor cores runs on its BF16 / FP16
+#: tensor cores, as its software does (weight-only Marlin GEMMs dequantising FP8 / FP4 / INT4
+#: weights, BF16 FlashAttention 2 over a BF16 cache): never on the CUDA cores.
+LOW_PRECISION: tuple[str, ...] = ("fp8", "fp8_block", "fp4", "mxfp4", "int4")
+_TENSOR_MATH = {"fp8_block": "fp8", "mxfp4": "fp4", "int4": "bf16"}
+
+
+def tensor_dtype_on(spec: GPUSpec, dtype: str) -> str:
+    """The tensor-core math a kernel of ``dtype`` runs in on ``spec`` ('' where none): its own
+    (block-scaled FP8 on FP8 units, MXFP4 on FP4 units, INT4 weight-only at BF16), else for a
+    low-precision format (:data:`LOW_PRECISION`) the BF16 or FP16 units its software falls back to."""
+    math = _TENSOR_MATH.get(dtype, dtype)
+    if spec.tensor_flops(math) > 0:
+        return math
+    if dtype in LOW_PRECISION:
+        for alt in ("bf16", "fp16"):
+            if spec.tensor_flops(alt) > 0:
+                return alt
+    return ""
+
+
+def software_fallback(w: Workload, spec: GPUSpec) -> np.ndarray:
+    """Per kernel: a tensor-core kernel of a low-precision format ``spec`` has no units for, run
+    on its BF16 / FP16 tensor cores instead (:func:`tensor_dtype_on`)."""
+    swapped = np.array([d in LOW_PRECISION and tensor_dtype_on(spec, d) not in ("", _TENSOR_MATH.get(d, d))
+                        for d in DTYPES])
+    return np.asarray(w.tensor & swapped[w.dtype_code], dtype=bool)
+
+
 def on_spec(w: Workload, spec: GPUSpec) -> Workload:
     """The workload as ``spec``'s units run it: a tensor-path kernel of a dtype the spec has no
     tensor cores for (FP16 on a P100, TF32 before Ampere) runs on the CUDA cores, with their
-    tiles, efficiency and :func:`matmul_simt_flops` peak. ``w`` itself where nothing changes."""
-    has = np.array([spec.tensor_flops(d) > 0 for d in DTYPES])
+    tiles, efficiency and :func:`matmul_simt_flops` peak; a low-precision one (FP8, FP4) on its
+    BF16 / FP16 tensor cores (:func:`tensor_dtype_on`). ``w`` itself where nothing changes."""
+    has = np.array([tensor_dtype_on(spec, d) != "" for d in DTYPES])
     moved = w.tensor & ~has[w.dtype_code]
     if not moved.any():
         return w
@@ -67,9 +97,15 @@ def peak_flops(w: Workload, spec: GPUSpec) -> np.ndarray:
     w = on_spec(w, spec)
     simt = np.array([spec.simt_flops(d) for d in DTYPES])
     matmul = np.array([matmul_simt_flops(spec, d) for d in DTYPES])
-    tensor = np.array([spec.tensor_flops(d) for d in DTYPES])
+    tensor = np.array([spec.tensor_flops(tensor_dtype_on(spec, d)) if tensor_dtype_on(spec, d) else 0.0
+                       for d in DTYPES])
     code = w.dtype_code
-    return np.where(w.tensor, tensor[code], np.where(w.family == ops.GEMM, matmul[code], simt[code]))
+    # attention over an FP8 cache runs no faster than over a BF16 one (llm-kernels: FP8 / BF16
+    # prefill medians 1.04 on the B200, 1.12 on the H100): its BF16 units' rate
+    low = np.array([d in LOW_PRECISION for d in DTYPES])[code] & (w.family == ops.ATTENTION)
+    half = spec.tensor_flops("bf16") or spec.tensor_flops("fp16")
+    tensor_peak = np.where(low & (half > 0), half, tensor[code])
+    return np.where(w.tensor, tensor_peak, np.where(w.family == ops.GEMM, matmul[code], simt[code]))
 
 
 def roofline_ns(w: Workload, spec: GPUSpec) -> np.ndarray:
@@ -314,9 +350,11 @@ EXTRAPOLATION_REASONS: tuple[tuple[int, str], ...] = (
     (1024, ("batched FP32 GEMM on a GPU whose cuBLAS SGEMM kernels no data shows (Pascal, Blackwell): "
             "least-time tile, fast where the library runs larger ones (bmm into an A100 left out with "
             "no Ampere data: 25%)")),
+    (2048, ("FP8 / FP4 kernel on a GPU without those tensor cores: run as its software runs it there, on "
+            "its BF16 / FP16 tensor cores (weight-only Marlin GEMMs, FlashAttention 2 over a BF16 cache)")),
 )
 (TARGET_UNCALIBRATED, SOURCE_UNCALIBRATED, SHAPE_OUTSIDE, BOUND_ONLY, NOT_SIMULATED,
- INFERRED_FROM_NAME, INFERRED_BLEND, TF32_CONV, OFF_TENSOR, WINDOW, UNSEEN_TILES) = (
+ INFERRED_FROM_NAME, INFERRED_BLEND, TF32_CONV, OFF_TENSOR, WINDOW, UNSEEN_TILES, SOFTWARE_FALLBACK) = (
     b for b, _ in EXTRAPOLATION_REASONS)
 #: dtype of per-kernel extrapolation bits (every bit above fits).
 FLAGS_DTYPE = np.int16
@@ -592,7 +630,7 @@ def target_math(w: Workload, names: np.ndarray, src: GPUSpec, target: GPUSpec
     the path changed), tensor-core kernels of a dtype the target has no tensor cores for on its
     CUDA cores (:func:`on_spec`, flagged :data:`OFF_TENSOR`). ``w`` is the workload as measured
     (before :func:`cudnn_math` on the source). Returns the workload and the bits per kernel."""
-    flags = np.zeros(len(w), dtype=FLAGS_DTYPE)
+    flags = np.where(software_fallback(w, target), SOFTWARE_FALLBACK, 0).astype(FLAGS_DTYPE)
     moved = on_spec(w, target)
     if moved is not w:
         flags |= np.where(w.tensor & ~moved.tensor, OFF_TENSOR, 0).astype(FLAGS_DTYPE)

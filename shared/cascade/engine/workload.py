@@ -10,7 +10,7 @@ from cascade.engine import ops
 from cascade.kerneltable import DTYPES, KernelTable
 
 #: dtypes with tensor-core paths (on GPUs that have them).
-TENSOR_DTYPES: tuple[str, ...] = ("fp16", "bf16", "tf32", "fp8", "int8")
+TENSOR_DTYPES: tuple[str, ...] = ("fp16", "bf16", "tf32", "fp8", "int8", "fp8_block", "fp4", "mxfp4", "int4")
 
 
 @dataclass(frozen=True, slots=True)

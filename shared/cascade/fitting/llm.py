@@ -384,3 +384,39 @@ def summary(scores: list[LlmScore]) -> dict[str, Any]:
             "cells_worse_than_baseline": sum(1 for s in rows if s.mape_pct > s.baseline_mape_pct),
         }
     return out
+
+
+#: Report groups of the condensed table (:func:`condensed`): label -> (op prefix, dtypes or None).
+GROUPS: tuple[tuple[str, str, tuple[str, ...] | None], ...] = (
+    ("GEMM bf16", "gemm", ("bf16", "fp16")), ("GEMM fp8", "gemm", ("fp8",)),
+    ("GEMM fp8 block", "gemm", ("fp8_block",)), ("GEMM fp4", "gemm", ("fp4",)),
+    ("prefill attn", "attention_prefill", None), ("decode attn", "attention_decode", None),
+    ("MoE", "moe", None), ("NCCL", "nccl_", None), ("custom AR", "custom_all_reduce", None),
+)
+
+
+def condensed(scores: Iterable[LlmScore], source: str, variant: str = "calibrated") -> list[dict[str, Any]]:
+    """Per target of ``source``: each group's row-weighted MAPE and ratio-roofline MAPE (None
+    where the target has no such rows)."""
+    rows = [s for s in scores if s.source == source and s.variant == variant]
+    out = []
+    for target in sorted({s.target for s in rows}):
+        line: dict[str, Any] = {"target": target}
+        for label, prefix, dtypes in GROUPS:
+            cells = [s for s in rows if s.target == target and s.op.startswith(prefix)
+                     and (dtypes is None or s.dtype in dtypes)]
+            n = sum(c.n for c in cells)
+            line[label] = None if not n else (round(sum(c.mape_pct * c.n for c in cells) / n, 1),
+                                              round(sum(c.baseline_mape_pct * c.n for c in cells) / n, 1))
+        out.append(line)
+    return out
+
+
+def condensed_markdown(scores: list[LlmScore], source: str, variant: str = "calibrated") -> str:
+    """:func:`condensed` as a markdown table: ``MAPE (ratio roofline)`` per cell."""
+    head = "| " + source + " -> | " + " | ".join(g[0] for g in GROUPS) + " |"
+    lines = [head, "|" + "---|" * (len(GROUPS) + 1)]
+    for line in condensed(scores, source, variant):
+        cells = [("-" if line[g[0]] is None else f"{line[g[0]][0]:.1f} ({line[g[0]][1]:.1f})") for g in GROUPS]
+        lines.append(f"| {line['target']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -36,10 +36,14 @@ from cascade.serving.metrics import (
 from cascade.serving.routers import ROUTERS, RoundRobin
 from cascade.serving.schedulers import Static, Vllm
 from cascade.serving.sim import SCHEDULERS, Progress, SimOutcome, Simulation
-from cascade.serving.stepmodel import OutOfRange, StepTimeModel, _out_of_range
+from cascade.serving.stepmodel import OutOfRange, StepTimeModel, StepTimeSource, _out_of_range
 
 MAX_REPLICAS = 4096
 MAX_REQUESTS = 2_000_000
+#: Closed loop without n_requests: requests per client (num_prompts = 10 x concurrency, what
+#: concurrency sweeps of `vllm bench serve` commonly send, so the first wave, every client
+#: sending at t=0, is a tenth of the run).
+REQUESTS_PER_CLIENT = 10
 
 
 class Scenario(msgspec.Struct, frozen=True, kw_only=True):
@@ -69,6 +73,11 @@ class Scenario(msgspec.Struct, frozen=True, kw_only=True):
     seed: int = 0
     include_records: bool = False
     """Return one RequestRecord per request."""
+    concurrency: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """Closed loop: this many clients, each sending its next request when its previous one
+    finished (``vllm bench serve --max-concurrency N`` with every request queued at t=0);
+    the arrival law is then ignored. Default number of requests: :data:`REQUESTS_PER_CLIENT`
+    x concurrency."""
     max_context_tokens: Annotated[int, msgspec.Meta(ge=2)] | None = None
     """The model's context window: a drawn request holding more tokens (prompt + output)
     is refused with the count and the longest, as a vLLM server refuses it (None: no
@@ -117,6 +126,9 @@ def resolve(scenario: Scenario | dict[str, Any]) -> ResolvedScenario:
             raise ValidationError("hi must be >= lo", field=f"{name}.hi")
         if isinstance(law, LogNormal):
             lognormal_params(law, name)
+    if scenario.concurrency is not None and scenario.duration_s is not None:
+        raise ValidationError("a closed loop (concurrency) takes n_requests, not duration_s",
+                              field="duration_s")
     if scenario.n_requests is not None and scenario.duration_s is not None:
         raise ValidationError("give n_requests or duration_s, not both", field="duration_s")
     if scenario.n_requests is not None and scenario.n_requests > MAX_REQUESTS:
@@ -158,8 +170,22 @@ def draw_workload(rs: ResolvedScenario) -> DrawnRequests:
     sc = rs.scenario
     s_arr, s_prompt, s_out = np.random.SeedSequence(sc.seed).spawn(3)
     n = sc.n_requests
+    if n is None and sc.concurrency is not None:
+        n = REQUESTS_PER_CLIENT * sc.concurrency
     if n is None and sc.duration_s is None and not isinstance(rs.arrival, Trace):
         n = 1000
+    if sc.concurrency is not None:  # closed loop: the first wave at t=0, the rest on finishes
+        n = n if n is not None else REQUESTS_PER_CLIENT * sc.concurrency
+        lens = []
+        for name, law, ss in (("prompt", rs.prompt, s_prompt), ("output", rs.output, s_out)):
+            if isinstance(law, FromTrace):
+                raise ValidationError("a closed loop (concurrency) draws its lengths; 'trace' lengths need "
+                                      "a trace arrival", field=name)
+            _, draw = LENGTHS.get(str(type(law).__struct_config__.tag))
+            lens.append(np.maximum(1, draw(law, n, np.random.default_rng(ss))))
+        if sc.max_context_tokens is not None:
+            _check_context(lens[0], lens[1], sc.max_context_tokens)
+        return DrawnRequests(np.zeros(n), lens[0].astype(np.int64), lens[1].astype(np.int64))
     expected = expected_arrivals(rs)
     if expected is not None and expected > MAX_REQUESTS:
         raise ValidationError(f"about {expected:.3g} requests arrive within duration_s, more than "
@@ -263,12 +289,15 @@ class ScenarioResult(msgspec.Struct, frozen=True, kw_only=True):
     extrapolation: dict[str, OutOfRange] = {}
     """Step shapes used outside the step model's calibration range."""
     step_model_source: str = ""
+    basis: dict[str, Any] = {}
+    """Where the step times came from when no fitted step model gave them: the described
+    workload, the GPU spec and the LLM calibration (its digest)."""
     scenario: dict[str, Any] = {}
     """The resolved scenario as JSON-able builtins."""
     records: list[RequestRecord] | None = None
 
 
-def simulate(rs: ResolvedScenario, step_model: StepTimeModel, kv_config: KVConfig, *,
+def simulate(rs: ResolvedScenario, step_model: StepTimeModel | StepTimeSource, kv_config: KVConfig, *,
              workload: DrawnRequests | None = None, record_steps: bool = False,
              progress: Progress | None = None, fast_forward: bool = True) -> SimOutcome:
     """Run the simulation of a resolved scenario and return the raw outcome."""
@@ -297,11 +326,12 @@ def simulate(rs: ResolvedScenario, step_model: StepTimeModel, kv_config: KVConfi
         router=router_factory(rs.router, rs.scenario.replicas), scheduler=sched,
         cost=step_model.step_cost(), num_blocks=num_blocks, block_size=bs,
         record_steps=record_steps, progress=progress, fast_forward=fast_forward,
-        progress_every=max(1000, len(wl.arrived_at) // 100))
+        progress_every=max(1000, len(wl.arrived_at) // 100), concurrency=rs.scenario.concurrency)
     return sim.run()
 
 
-def summarise(rs: ResolvedScenario, outcome: SimOutcome, step_model: StepTimeModel) -> ScenarioResult:
+def summarise(rs: ResolvedScenario, outcome: SimOutcome,
+              step_model: StepTimeModel | StepTimeSource) -> ScenarioResult:
     """Metrics of a finished simulation."""
     sc = rs.scenario
     lat = per_request(outcome)
@@ -329,7 +359,7 @@ def summarise(rs: ResolvedScenario, outcome: SimOutcome, step_model: StepTimeMod
                  mean_utilisation=float(np.mean([r.kv_mean_utilisation for r in reps])),
                  max_utilisation=max(r.kv_max_utilisation for r in reps),
                  max_blocks_used=max(rep.kv_max for rep in outcome.replicas))
-    gaps = _extrapolation(outcome, step_model)
+    gaps = _extrapolation(outcome, step_model) if isinstance(step_model, StepTimeModel) else {}
     return ScenarioResult(
         completed=n, duration_s=duration_s, total_input_tokens=tin, total_output_tokens=tout,
         request_throughput=n / duration_s, output_throughput=tout / duration_s,
@@ -340,6 +370,7 @@ def summarise(rs: ResolvedScenario, outcome: SimOutcome, step_model: StepTimeMod
         kv_cache=kv, steps=sum(len(r.ends) for r in outcome.replicas), replicas=reps,
         request_goodput=goodput, slo_attainment=attainment, slo=sc.slo,
         extrapolated=bool(gaps), extrapolation=gaps, step_model_source=step_model.source,
+        basis=dict(getattr(step_model, "basis", None) or {}),
         scenario=msgspec.to_builtins(msgspec.structs.replace(
             sc, arrival=rs.arrival, prompt=rs.prompt, output=rs.output, router=rs.router,
             scheduler=rs.scheduler)),
@@ -363,7 +394,7 @@ def _extrapolation(outcome: SimOutcome, m: StepTimeModel) -> dict[str, OutOfRang
     return out
 
 
-def run_scenario(scenario: Scenario | dict[str, Any], step_model: StepTimeModel,
+def run_scenario(scenario: Scenario | dict[str, Any], step_model: StepTimeModel | StepTimeSource,
                  kv_config: KVConfig, *, progress: Progress | None = None) -> ScenarioResult:
     """Validate, simulate and summarise one scenario.
 

@@ -11,11 +11,17 @@ A run of pure-decode steps whose composition cannot change (no admission
 possible, no request finishing, enough free blocks) is planned as one chunk of
 k steps with closed-form step times; an arrival routed to that replica cuts the
 chunk at the step in flight, so results are identical to stepping one at a time.
+
+Closed loop (``concurrency`` N, as ``vllm bench serve --max-concurrency N`` with every
+request queued at t=0, or aiperf's concurrency mode): N clients each send their next
+request the moment their previous one finishes, so never more than N are in flight; a
+request's arrival time is the time it was sent, so TTFT leaves out the client-side wait.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
@@ -29,7 +35,7 @@ from cascade.errors import CascadeError
 from cascade.registry import Registry
 from cascade.serving.routers import Router
 from cascade.serving.schedulers import Static, Vllm
-from cascade.serving.stepmodel import StepCost
+from cascade.serving.stepmodel import StepCostModel
 
 PRIO_END = 0
 PRIO_ARRIVE = 1
@@ -150,9 +156,10 @@ class Simulation:
 
     def __init__(self, *, arrival_ns: np.ndarray, prompt_tokens: np.ndarray,
                  output_tokens: np.ndarray, replicas: int, router: Router,
-                 scheduler: msgspec.Struct, cost: StepCost, num_blocks: int, block_size: int,
+                 scheduler: msgspec.Struct, cost: StepCostModel, num_blocks: int, block_size: int,
                  record_steps: bool = False, progress: Progress | None = None,
-                 progress_every: int = 1000, fast_forward: bool = True) -> None:
+                 progress_every: int = 1000, fast_forward: bool = True,
+                 concurrency: int | None = None) -> None:
         n = len(arrival_ns)
         self.n = n
         self.arrival = np.asarray(arrival_ns, dtype=float).tolist()
@@ -181,6 +188,14 @@ class Simulation:
         self.extents = StepExtents()
         self._heap: list[tuple[float, int, int, int, int, int]] = []
         self._seq = 0
+        if concurrency is not None and concurrency < 1:
+            raise SimulationInvariantError(f"concurrency must be >= 1, got {concurrency}")
+        self.concurrency = concurrency
+        # closed loop: the first `concurrency` requests are sent at their drawn times; each
+        # later one when a request finishes (its time unknown until then: +inf)
+        self._released = n if concurrency is None else min(concurrency, n)
+        for rid in range(self._released, n):
+            self.arrival[rid] = math.inf
         _, factory = SCHEDULERS.get(str(type(scheduler).__struct_config__.tag))
         self.sched: SchedulerImpl = factory(scheduler, self)
 
@@ -193,6 +208,9 @@ class Simulation:
         self.finish[rid] = t
         self.outstanding[self.req_replica[rid]] -= 1
         self.done += 1
+        if self._released < self.n:  # closed loop: that client sends its next request now
+            self.arrival[self._released] = t
+            self._released += 1
         if self.progress is not None and self.done % self.progress_every == 0:
             self.progress(self.done, self.n)
 
@@ -207,7 +225,8 @@ class Simulation:
         while True:
             if ai < n:
                 ta = arrival[ai]
-                if not heap or ta < heap[0][0] or (ta == heap[0][0] and heap[0][1] > PRIO_ARRIVE):
+                if ta != math.inf and (not heap or ta < heap[0][0]
+                                       or (ta == heap[0][0] and heap[0][1] > PRIO_ARRIVE)):
                     self._arrive(ai, ta)
                     ai += 1
                     continue
@@ -414,7 +433,7 @@ class VllmScheduler:
             return None
         ext = sim.extents
         ptok = 0
-        patt = 0
+        chunks: list[tuple[int, int]] = []
         nb = 0
         bctx = 0
         for rid, nt in sched:
@@ -426,7 +445,7 @@ class VllmScheduler:
                 ext.decode_context[0] = min(ext.decode_context[0], c)
             else:
                 ptok += nt
-                patt += nt * c
+                chunks.append((nt, comp[rid]))
                 ext.prefill_tokens[1] = max(ext.prefill_tokens[1], nt)
                 ext.prefill_tokens[0] = min(ext.prefill_tokens[0], nt)
         if nb:
@@ -435,7 +454,7 @@ class VllmScheduler:
         cost = sim.cost
         used = rep.num_blocks - free
         if preempted or admitted or ptok or nb != len(running) or not sim.fast_forward:
-            d = cost.step_ns(ptok, patt, nb, bctx)
+            d = cost.mixed_step_ns(chunks, nb, bctx)
             return _Plan(sched, [t], [t + d], False, used)
         # Pure decode of every running request: extend while nothing can change.
         target = sim.target
@@ -454,11 +473,10 @@ class VllmScheduler:
                     hi = mid - 1
             k = lo
         if k == 1:
-            d = cost.step_ns(0, 0, nb, bctx)
+            d = cost.mixed_step_ns((), nb, bctx)
             return _Plan(sched, [t], [t + d], True, used, comps)
-        fixed = cost.d0 + cost.d1 * nb + cost.d2 * bctx
-        incr = cost.d2 * nb
-        durs = fixed + incr * np.arange(k, dtype=float)
+        durs = cost.decode_steps_ns(np.full(k, nb, dtype=float),
+                                    bctx + nb * np.arange(k, dtype=float))
         ends = t + np.cumsum(durs)
         starts = np.concatenate(([t], ends[:-1]))
         top = max(comps) + k
@@ -562,7 +580,7 @@ class StaticScheduler:
         cost = sim.cost
         steps = int(o.max())
         durs = np.empty(steps)
-        durs[0] = cost.step_ns(float(p.sum()), float((p * p).sum()), 0, 0)
+        durs[0] = cost.mixed_step_ns([(int(x), 0) for x in p.tolist()], 0, 0)
         if steps > 1:
             j = np.arange(1, steps, dtype=float)
             if self.cfg.drop_finished:
@@ -575,7 +593,7 @@ class StaticScheduler:
             else:
                 nb = np.full(steps - 1, len(o), dtype=float)
                 bctx = p.sum() + len(o) * j
-            durs[1:] = cost.d0 + cost.d1 * nb + cost.d2 * bctx
+            durs[1:] = cost.decode_steps_ns(nb, bctx)
         ends = t + np.cumsum(durs)
         starts = np.concatenate(([t], ends[:-1]))
         ext = sim.extents

@@ -26,7 +26,7 @@ import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Protocol
 
 import msgspec
 import numpy as np
@@ -344,6 +344,41 @@ class StepCost:
             fixed = self.d0
         return (fixed + self.p1 * prefill_tokens + self.p2 * prefill_attention
                 + self.d1 * decode_batch + self.d2 * decode_context)
+
+    def mixed_step_ns(self, chunks: Sequence[tuple[int, int]], decode_batch: int,
+                      decode_context: int) -> float:
+        """A step of prefill ``chunks`` (new tokens, cached tokens before them) and
+        ``decode_batch`` decodes whose contexts sum to ``decode_context``."""
+        ptok = 0
+        patt = 0
+        for new, cached in chunks:
+            ptok += new
+            patt += new * (new + cached)
+        return self.step_ns(ptok, patt, decode_batch, decode_context)
+
+    def decode_steps_ns(self, decode_batch: np.ndarray, decode_context: np.ndarray) -> np.ndarray:
+        """Pure-decode steps, one per entry: the batch and the sum of its contexts."""
+        return self.d0 + self.d1 * np.asarray(decode_batch, dtype=float) \
+            + self.d2 * np.asarray(decode_context, dtype=float)
+
+
+class StepCostModel(Protocol):
+    """What the serving simulator asks of a step-time source: the wall time of a step from
+    its shape (:class:`StepCost`'s fitted law, or a model described from its config)."""
+
+    def mixed_step_ns(self, chunks: Sequence[tuple[int, int]], decode_batch: int,
+                      decode_context: int) -> float: ...
+
+    def decode_steps_ns(self, decode_batch: np.ndarray, decode_context: np.ndarray) -> np.ndarray: ...
+
+
+class StepTimeSource(Protocol):
+    """Anything :func:`cascade.serving.scenario.simulate` takes as the step-time model."""
+
+    @property
+    def source(self) -> str: ...
+
+    def step_cost(self) -> StepCostModel: ...
 
 
 # ---- kernel-model extrapolation --------------------------------------------------------------

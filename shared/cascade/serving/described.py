@@ -1,0 +1,213 @@
+"""Step times of a model described from its config (:mod:`cascade.llm.describe`), for the
+serving simulator: each step is timed at its own shape, with no trace and no fitted step law.
+
+A step's time is :func:`cascade.llm.describe.step_time_ns` of its shape, split into parts that
+each depend on few numbers and are tabulated once (the surfaces' interpolation costs about a
+millisecond per row, so a simulation cannot ask for every step afresh):
+
+- the rows that scale with the step's tokens T (projections, MLP or MoE, TP all-reduces),
+  on a grid of T exact to 32 and 12 points an octave above, linear between;
+- the LM head over the S sampling sequences, on the same grid;
+- decode attention at batch B and mean context C: per 1/8 octave of C (computed the first
+  time a context there is asked for), on a grid of B exact to 16 and 8 points an octave
+  above, linear in B and in log2 C between;
+- prefill attention per (chunks of equal shape, length): per 1/16 octave of the length,
+  linear in log2 length between; a chunk on a cached prefix of c tokens costs the prefill of
+  c + n less that of c;
+- :func:`cascade.llm.describe.overhead_ns` in closed form.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from cascade.gpus.spec import GPUSpec
+from cascade.kerneltable import KernelTable
+from cascade.llm import describe as d
+from cascade.llm import work
+from cascade.llm.model import LlmCalibration, model_times
+from cascade.serving.kv import KVConfig, ModelShape
+
+_T_EXACT = 32
+_T_PER_OCTAVE = 12
+_B_EXACT = 16
+_B_PER_OCTAVE = 8
+_C_PER_OCTAVE = 8
+_L_PER_OCTAVE = 16
+
+
+def _grid(top: int, exact: int, per_octave: int) -> np.ndarray:
+    hi = max(int(top), exact, 2)
+    steps = np.arange(int(math.log2(exact) * per_octave), int(math.ceil(math.log2(hi) * per_octave)) + 1)
+    geo = np.round(2.0 ** (steps / per_octave)).astype(np.int64)
+    return np.unique(np.concatenate([np.arange(1, exact + 1), geo[geo > exact]]))
+
+
+class DescribedStepCost:
+    """Step times of one described model on one GPU spec (the simulator's step-time source).
+
+    ``max_tokens`` / ``max_seqs``: the largest step (tokens, sequences) the grids cover
+    (the scheduler's max_num_batched_tokens and max_num_seqs); a step beyond them is scaled
+    linearly from the grid's end.
+    """
+
+    def __init__(self, desc: d.ModelDescription, spec: GPUSpec, cal: LlmCalibration, *,
+                 max_tokens: int = 8192, max_seqs: int = 256, calibration_digest: str | None = None) -> None:
+        self.desc = desc
+        self.spec = spec
+        self.cal = cal
+        digest = calibration_digest or cal.digest()
+        self.source = f"described: {desc.label()} on {spec.id} (LLM calibration {cal.id} {digest})"
+        self.basis: dict[str, Any] = {
+            "workload": desc.label(), "model_type": desc.model_type, "gpu": spec.id, "gpu_name": spec.name,
+            "llm_calibration": {"id": cal.id, "version": cal.version, "digest": digest},
+            "step_time": "cascade.llm.describe.step_time_ns at each step's shape (LLM-operator rows at "
+                         "vLLM 0.24 CUDA-graph layer times, plus the documented per-step overhead)"}
+        self.rows_timed = 0
+        self._tg = _grid(max(max_tokens, max_seqs), _T_EXACT, _T_PER_OCTAVE)
+        self._bg = _grid(max_seqs, _B_EXACT, _B_PER_OCTAVE)
+        self._lin, self._head = self._token_parts()
+        self._decode: dict[int, np.ndarray] = {}
+        self._prefill: dict[tuple[int, int], float] = {}
+
+    # ---- the simulator's interface ------------------------------------------------------
+    def step_cost(self) -> DescribedStepCost:
+        return self
+
+    def mixed_step_ns(self, chunks: Sequence[tuple[int, int]], decode_batch: int, decode_context: int) -> float:
+        """A step of prefill ``chunks`` (new tokens, cached before) and ``decode_batch`` decodes
+        whose contexts sum to ``decode_context``."""
+        tokens = decode_batch
+        groups: dict[tuple[int, int], int] = {}
+        for new, cached in chunks:
+            tokens += new
+            key = (int(new), int(cached))
+            groups[key] = groups.get(key, 0) + 1
+        if tokens <= 0:
+            return 0.0
+        seqs = len(chunks) + decode_batch
+        total = self._interp(self._lin, tokens) + self._interp(self._head, seqs)
+        for (new, cached), count in groups.items():
+            if cached == 0:
+                total += self._prefill_ns(count, new)
+            else:
+                total += max(self._prefill_ns(count, new + cached) - self._prefill_ns(count, cached), 0.0)
+        if decode_batch:
+            total += float(self._decode_ns(np.array([float(decode_batch)]),
+                                           np.array([decode_context / decode_batch]))[0])
+        total += float(d.overhead_ns(self.desc, self.spec, tokens, seqs))
+        return total
+
+    def decode_steps_ns(self, decode_batch: np.ndarray, decode_context: np.ndarray) -> np.ndarray:
+        """Pure-decode steps, one per entry: the batch and the sum of its contexts."""
+        b = np.asarray(decode_batch, dtype=float)
+        ctx = np.asarray(decode_context, dtype=float)
+        out = np.zeros(len(b))
+        live = b > 0
+        if not live.any():
+            return out
+        bl = b[live]
+        out[live] = (self._interp_many(self._lin, bl) + self._interp_many(self._head, bl)
+                     + self._decode_ns(bl, ctx[live] / bl) + d.overhead_ns(self.desc, self.spec, bl, bl))
+        return out
+
+    # ---- the tabulated parts ------------------------------------------------------------
+    def _timed(self, rows: list[dict[str, Any]]) -> np.ndarray:
+        table = KernelTable.from_rows(rows)
+        self.rows_timed += len(table)
+        return np.asarray(model_times(table, self.spec, self.cal).model_ns * table["repeat"], dtype=float)
+
+    def _token_parts(self) -> tuple[np.ndarray, np.ndarray]:
+        rows: list[dict[str, Any]] = []
+        owner: list[int] = []
+        for i, t in enumerate(self._tg.tolist()):
+            part = d.token_rows(self.desc, t)
+            rows += part
+            owner += [i] * len(part)
+        n_lin = len(rows)
+        for i, s in enumerate(self._tg.tolist()):
+            part = d.head_rows(self.desc, s)
+            rows += part
+            owner += [i] * len(part)
+        times = self._timed(rows)
+        idx = np.asarray(owner)
+        lin = np.bincount(idx[:n_lin], weights=times[:n_lin], minlength=len(self._tg))
+        head = np.bincount(idx[n_lin:], weights=times[n_lin:], minlength=len(self._tg))
+        return lin, head
+
+    def _interp(self, values: np.ndarray, x: float) -> float:
+        top = float(self._tg[-1])
+        if x > top:
+            return float(values[-1]) * x / top
+        return float(np.interp(x, self._tg, values))
+
+    def _interp_many(self, values: np.ndarray, x: np.ndarray) -> np.ndarray:
+        top = float(self._tg[-1])
+        return np.where(x > top, values[-1] * x / top, np.interp(x, self._tg, values))
+
+    def _decode_column(self, j: int) -> np.ndarray:
+        col = self._decode.get(j)
+        if col is None:
+            ctx = max(1, round(2.0 ** (j / _C_PER_OCTAVE)))
+            rows: list[dict[str, Any]] = []
+            owner: list[int] = []
+            for i, b in enumerate(self._bg.tolist()):
+                part = d.decode_attention_rows(self.desc, b, ctx)
+                rows += part
+                owner += [i] * len(part)
+            col = np.bincount(np.asarray(owner), weights=self._timed(rows), minlength=len(self._bg))
+            self._decode[j] = col
+        return col
+
+    def _decode_ns(self, batch: np.ndarray, context: np.ndarray) -> np.ndarray:
+        pos = np.log2(np.maximum(context, 1.0)) * _C_PER_OCTAVE
+        lo = np.floor(pos).astype(np.int64)
+        frac = pos - lo
+        out = np.empty(len(batch))
+        top = float(self._bg[-1])
+        for j in np.unique(lo).tolist():
+            m = lo == j
+            b = batch[m]
+            a0 = np.interp(b, self._bg, self._decode_column(j))
+            a1 = np.interp(b, self._bg, self._decode_column(j + 1))
+            v = a0 + (a1 - a0) * frac[m]
+            out[m] = np.where(b > top, v * b / top, v)
+        return out
+
+    def _prefill_at(self, count: int, j: int) -> float:
+        key = (count, j)
+        v = self._prefill.get(key)
+        if v is None:
+            length = max(1, round(2.0 ** (j / _L_PER_OCTAVE)))
+            v = float(np.sum(self._timed(d.prefill_attention_rows(self.desc, count, length))))
+            self._prefill[key] = v
+        return v
+
+    def _prefill_ns(self, count: int, length: int) -> float:
+        if length < 1:
+            return 0.0
+        pos = math.log2(length) * _L_PER_OCTAVE
+        lo = math.floor(pos)
+        if pos == lo:
+            return self._prefill_at(count, lo)
+        a0, a1 = self._prefill_at(count, lo), self._prefill_at(count, lo + 1)
+        return a0 + (a1 - a0) * (pos - lo)
+
+
+def described_kv(desc: d.ModelDescription, spec: GPUSpec, *, gpu_memory_utilization: float = 0.9,
+                 block_size: int = 16, max_num_batched_tokens: int = 8192, max_num_seqs: int = 256,
+                 num_gpu_blocks_override: int | None = None) -> KVConfig:
+    """KV-cache sizing of one GPU of the engine, as vLLM sizes it: (memory x utilisation -
+    weights on the GPU - activation reserve) / KV bytes per token on the GPU."""
+    shape = ModelShape(name=desc.model_type, layers=desc.kv_layers, kv_heads=desc.kv_heads_per_gpu,
+                       head_dim=desc.head_dim, kv_dtype_bytes=int(work.KV_BYTES[desc.kv_dtype]),
+                       weights_bytes=desc.weight_bytes_per_gpu())
+    return KVConfig(model=shape, gpu_memory_bytes=int(spec.memory_gb * d.GiB),
+                    gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
+                    activation_reserve_bytes=desc.activation_reserve_bytes(
+                        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs),
+                    num_gpu_blocks_override=num_gpu_blocks_override)

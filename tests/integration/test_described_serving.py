@@ -1,0 +1,58 @@
+"""`cascade scenario --hf-config` and `cascade validate --serving` as a user runs them: a
+subprocess on a small config written here, no trace."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+TINY = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 1024,
+        "intermediate_size": 4096, "num_attention_heads": 16, "num_hidden_layers": 4, "num_key_value_heads": 4,
+        "vocab_size": 32000, "tie_word_embeddings": True}
+
+
+def _cascade(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "programs.cli", *argv], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_scenario_from_a_config_answers_ttft_and_tpot(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(TINY))
+    out = _cascade("scenario", "--hf-config", str(cfg), "--gpu", "NVIDIA B200", "--tp", "2", "--quant", "fp8",
+                   "--kv-dtype", "fp8", "--concurrency", "8", "--prompt", "256", "--output", "32", "--json")
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    assert res["completed"] == 80
+    assert 0 < res["ttft_ms"]["median"] <= res["ttft_ms"]["max"]
+    assert 0 < res["tpot_ms"]["mean"] < 100
+    assert res["basis"]["gpu"] == "SM100_B200" and len(res["basis"]["llm_calibration"]["digest"]) == 16
+    assert "TP 2" in res["basis"]["workload"] and res["scenario"]["concurrency"] == 8
+    bad = _cascade("scenario", "--hf-config", str(cfg), "--concurrency", "8")
+    assert bad.returncode != 0 and "--gpu" in bad.stderr
+
+
+def test_validate_serving_scores_rows_per_model_and_gpu(tmp_path: Path) -> None:
+    (tmp_path / "model_configs").mkdir()
+    (tmp_path / "model_configs" / "tiny.json").write_text(json.dumps(TINY))
+    (tmp_path / "model_configs" / "model_map.csv").write_text("model_path,config_files,match\nme/tiny,tiny.json,exact\n")
+    head = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,gemm_quant_mode,"
+            "moe_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,moe_ep_size,silicon_ttft_ms,"
+            "silicon_tpot_ms")
+    rows = ["a,src; silicon_concurrency=4,vllm,0.12.0,me/tiny,h100_sxm,,agg,512,64,,,4,1,1,,1,1,20.0,2.0",
+            "b,src; silicon_concurrency=16,vllm,0.12.0,me/tiny,h100_sxm,,agg,512,64,,,16,1,1,,1,1,40.0,3.0",
+            "c,src,vllm,0.12.0,me/tiny,h200_sxm,fp8,agg,1024,32,fp8,fp8,8,2,1,,1,1,30.0,2.5"]
+    (tmp_path / "serving.csv").write_text("\n".join([head, *rows]) + "\n")
+    out = _cascade("validate", "--data", str(tmp_path), "--serving", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    groups = {(s["model"], s["gpu"]): s for s in doc["serving"]}
+    assert set(groups) == {("me/tiny", "SM90_H100"), ("me/tiny", "SM90_H200")}
+    h100 = groups[("me/tiny", "SM90_H100")]
+    assert h100["n"] == 2 and h100["backend"] == "vllm"
+    assert h100["ttft_mape_pct"] >= 0 and h100["tpot_mape_pct"] >= 0 and h100["group_mean_tpot_mape_pct"] is not None
+    by_id = {r["id"]: r for r in doc["rows"]}
+    assert by_id["b"]["concurrency"] == 16 and by_id["c"]["concurrency"] == 8 and by_id["c"]["quant"] == "fp8"
+    assert by_id["c"]["tp"] == 2

@@ -1,0 +1,175 @@
+"""A model described from its config.json: its shape, its step rows, its step time, and the
+closed-loop serving that answers 'N users, ISL in / OSL out: what TTFT and TPOT?'."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from cascade.errors import ValidationError
+from cascade.gpus import default_registry
+from cascade.llm import work
+from cascade.llm.describe import describe_model, overhead_ns, step_table, step_time_ns
+from cascade.llm.model import load_llm_calibration
+from cascade.serving.arrivals import Fixed, Uniform
+from cascade.serving.described import DescribedStepCost, described_kv
+from cascade.serving.kv import MODEL_SHAPES, KVConfig
+from cascade.serving.scenario import Scenario, resolve, run_scenario, simulate
+from cascade.serving.schedulers import Static, Vllm
+from cascade.serving.synthetic import synthetic_step_model
+
+LLAMA_8B: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+    "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32,
+    "num_key_value_heads": 8, "vocab_size": 128256, "tie_word_embeddings": False}
+QWEN3_MOE: dict[str, Any] = {
+    "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048,
+    "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8,
+    "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "num_hidden_layers": 48,
+    "decoder_sparse_step": 1, "mlp_only_layers": [], "vocab_size": 151936, "sliding_window": None,
+    "use_sliding_window": False, "tie_word_embeddings": False}
+GPT_OSS: dict[str, Any] = {
+    "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": 2880,
+    "intermediate_size": 2880, "num_local_experts": 32, "experts_per_token": 4, "num_experts_per_tok": 4,
+    "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "num_hidden_layers": 24,
+    "sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * 12, "vocab_size": 201088,
+    "tie_word_embeddings": False, "quantization_config": {"quant_method": "mxfp4"}}
+
+
+def _gemm_and_moe_flops(config: dict[str, Any], tokens: int) -> float:
+    desc = describe_model(config, tp=1)
+    table = step_table(desc, prefill=[(tokens, 0)])
+    spec = default_registry().get("SM90_H100")
+    keep = np.isin(table["op"], [work.GEMM, work.MOE])
+    return float(np.sum(work.work(table, spec).flops[keep] * table["repeat"][keep]))
+
+
+def test_llama_8b_is_described_with_8b_parameters_and_2_flops_each() -> None:
+    desc = describe_model(LLAMA_8B, quant="bf16", tp=1)
+    assert desc.head_dim == 128 and desc.n_moe_layers == 0 and set(desc.windows) == {0}
+    assert desc.params() == pytest.approx(8.03e9, rel=0.01)
+    # one token through every projection, MLP and the LM head: 2 FLOPs per (non-embedding) weight
+    flops = _gemm_and_moe_flops(LLAMA_8B, 1)
+    assert flops == pytest.approx(2 * (desc.params() - desc.vocab * desc.hidden), rel=0.01)
+    assert desc.kv_bytes_per_token() == 2 * 32 * 8 * 128 * 2
+
+
+def test_qwen3_moe_uses_topk_experts_per_token() -> None:
+    desc = describe_model(QWEN3_MOE, quant="fp8", tp=4, ep=2)
+    assert desc.n_moe_layers == 48 and desc.experts == 128 and desc.topk == 8 and desc.moe_tp == 2
+    assert desc.params() == pytest.approx(30.5e9, rel=0.02)
+    assert desc.params(active=True) == pytest.approx(3.3e9, rel=0.05)
+    flops = _gemm_and_moe_flops(QWEN3_MOE, 1)
+    active_no_embedding = describe_model(QWEN3_MOE, tp=1).params(active=True) - desc.vocab * desc.hidden
+    assert flops == pytest.approx(2 * active_no_embedding, rel=0.02)
+    table = step_table(desc, decode_contexts=np.array([100, 300]))
+    moe = table.take(table["op"] == work.MOE)
+    assert len(moe) == 1 and moe["repeat"][0] == 48 and moe["tokens"][0] == 2 and moe["ep"][0] == 2
+    router = table.take(table["name"] == "router")
+    assert router["n"][0] == 128 and router["dtype"][0] == "bf16"
+    attn = table.take(table["op"] == work.ATTENTION)
+    assert attn["context"][0] == 200 and attn["batch"][0] == 2 and attn["heads"][0] == 8 and attn["kv_heads"][0] == 1
+
+
+def test_gpt_oss_alternates_sliding_and_full_layers() -> None:
+    desc = describe_model(GPT_OSS, quant="bf16", moe_quant="mxfp4", tp=2)
+    assert desc.window_counts() == {0: 12, 128: 12}
+    assert desc.moe_inter == 2880 and desc.experts == 32 and desc.topk == 4
+    assert desc.kv_layers == 12  # the sliding layers hold at most their window
+    table = step_table(desc, prefill=[(512, 0), (512, 0), (64, 1000)], decode_contexts=np.full(8, 700))
+    attn = table.take(table["op"] == work.ATTENTION)
+    assert sorted(set(attn["window"].tolist())) == [0, 128]
+    pre = attn.take(attn["phase"] == "prefill")
+    # two equal fresh prompts share a row (batch 2); the chunk on a cached prefix is a difference
+    assert {(int(b), int(s), int(r)) for b, s, r in zip(pre["batch"], pre["seq"], pre["repeat"], strict=True)} >= {
+        (2, 512, 12), (1, 1064, 12), (1, 1000, -12)}
+    ar = table.take(table["name"] == "tp_all_reduce")
+    assert ar["repeat"][0] == 48 and ar["comm_bytes"][0] == (512 * 2 + 64 + 8) * 2880 * 2
+    assert ar["impl"][0] == "vllm_custom_graph"
+    head = table.take(table["name"] == "lm_head")
+    assert head["m"][0] == 11 and head["n"][0] == 201088 // 2
+
+
+@pytest.mark.parametrize(("drop", "field"), [("hidden_size", "hidden_size"), ("num_hidden_layers", "num_hidden_layers"),
+                                             ("intermediate_size", "intermediate_size")])
+def test_a_missing_field_is_named(drop: str, field: str) -> None:
+    config = {k: v for k, v in LLAMA_8B.items() if k != drop}
+    with pytest.raises(ValidationError) as err:
+        describe_model(config)
+    assert err.value.field == field
+
+
+def test_bad_splits_and_unknown_attention_are_refused() -> None:
+    with pytest.raises(ValidationError, match="tp"):
+        describe_model(LLAMA_8B, tp=3)
+    with pytest.raises(ValidationError) as err:
+        describe_model({**LLAMA_8B, "kv_lora_rank": 512})
+    assert err.value.field == "kv_lora_rank"
+    with pytest.raises(ValidationError) as err:
+        describe_model(LLAMA_8B, quant="fp7")
+    assert err.value.field == "quant"
+
+
+def test_step_time_grows_with_the_batch_and_the_context() -> None:
+    reg = default_registry()
+    spec, cal = reg.get("h100"), load_llm_calibration()
+    desc = describe_model(LLAMA_8B, quant="fp8", tp=1)
+    small = step_time_ns(desc, spec, cal, decode_contexts=np.full(8, 1000))
+    big = step_time_ns(desc, spec, cal, decode_contexts=np.full(256, 1000))
+    long = step_time_ns(desc, spec, cal, decode_contexts=np.full(256, 8000))
+    assert small < big < long
+    # memory-bound decode of an 8B model in FP8 on an H100: a few milliseconds, not micro or seconds
+    assert 2e6 < small < 2e7
+    assert float(overhead_ns(desc, spec, 8, 8)) > 0
+
+
+def test_the_tabulated_step_cost_agrees_with_step_time() -> None:
+    spec, cal = default_registry().get("SM90_H100"), load_llm_calibration()
+    desc = describe_model(LLAMA_8B, quant="bf16", tp=1)
+    cost = DescribedStepCost(desc, spec, cal, max_tokens=2048, max_seqs=64)
+    ctx = np.full(48, 1500)
+    exact = step_time_ns(desc, spec, cal, prefill=[(512, 0)], decode_contexts=ctx)
+    tab = cost.mixed_step_ns([(512, 0)], 48, int(ctx.sum()))
+    assert tab == pytest.approx(exact, rel=0.05)
+    dec = cost.decode_steps_ns(np.array([48.0, 48.0]), np.array([ctx.sum(), ctx.sum() + 48.0]))
+    assert dec[0] == pytest.approx(step_time_ns(desc, spec, cal, decode_contexts=ctx), rel=0.05)
+    assert dec[1] >= dec[0]
+    kv = described_kv(desc, spec)
+    tokens = kv.num_blocks() * kv.block_size
+    # 80 GB x 0.9 - 16 GB of weights - activations, at 128 KiB a token: a few hundred thousand
+    assert 300_000 < tokens < 500_000
+
+
+def _in_flight_max(arrival: np.ndarray, finished: np.ndarray) -> int:
+    times = np.concatenate([finished, arrival])
+    delta = np.concatenate([-np.ones(len(finished)), np.ones(len(arrival))])
+    order = np.lexsort((delta, times))  # a finish frees its client before the next send
+    return int(np.max(np.cumsum(delta[order])))
+
+
+@pytest.mark.parametrize("scheduler", [Vllm(max_num_seqs=64, max_num_batched_tokens=2048), Static(batch_size=4)])
+@pytest.mark.parametrize("n", [1, 3, 16])
+def test_closed_loop_keeps_at_most_n_in_flight_and_finishes_all(n: int, scheduler: Any) -> None:
+    sc = Scenario(concurrency=n, n_requests=60, prompt=Uniform(lo=16, hi=600), output=Uniform(lo=1, hi=80),
+                  scheduler=scheduler, seed=n)
+    rs = resolve(sc)
+    kv = KVConfig(model=MODEL_SHAPES["llama-2-7b"], gpu_memory_bytes=80 << 30)
+    out = simulate(rs, synthetic_step_model(), kv)
+    assert np.all(out.finished_ns >= 0)
+    assert np.array_equal(out.tokens_emitted, out.output_tokens)
+    assert _in_flight_max(out.arrival_ns, out.finished_ns) == min(n, 60)
+    # the first wave goes at t=0; every later request is sent when an earlier one finished
+    assert np.all(out.arrival_ns[:n] == 0)
+    assert set(out.arrival_ns[n:].tolist()) <= set(out.finished_ns.tolist())
+
+
+def test_closed_loop_defaults_to_ten_requests_per_client() -> None:
+    kv = KVConfig(model=MODEL_SHAPES["llama-2-7b"], gpu_memory_bytes=80 << 30)
+    res = run_scenario(Scenario(concurrency=4, prompt=Fixed(tokens=64), output=Fixed(tokens=8)),
+                       synthetic_step_model(), kv)
+    assert res.completed == 40
+    with pytest.raises(ValidationError) as err:
+        resolve(Scenario(concurrency=4, duration_s=10.0))
+    assert err.value.field == "duration_s"

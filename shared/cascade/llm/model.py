@@ -240,10 +240,10 @@ def _link_groups(cal: LlmCalibration, spec: GPUSpec, allowed: list[int]) -> list
         return (s.nvlink_gbps > 0, s.nvls, work.link_bandwidth_bps(s))
 
     mine = (spec.nvlink_gbps > 0, spec.nvls, work.link_bandwidth_bps(spec))
-    ranked = sorted(allowed, key=lambda i: (link(cal.surfaces[i].gpu)[0] != mine[0],
-                                            link(cal.surfaces[i].gpu)[1] != mine[1],
-                                            abs(np.log(max(link(cal.surfaces[i].gpu)[2], 1.0) / mine[2]))))
-    return [[i] for i in ranked]
+    gpus = sorted({cal.surfaces[i].gpu for i in allowed},
+                  key=lambda g: (link(g)[0] != mine[0], link(g)[1] != mine[1],
+                                 abs(np.log(max(link(g)[2], 1.0) / mine[2])), g))
+    return [[i for i in allowed if cal.surfaces[i].gpu == g] for g in gpus]
 
 
 @dataclass(frozen=True, slots=True)

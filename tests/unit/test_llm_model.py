@@ -3,6 +3,8 @@ target's software runs, and predictions through ``predict`` (packaged calibratio
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -202,3 +204,48 @@ def test_an_nvlink_sharp_all_reduce_runs_as_nccl_where_the_switch_cannot_reduce(
     assert "no NVLink" in on_l40s.note[0]
     assert work.substitute(t, H100).impl[0] == "multimem"
     assert work.keys(t, on_a100)[0] == "collective|all_reduce|nccl|8"
+
+
+def _tp_trace() -> dict[str, object]:
+    """A tensor-parallel vLLM rank as torch.profiler records it: an FP8 ``_scaled_mm`` and a NCCL
+    all-reduce whose ``record_param_comms`` op carries its size (the args PyTorch writes)."""
+    ev: list[dict[str, object]] = []
+
+    def x(cat: str, name: str, ts: float, dur: float, tid: int = 1, **args: object) -> None:
+        ev.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args})
+
+    x("cpu_op", "aten::_scaled_mm", 1000.0, 30.0, **{"Input Dims": [[64, 8192], [8192, 7168], [], []],
+                                                     "Input type": ["c10::Float8_e4m3fn", "c10::Float8_e4m3fn",
+                                                                    "float", "float"], "External id": 3})
+    x("cuda_runtime", "cudaLaunchKernel", 1005.0, 5.0, correlation=11, **{"External id": 3})
+    x("kernel", "sm90_xmma_gemm_e4m3e4m3_bf16f32_f32_tn_n_tilesize64x128x128_warpgroupsize1x1x1_cublas",
+      1010.0, 22.0, tid=7, grid=[56, 1, 1], block=[256, 1, 1], correlation=11, stream=7)
+    x("cpu_op", "record_param_comms", 1100.0, 20.0, **{"Collective name": "allreduce", "In msg nelems": 64 * 7168,
+                                                       "Out msg nelems": 64 * 7168, "Group size": 8,
+                                                       "dtype": "BFloat16", "External id": 4})
+    x("cuda_runtime", "cudaLaunchKernel", 1105.0, 5.0, correlation=12, **{"External id": 4})
+    x("kernel", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 1110.0, 30.0,
+      tid=8, grid=[8, 1, 1], block=[512, 1, 1], correlation=12, stream=13)
+    return {"traceEvents": ev, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]}
+
+
+def test_a_traced_fp8_gemm_and_all_reduce_are_llm_rows_with_their_sizes(tmp_path: Path) -> None:
+    import json
+
+    from cascade.traces.timeline import import_timeline
+
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps(_tp_trace()))
+    table = import_timeline(path)
+    coll = np.flatnonzero(table["op"] == "collective")
+    assert len(coll) == 1
+    i = int(coll[0])
+    assert (table["collective"][i], table["ranks"][i], table["comm_bytes"][i]) == ("all_reduce", 8, 64 * 7168 * 2)
+    assert table["impl"][i] == "nccl"
+    assert llm_model.llm_rows(table).all()  # the FP8 GEMM too, through its traced op name
+    b200 = predict(table, "SM100_B200", source="SM90_H100")
+    assert set(b200.models.tolist()) == {"llm"}
+    a100 = predict(table, "SM80_A100", source="SM90_H100")
+    g = int(np.flatnonzero(table["op"] != "collective")[0])
+    # the FP8 GEMM runs as weight-only Marlin on the A100: BF16 rate, slower, never CUDA cores
+    assert table["duration_ns"][g] < a100.predicted_ns[g] < 20 * table["duration_ns"][g]

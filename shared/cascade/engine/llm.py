@@ -49,7 +49,7 @@ class LlmModel:
         flags = np.zeros(n, dtype=perf.FLAGS_DTYPE)
         if rows.any():
             idx = np.flatnonzero(rows)
-            sub = table.take(idx)
+            sub = llm_model.canonical_ops(table.take(idx))
             tgt = llm_model.model_times(sub, target, cal, collector=cfg.collector)
             t_src = source_durations(sub)
             src_spec = ctx.source

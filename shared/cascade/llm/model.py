@@ -263,6 +263,7 @@ def model_times(table: KernelTable, spec: GPUSpec, cal: LlmCalibration, *, colle
                 exclude: frozenset[str] = frozenset()) -> LlmTimes:
     """Model time of every LLM row of ``table`` on ``spec`` (rows of other ops: NaN)."""
     n = len(table)
+    table = canonical_ops(table)
     sub = work.substitute(table, spec)
     roof = work.roofline_ns(table, spec, sub)
     keys = work.keys(table, sub)
@@ -291,10 +292,34 @@ def model_times(table: KernelTable, spec: GPUSpec, cal: LlmCalibration, *, colle
     return LlmTimes(out, roof, basis, own, sub.note, dist)
 
 
+#: Operator names of traced GEMMs (PyTorch's, vLLM's custom ops) that are LLM GEMM rows when their
+#: dtype is a low-precision one (FP8, FP4, INT4): such a GEMM has no other calibrated path.
+TRACED_GEMM_OPS = frozenset({"mm", "addmm", "linear", "matmul", "_scaled_mm", "scaled_mm", "cutlass_scaled_mm",
+                             "_C::cutlass_scaled_mm", "fp8_gemm", "w8a8_block_fp8_matmul"})
+_TRACED_LOW = ("fp8", "fp8_block", "fp4", "mxfp4", "int4")
+
+
+def canonical_ops(table: KernelTable) -> KernelTable:
+    """``table`` with traced low-precision GEMMs (:data:`TRACED_GEMM_OPS`) named ``gemm`` (the
+    same table where there are none)."""
+    op = table["op"]
+    traced = np.asarray([o in TRACED_GEMM_OPS for o in op], dtype=bool)
+    if not traced.any():
+        return table
+    low = np.asarray([work.canonical_dtype(str(d)) in _TRACED_LOW for d in table["dtype"]], dtype=bool)
+    hit = traced & low
+    if not hit.any():
+        return table
+    out = KernelTable(table.as_dict(), n=len(table))
+    out["op"] = np.where(hit, work.GEMM, op).astype(object)
+    return out
+
+
 def llm_rows(table: KernelTable) -> np.ndarray:
     """Rows the LLM model predicts: ``op`` is one of :data:`cascade.llm.work.LLM_OPS` with its
     shape columns set (a GEMM needs m, n, k and an LLM dtype; attention its heads; a MoE layer
     its tokens and experts; a collective its bytes and ranks)."""
+    table = canonical_ops(table)
     op = table["op"]
     dtype = np.asarray([work.canonical_dtype(str(d)) in work.LLM_DTYPES for d in table["dtype"]], dtype=bool)
     gemm = (op == work.GEMM) & dtype & (table["m"] > 0) & (table["n"] > 0) & (table["k"] > 0)
@@ -385,7 +410,7 @@ def expected_error(cal: LlmCalibration, table: KernelTable, source_id: str | Non
     rows = llm_rows(table)
     if not rows.any() or not cal.metrics:
         return ExpectedError(None, None, 0, "no LLM-kernel protocol figures recorded")
-    sub = table.take(np.flatnonzero(rows))
+    sub = canonical_ops(table.take(np.flatnonzero(rows)))
     fam, dt = report_family(sub)
     own_gpus = {s.gpu for s in cal.surfaces}
     calibrated = target.id in own_gpus

@@ -30,6 +30,7 @@ import numpy as np
 from cascade.engine import ops
 from cascade.errors import TraceFormatError
 from cascade.kerneltable import COLUMNS, DTYPES, KernelTable
+from cascade.llm.names import classify
 from cascade.tableio import read_table
 from cascade.traces.jsonstream import current_limits, iter_chrome_json
 from cascade.traces.opshapes import OpWork, is_helper_kernel, op_work, pass_of_kernel
@@ -179,6 +180,38 @@ class _CpuOp(msgspec.Struct, array_like=True, gc=False):
     work: OpWork | None
     dtype: str
     flops: float | None
+    comm: tuple[str, int, float] | None = None
+    """A collective's (name, ranks, bytes) from the profiler's ``record_param_comms`` args."""
+
+
+#: The bytes of one element of a collective's ``dtype`` arg (the profiler's c10 names).
+_COMM_ELEMENT_BYTES = {"Float": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Byte": 1, "Char": 1, "Int": 4,
+                       "Long": 8, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Bool": 1}
+#: The profiler's collective names -> Cascade's (:data:`cascade.llm.work.COLLECTIVES`).
+_COMM_NAMES = {"allreduce": "all_reduce", "all_reduce": "all_reduce", "allgather": "all_gather",
+               "all_gather": "all_gather", "_allgather_base": "all_gather", "allgather_into_tensor_coalesced":
+               "all_gather", "reduce_scatter": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter",
+               "reduce_scatter_tensor_coalesced": "reduce_scatter", "all_to_all": "all_to_all",
+               "alltoall": "all_to_all", "alltoall_base": "all_to_all", "send": "send_recv", "recv": "send_recv"}
+
+
+def _comm_of(args: dict[str, Any]) -> tuple[str, int, float] | None:
+    """(collective, ranks, bytes) of a cpu_op carrying PyTorch's communication args
+    (``Collective name``, ``In msg nelems`` / ``Out msg nelems``, ``Group size``, ``dtype``);
+    None where it carries none or they are not usable."""
+    name = args.get("Collective name")
+    if not isinstance(name, str):
+        return None
+    coll = _COMM_NAMES.get(name.strip().lower())
+    ranks = _int(args.get("Group size"))
+    width = _COMM_ELEMENT_BYTES.get(str(args.get("dtype", "")).removeprefix("c10::"))
+    if coll is None or ranks < 1 or width is None:
+        return None
+    # nccl-tests' convention: the whole buffer (the gathered output, the full input to scatter)
+    nelems = _int(args.get("Out msg nelems" if coll == "all_gather" else "In msg nelems"))
+    if nelems <= 0:
+        return None
+    return coll, ranks, float(nelems * width)
 
 
 class _Kernel(msgspec.Struct, array_like=True, gc=False):
@@ -345,7 +378,7 @@ class _ChromeReader:
                     work = self._work[wkey] = op_work(name, dims, types, concrete)
             self.cpu_ops.append(_CpuOp(ts, ts + dur, _ident(ev.get("tid")), name, work,
                                        work.dtype if work is not None else _first_dtype(types),
-                                       _num(args.get("flops"))))
+                                       _num(args.get("flops")), _comm_of(args)))
         else:  # user_annotation
             ts, dur = self._ts(ev, line, cat)
             self.t0 = min(self.t0, ts)
@@ -479,6 +512,14 @@ def _attribute_ops(rows: list[dict[str, Any]], op_of_row: list[int | None],
             rows[i]["op"] = label
             if dtype:
                 rows[i]["dtype"] = dtype
+        if cop.comm is not None:  # a collective with its size: an LLM-model row (cascade.llm.work)
+            coll, ranks, nbytes = cop.comm
+            nccl = [i for i in members if classify(rows[i]["name"]).kind == "collective"]
+            for i in nccl:
+                rows[i].update(op="collective", collective=coll, ranks=ranks, comm_bytes=nbytes / len(nccl),
+                               impl=classify(rows[i]["name"]).impl or "nccl")
+            if nccl:
+                continue
         if work is None:
             if cop.flops is not None:
                 for i in members:

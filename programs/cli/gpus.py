@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 import msgspec
+
+if TYPE_CHECKING:
+    from cascade.platform.accelsim import AccelSimSetup
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -33,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         spec = reg.resolve(name)
         return spec.id if spec is not None else None
 
-    setup = discover_from(settings, resolve=resolve)
+    setup = discover_from(settings, resolve=resolve, specs=specs)
     base = ["auto", "scaled", "analytical", "roofline"]
 
     def models(spec_id: str) -> list[str]:
@@ -45,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
                                          "accelsim_config": msgspec.to_builtins(setup.serving(s.id))}
                for s in specs]
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(out), indent=2).decode() + "\n")
+        if setup.problems or setup.unrunnable:
+            sys.stderr.write(footer(setup) + "\n")
         return 0
     from rich.console import Console
     from rich.table import Table
@@ -65,7 +71,19 @@ def run(args: argparse.Namespace) -> int:
                       f"{s.fp32_tflops:g}", f"{s.tensor_tflops.get('fp16', 0):g}",
                       served(s.id), ", ".join(s.aliases[:2]))
     Console(width=200).print(table)
-    runnable = setup.runnable()
-    print(f"accel-sim model: {'configs ' + ', '.join(runnable) if runnable else 'not available'}"
-          + "".join(f"\n  {p}" for p in setup.problems if not runnable or "CASCADE_ACCELSIM_BIN" not in p))
+    print(footer(setup))
     return 0
+
+
+def footer(setup: AccelSimSetup) -> str:
+    """What can run accel-sim, what keeps it from running, and each config folder that serves
+    no GPU here with why (once each)."""
+    runnable = setup.runnable()
+    lines = [f"accel-sim model: {'configs ' + ', '.join(runnable) if runnable else 'not available'}"]
+    lines += [f"  {p}" for p in setup.problems]
+    if setup.binary_ok and setup.library_path:
+        lines.append(f"  library path: {setup.library_path} (from {setup.library_source})")
+    if setup.unrunnable:
+        lines.append("  config folders that serve no GPU here:")
+        lines += [f"    {name}: {why}" for name, why in setup.unrunnable.items()]
+    return "\n".join(lines)

@@ -88,6 +88,10 @@ def register(subparsers: Any) -> None:
                    help="once the trace is ready, simulate it on these GPU configs (comma-"
                         "separated spec ids, e.g. SM90_H100,SM90_H200,SM80_A100), wait for the "
                         "run and print each config's predicted end-to-end time (needs --wait)")
+    p.add_argument("--model", default="auto", metavar="MODEL",
+                   help="kernel model of the --run (auto, scaled, analytical, roofline, accel-sim: "
+                        "Accel-Sim on the trace's instruction files where the server has it; "
+                        "default auto)")
     p.set_defaults(func=main)
 
 
@@ -327,7 +331,8 @@ async def run_import(args: argparse.Namespace) -> dict[str, Any]:
         run = None
         if getattr(args, "run", None) and final.get("state") == "ready":
             run = await _run_on(api, trace_id, [c.strip() for c in args.run.split(",") if c.strip()],
-                                timeout=max(float(args.wait), 60.0))
+                                timeout=max(float(args.wait), 60.0),
+                                model=getattr(args, "model", "auto") or "auto")
     return {"run": run, "trace_id": trace_id, "name": final.get("name", name), "uploaded": len(todo),
             "skipped": skipped, "skipped_files": skipped_files, "state": final.get("state"),
             "kernels_prepared": final.get("kernels_prepared"),
@@ -336,9 +341,11 @@ async def run_import(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _run_on(api: CascadeClient, trace_id: str, configs: list[str], *,
-                  timeout: float) -> dict[str, Any]:
-    """Start a run of ``trace_id`` on ``configs``, wait (bounded) for it to end; its results."""
-    started = await api.request("POST", "/api/runs", json={"trace_id": trace_id, "configs": configs})
+                  timeout: float, model: str = "auto") -> dict[str, Any]:
+    """Start a run of ``trace_id`` on ``configs`` with kernel model ``model``, wait (bounded) for
+    it to end; its results."""
+    started = await api.request("POST", "/api/runs", json={"trace_id": trace_id, "configs": configs,
+                                                          "model": model})
     run_id = started["id"]
     deadline = asyncio.get_running_loop().time() + timeout
     while True:

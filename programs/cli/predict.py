@@ -89,6 +89,7 @@ def _run(args: argparse.Namespace) -> int:
               "measured for that); give --source SPEC, the GPU it was captured on", file=sys.stderr)
     config = _model_config(args)
     cal = load_calibration(args.calibration) if args.calibration else load_calibration()
+    simulated = _simulate_targets(args, reg, targets) if args.model == "accel-sim" else None
 
     totals: list[PredictionTotals] = []
     with tempfile.TemporaryDirectory(prefix="cascade-predict-") as tmp:
@@ -99,14 +100,21 @@ def _run(args: argparse.Namespace) -> int:
         later = [_IpcSpool(Path(tmp) / f"target-{i}.arrow") for i in range(1, len(targets))]
         try:
             for batch in streamed.batches:
-                preds = predict_many(batch.table, targets, source=source, model=args.model,
-                                     calibration=cal, config=config, registry=reg)
+                if simulated is None:
+                    preds = predict_many(batch.table, targets, source=source, model=args.model,
+                                         calibration=cal, config=config, registry=reg)
+                else:  # one Accel-Sim run per target: each its own cycles
+                    preds = [predict_many(batch.table, [t], source=source, calibration=cal,
+                                          registry=reg, **_accelsim_model(simulated.get(t.id)))[0]
+                             for t in targets]
                 inputs = batch.arrow
                 for i, pred in enumerate(preds):
                     if len(totals) <= i:
                         totals.append(PredictionTotals(first=pred))
                     totals[i].add(pred)
                     out = _with_predictions(inputs, pred)
+                    if simulated is not None:
+                        out = _with_cycles(out, batch.table, simulated.get(targets[i].id))
                     if i == 0:
                         final.write(out)
                     else:
@@ -132,6 +140,69 @@ def _run(args: argparse.Namespace) -> int:
         extrapolated = 0 if flags is None else int((flags != 0).sum())
         print(provenance_line(t.provenance(cal), t.kernels, extrapolated, reasons), file=sys.stderr)
     return 0
+
+
+def _simulate_targets(args: argparse.Namespace, reg: Any, targets: list[Any]) -> dict[str, Any]:
+    """``--model accel-sim``: run Accel-Sim on the trace folder's kernels once per target that has
+    a config here (CASCADE_ACCELSIM_BIN, CASCADE_ACCELSIM_CONFIGS); the AccelSimConfig per target
+    id. Targets without a config are predicted by the built-in ``auto`` model, said on stderr."""
+    from cascade.errors import ValidationError
+    from cascade.platform.accelsim import discover_from, require, simulate
+    from cascade.platform.settings import load_settings
+
+    trace = Path(args.trace)
+    if not (trace.is_dir() and (trace / "kernelslist.g").is_file()):
+        raise ValidationError(
+            f"{trace} is not an Accel-Sim trace folder: --model accel-sim simulates the kernels of "
+            "a folder holding kernelslist.g and kernel-N.traceg (Accel-Sim's tracer output after "
+            "post-traces-processing)", field="trace")
+    settings = load_settings()
+
+    def resolve(name: str) -> str | None:
+        spec = reg.resolve(name)
+        return spec.id if spec is not None else None
+
+    setup = discover_from(settings, resolve=resolve, specs=list(reg))
+    runnable = [t for t in targets if setup.can_run(t.id)]
+    if not runnable:
+        require(setup, [t.id for t in targets])
+    out: dict[str, Any] = {}
+    for t in targets:
+        if t not in runnable:
+            print(f"warning: {t.id}: {setup.serving(t.id).reason}; predicted by the auto model instead",
+                  file=sys.stderr)
+            continue
+        gpu = setup.configs[t.id]
+        cfg = simulate(setup.binary, str(trace), gpu, timeout_s=settings.sim_timeout_s)
+        out[t.id] = cfg
+        total = sum(cfg.simulated_cycles.values())
+        clock = cfg.core_clock_mhz
+        beside = (f"; the spec's boost clock is {t.boost_clock_mhz:g} MHz (not used: the cycles are "
+                  f"{gpu.name}'s)" if abs(clock - t.boost_clock_mhz) >= 0.5 else "")
+        print(f"{t.id}: Accel-Sim {gpu.name} ({gpu.relation}): {len(cfg.simulated_cycles)} kernels, "
+              f"{total:,} cycles at {clock:g} MHz = {total / clock:,.2f} us{beside}", file=sys.stderr)
+    return out
+
+
+def _accelsim_model(cfg: Any) -> dict[str, Any]:
+    return {"model": "accel-sim", "config": cfg} if cfg is not None else {"model": "auto"}
+
+
+def _with_cycles(out: pa.Table, table: Any, cfg: Any) -> pa.Table:
+    """A ``sim_cycles`` column: Accel-Sim's cycles per row, by kernel id (null where it did not
+    simulate the kernel or the target had no config)."""
+    import numpy as np
+    import pyarrow as pa
+
+    n = out.num_rows
+    cycles: list[int | None] = [None] * n
+    if cfg is not None:
+        ids = np.asarray(table["kernel_id"], dtype=np.int64) if "kernel_id" in table else np.zeros(n)
+        if not np.any(ids > 0):
+            ids = np.arange(1, n + 1)
+        got = cfg.simulated_cycles
+        cycles = [got.get(str(int(k))) for k in ids.tolist()]
+    return out.append_column("sim_cycles", pa.array(cycles, type=pa.int64()))
 
 
 def _model_config(args: argparse.Namespace) -> object:

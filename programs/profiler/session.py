@@ -122,7 +122,7 @@ class ProfileResult:
         lag = (f", first kernel -> ready {self.first_kernel_to_ready_s:.1f} s"
                if self.first_kernel_to_ready_s is not None else "")
         where = f"trace {self.trace_id} {self.state}" if self.trace_id else f"kept in {self.folder}"
-        return (f"cascade profile: {where}: {self.kernels} kernels, {self.files} files, "
+        return (f"cascade profile: {where}: {self.kernels} kernel files, {self.files} files, "
                 f"{self.bytes / 1e6:.1f} MB{lag}"
                 + (f", {self.retries} retries" if self.retries else "")
                 + (f", {len(self.failed)} files NOT uploaded" if self.failed else ""))
@@ -418,8 +418,20 @@ class ProfileSession:
             out.append(base)
         return out
 
+    def _count_kept(self) -> None:
+        """Local only: what the folder keeps, kernel files and the timeline, baseline and lists
+        beside them (every file ``cascade import`` would upload)."""
+        from cascade.traces.files import check_name, collect_files
+
+        with contextlib.suppress(OSError):
+            files = collect_files(self.folder)
+            self.result.files = len(files)
+            self.result.bytes = sum(f.stat().st_size for f in files)
+            self.result.kernels = sum(1 for f in files if check_name(f.name).kind == "kernel")
+
     async def _finish(self, command_status: int) -> None:
         if self.uploader is None or self.api is None or self.trace_id is None:
+            self._count_kept()
             return
         up = self.uploader
         # after Ctrl-C or a failed COMMAND: seal what arrived, naming the unfinished files

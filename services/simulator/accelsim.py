@@ -36,7 +36,7 @@ from cascade.errors import CancelledRunError, JobTimeoutError
 from cascade.platform.accelsim import (
     AccelSimGPUConfig,
     clean_workdir,
-    discover_from,
+    discover_with,
     fetch_instruction_trace,
     require,
     run_accelsim,
@@ -72,11 +72,21 @@ def _binary_sha256(path: str) -> str:
     return _BINARY_HASHES[key]
 
 
-def gpu_config_for(settings: Any, config_id: str) -> tuple[str, AccelSimGPUConfig]:
-    """The binary and this config's Accel-Sim folder (hashed), or ``ValidationError``."""
-    setup = discover_from(settings, hashes=True)
-    require(setup, [config_id])
-    return setup.binary, setup.configs[config_id]
+def gpu_config_for(settings: Any, target: Any) -> tuple[str, AccelSimGPUConfig]:
+    """The binary and the Accel-Sim folder (hashed) of GPU spec ``target`` (built-in or custom:
+    the same discovery the api offers and checks runs with), or ``ValidationError``."""
+    setup = discover_with(settings, [target], hashes=True)
+    require(setup, [target.id])
+    return setup.binary, setup.configs[target.id]
+
+
+def clock_note(config_mhz: float, spec_mhz: float, config: str) -> str:
+    """The clock a run's times are at and the spec's beside it ('' when they agree)."""
+    if not config_mhz or not spec_mhz or abs(config_mhz - spec_mhz) < 0.5:
+        return ""
+    return (f"times are Accel-Sim's cycles at {config}'s {config_mhz:g} MHz core clock "
+            f"(-gpgpu_clock_domains, the clock the simulated machine ran at); at the spec's "
+            f"{spec_mhz:g} MHz boost clock the same cycles would take {config_mhz / spec_mhz:.2f}x as long")
 
 
 async def simulate_accelsim(service: SimulationPorts, request: SimulationRequest) -> None:
@@ -91,7 +101,7 @@ async def simulate_accelsim(service: SimulationPorts, request: SimulationRequest
 
     settings = service.settings
     target = inputs.target
-    binary, gpu = await asyncio.to_thread(gpu_config_for, settings, target.id)
+    binary, gpu = await asyncio.to_thread(gpu_config_for, settings, target)
     on_disk = await fetch_instruction_trace(service.storage, trace.id, trace.kind,
                                             trace_cache_dir(settings.data_path))
     log.info("instruction trace on disk", folder=on_disk.folder, kernels_listed=len(on_disk.kernel_ids),
@@ -183,6 +193,8 @@ async def simulate_accelsim(service: SimulationPorts, request: SimulationRequest
         kernels_simulated=int(np.count_nonzero(cycles >= 0)), cycles_total=int(sum(by_id.values())),
         wall_s=outcome.wall_s, first_output_s=outcome.first_line_s, accelsim_config=gpu.name,
         config_relation=gpu.relation, config_reason=gpu.reason, config_dirs=list(gpu.folders),
+        spec_clock_mhz=target.boost_clock_mhz,
+        clock_note=clock_note(clock_used, target.boost_clock_mhz, gpu.name),
     )
     result = build_result(
         run_id=job.run_id, sim_id=job.sim_id, trace_id=job.trace_id, config=target.id,

@@ -21,6 +21,8 @@ Accel-Sim), so one binary serves several GPU config folders:
 - ``# standin-skip: 4,5``          kernel ids it does not simulate (prints nothing for them);
 - ``# standin-chatty-lines: 1000`` chatter lines per kernel (``instruction buffer valid``);
 - ``# standin-pids-dir: DIR``      write ``{pid}.pids`` (its pid and its child's) there;
+- a ``kernel-N.traceg`` whose header says ``-binary version = V`` for a V it has no opcode table
+  for (0, say): ``unsupported binary version: V`` and exit 0, as Accel-Sim's trace parser does;
 - ``# standin-stamps: FILE``       append ``first WORKDIR TIME`` after the first output line and
   ``kernel WORKDIR UID TIME`` after each kernel's completion line (WORKDIR: its cwd's name).
 
@@ -76,6 +78,24 @@ def _sim_options(text: str) -> list[tuple[str, str]]:
             name, _, value = line.partition(" ")
             out.append((name, value.strip()))
     return out
+
+
+#: ``-binary version`` values the stand-in has an opcode table for (as Accel-Sim's
+#: trace_parser.cc: Kepler to Hopper); a kernel header with another makes it print
+#: ``unsupported binary version: N`` and exit 0, having simulated nothing more, as Accel-Sim does.
+SUPPORTED_BINARY_VERSIONS = {35, 37, 50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90}
+
+
+def _binary_version(path: Path) -> int | None:
+    try:
+        with path.open() as fh:
+            for _ in range(40):
+                m = re.match(r"^-binary version = (-?\d+)", fh.readline())
+                if m:
+                    return int(m.group(1))
+    except OSError:
+        pass
+    return None
 
 
 def _kernel_name(path: Path) -> str:
@@ -227,6 +247,11 @@ def main(argv: list[str]) -> int:
         uid += 1
         w(f"Processing kernel {path}\n")
         w(f"Header info loaded for kernel command : {path}\n")
+        version = _binary_version(path)
+        if version is not None and version not in SUPPORTED_BINARY_VERSIONS:
+            w(f"unsupported binary version: {version}\n")
+            out.flush()
+            return 0
         w(f"launching kernel name: {name} uid: {uid}\n")
         w(f"GPGPU-Sim uArch: Shader 0 bind to kernel {uid} '{name}'\n")
         w("GPGPU-Sim uArch: CTA/core = 2, limited by: threads\n")

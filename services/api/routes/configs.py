@@ -19,7 +19,7 @@ from cascade.errors import NotFoundError, ValidationError
 from cascade.gpus import ARCHES, GPUSpec, default_registry, normalize_name, spec_from_mapping
 from cascade.gpus.spec import plausibility_error
 from cascade.platform.accelsim import MODEL as ACCELSIM
-from cascade.platform.accelsim import AccelSimSetup, discover_from
+from cascade.platform.accelsim import AccelSimSetup, discover_with
 from cascade.platform.specstore import save_custom_spec
 from services.api.http import doc, integral_floats, json_response
 from services.api.keys import BUS, SETTINGS
@@ -84,6 +84,12 @@ class AccelSimAvailability(msgspec.Struct, frozen=True, kw_only=True):
     layout: str = ""
     """``checkout`` (an Accel-Sim checkout's tested-cfgs, merged per name), ``folders`` (a folder
     of config folders) or empty (CASCADE_ACCELSIM_CONFIGS unusable)."""
+    unrunnable: dict[str, str] = {}
+    """Config folders found that serve no GPU here (PTX-only, no GPU of their architecture, an
+    unknown name) -> why, each once."""
+    library_path: str = ""
+    """Folders put first on LD_LIBRARY_PATH when accel-sim.out runs (CASCADE_ACCELSIM_LD_LIBRARY_PATH
+    or found in the checkout)."""
 
 
 class ConfigList(msgspec.Struct, frozen=True, kw_only=True):
@@ -105,15 +111,18 @@ def models_for(config_id: str, setup: AccelSimSetup | None) -> list[str]:
 
 
 async def accelsim_setup(request: web.Request) -> AccelSimSetup:
-    """The accel-sim setup of this api's settings (file checks in a thread)."""
-    return await asyncio.to_thread(discover_from, request.app[SETTINGS])
+    """The accel-sim setup of this api's settings over the built-in and custom specs (file checks
+    and the binary's start-up probe in a thread): the same setup ``POST /api/runs`` checks."""
+    custom = list(spec_index(request.app).specs().values())
+    return await asyncio.to_thread(discover_with, request.app[SETTINGS], custom)
 
 
 def availability(setup: AccelSimSetup) -> AccelSimAvailability:
     """The listing's view of the accel-sim setup."""
     return AccelSimAvailability(available=bool(setup.runnable()), configs=setup.runnable(),
                                 problems=list(setup.problems), config_names=list(setup.available),
-                                layout=setup.layout)
+                                layout=setup.layout, unrunnable=dict(setup.unrunnable),
+                                library_path=setup.library_path)
 
 
 def config_ref(spec_id: str, setup: AccelSimSetup | None) -> AccelSimConfigRef | None:

@@ -59,7 +59,7 @@ from cascade.gpus import known_gpu_names
 from cascade.ids import check_token
 from cascade.platform import subjects
 from cascade.platform.accelsim import MODEL as ACCELSIM
-from cascade.platform.accelsim import discover_from, refuse_timeline_trace, require
+from cascade.platform.accelsim import discover_with, refuse_timeline_trace, require
 from cascade.platform.messages.run import (
     RunCancelRequested,
     RunCompleted,
@@ -307,12 +307,14 @@ async def create_run(request: web.Request) -> web.Response:
             f"({trace.kernels_prepared}/{trace.kernels_total or trace.expected_kernels or '?'} "
             "kernels prepared)", state=trace.state)
     run_id = new_run_id()
+    custom = await spec_index(request.app).fresh()
     record, plan = await new_run(bus, run_id=run_id, trace_id=trace.id, configs=body.configs,
                                  replicas=body.replicas, model=body.model, replay=body.options,
-                                 name=body.name, custom=await spec_index(request.app).fresh())
+                                 name=body.name, custom=custom)
     if record.model == ACCELSIM:
         refuse_timeline_trace(trace.id, trace.kind)
-        require(await asyncio.to_thread(discover_from, request.app[SETTINGS]), record.configs)
+        require(await asyncio.to_thread(discover_with, request.app[SETTINGS], list(custom.values())),
+                record.configs)
     runs = await bus.kv(subjects.KV_RUNS)
     await runs.create(run_id, record)
     try:

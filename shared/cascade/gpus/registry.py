@@ -96,7 +96,8 @@ class GPURegistry:
             return name
         spec_id = self._keys.get(normalize_name(name))
         if spec_id is None:
-            raise UnknownGPUError(name, self._specs, suggestions=suggest_gpus(self, name))
+            raise UnknownGPUError(name, self._specs, suggestions=suggest_gpus(self, name),
+                                  hint=accelsim_config_hint(name))
         return self._specs[spec_id]
 
     __getitem__ = get
@@ -141,10 +142,45 @@ def _bare(key: str) -> str:
     return re.sub(r"\s+", " ", _VENDOR_WORDS.sub(" ", key)).strip()
 
 
+_SM_PREFIX = re.compile(r"^sm\s?(\d+)\b")
+
+
+def accelsim_config_hint(name: str) -> str:
+    """For an Accel-Sim config name given where a GPU is wanted: what it models and that runs
+    name the GPU ('' for any other name)."""
+    from cascade.gpus.accelsim_names import CONFIG_CHIPS, describe_config
+
+    key = next((c for c in CONFIG_CHIPS if normalize_name(c) == normalize_name(name)), None)
+    if key is None:
+        return ""
+    return (f"{describe_config(key)}: it is an Accel-Sim config name, not a Cascade GPU; name the "
+            "GPU to run (cascade gpus lists which Accel-Sim config serves each)")
+
+
+def _accelsim_suggestions(registry: GPURegistry, name: str) -> list[str] | None:
+    """The GPUs an Accel-Sim config name serves, same chip first (None: not such a name)."""
+    from cascade.gpus.accelsim_names import CONFIG_CHIPS, candidates_for
+
+    key = next((c for c in CONFIG_CHIPS if normalize_name(c) == normalize_name(name)), None)
+    if key is None:
+        return None
+    ranked: list[tuple[int, int, str]] = []
+    for spec in registry:
+        for rank, p in enumerate(candidates_for(spec)):
+            if p.config == key:
+                ranked.append((p.relation != "same chip", rank, spec.id))
+    return [gpu for *_, gpu in sorted(ranked)]
+
+
 def suggest_gpus(registry: GPURegistry, name: str, n: int = 3,
                  extra: Iterable[str] = ()) -> list[str]:
     """Spec ids (and ``extra`` names, e.g. custom specs) closest to an unknown GPU name,
-    best first (difflib over ids and aliases, with and without vendor words)."""
+    best first: for an Accel-Sim config name (``SM7_TITANV``) the GPUs it serves, same chip
+    first; else difflib over ids and aliases, with and without vendor words, among the specs of
+    the compute capability an ``SM<N>_`` prefix names when any has it (``SM6_...``: Pascal)."""
+    served = _accelsim_suggestions(registry, name)
+    if served is not None:
+        return served[:n]
     want = normalize_name(name)
     keys = registry.names()
     for e in extra:
@@ -153,6 +189,13 @@ def suggest_gpus(registry: GPURegistry, name: str, n: int = 3,
     for key, owner in keys.items():
         candidates.setdefault(key, owner)
         candidates.setdefault(_bare(key), owner)
+    m = _SM_PREFIX.match(want)
+    if m:
+        digits = m.group(1)
+        same_sm = {sid for sid in set(candidates.values())
+                   if (spec := registry.resolve(sid)) is not None and str(spec.sm_version).startswith(digits)}
+        if same_sm:
+            candidates = {k: v for k, v in candidates.items() if v in same_sm}
     scored: dict[str, float] = {}
     for probe in {want, _bare(want)} - {""}:
         for key in difflib.get_close_matches(probe, list(candidates), n=12, cutoff=0.5):

@@ -5,7 +5,11 @@
   ``gpu-simulator/gpgpu-sim/configs/tested-cfgs`` and ``gpu-simulator/configs/tested-cfgs``
   are merged per config name as Accel-Sim's run scripts merge them, or any folder of config
   folders) into an :class:`AccelSimSetup`: which Accel-Sim config serves which Cascade GPU
-  (:mod:`cascade.gpus.accelsim_names`, ``CASCADE_ACCELSIM_CONFIG_MAP``), and why not.
+  (:mod:`cascade.gpus.accelsim_names`: by chip, then architecture; ``CASCADE_ACCELSIM_CONFIG_MAP``),
+  and why not: config folders that serve no GPU are listed once with why. The binary counts as
+  available once it has started (:func:`probe_binary`) with GPGPU-Sim's ``libcudart.so`` folder
+  first on LD_LIBRARY_PATH (``CASCADE_ACCELSIM_LD_LIBRARY_PATH``, else found in the checkout as
+  ``setup_environment.sh`` would put it: :func:`library_path`); every run gets that path too.
   :func:`require` refuses a run that cannot (``ValidationError`` naming the setting).
 - :func:`fetch_instruction_trace` puts a trace's instruction files (``kernel-N.traceg``,
   decompressed, and ``kernelslist.g``) into a per-node cache, once per trace (a file lock
@@ -15,8 +19,9 @@
   opened relative to it) and runs ``accel-sim.out -trace .../kernelslist.g -config
   gpgpusim.config -config trace.config`` there in its own process group, reads stdout as it
   is written and calls ``on_kernel`` for every finished kernel; cancellation (of the awaiting
-  task) and the timeout kill the whole process group; a non-zero exit raises
-  :class:`AccelSimError` with the tail of the output.
+  task) and the timeout kill the whole process group; a non-zero exit, a binary that could not
+  start and an exit 0 that simulated nothing (``unsupported binary version: 0``) raise
+  :class:`AccelSimError` with Accel-Sim's last lines (:func:`failure_message`).
 
 Accel-Sim itself is built outside this repository
 (https://github.com/accel-sim/accel-sim-framework#accel-sim-framework).
@@ -38,7 +43,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +56,13 @@ from cascade.engine.accelsim import (
     core_clock_of_config,
 )
 from cascade.errors import AccelSimError, ConfigError, JobTimeoutError, ValidationError
-from cascade.gpus.accelsim_names import ConfigPairing, pairings_for, parse_overrides
+from cascade.gpus.accelsim_names import (
+    CONFIG_CHIPS,
+    ConfigPairing,
+    pairings_for,
+    parse_overrides,
+    unpaired_reason,
+)
 from cascade.platform.keys import raw_prefix
 from cascade.platform.log import get_logger
 from cascade.platform.storage import Storage
@@ -99,6 +110,9 @@ class AccelSimGPUConfig(msgspec.Struct, frozen=True, kw_only=True):
     """How it pairs with the GPU (:data:`cascade.gpus.accelsim_names.Relation`)."""
     reason: str = ""
     """Why this config serves this GPU."""
+    library_path: str = ""
+    """Folders put first on LD_LIBRARY_PATH when accel-sim.out runs (CASCADE_ACCELSIM_LD_LIBRARY_PATH
+    or the checkout's gpgpu-sim/lib/.../release)."""
 
 
 class AccelSimServing(msgspec.Struct, frozen=True, kw_only=True):
@@ -113,12 +127,12 @@ class AccelSimServing(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class AccelSimSetup(msgspec.Struct, frozen=True, kw_only=True):
-    """What the two settings configure."""
+    """What the settings configure."""
 
     binary: str = ""
     """CASCADE_ACCELSIM_BIN as given."""
     binary_ok: bool = False
-    """The binary exists and is executable."""
+    """The binary exists, is executable and starts (its libraries load: :func:`probe_binary`)."""
     configs_dir: str = ""
     configs: dict[str, AccelSimGPUConfig] = {}
     """Usable configs by Cascade config id."""
@@ -130,6 +144,13 @@ class AccelSimSetup(msgspec.Struct, frozen=True, kw_only=True):
     """Usable Accel-Sim config folder names found."""
     candidates: dict[str, list[ConfigPairing]] = {}
     """GPU id -> the Accel-Sim configs that may serve it, best first (table and setting)."""
+    unrunnable: dict[str, str] = {}
+    """Config folders found that serve no GPU here -> why (PTX-only, no GPU of their
+    architecture, a name that is neither a known config nor a GPU), each listed once."""
+    library_path: str = ""
+    """Folders put first on LD_LIBRARY_PATH when the binary runs (empty: none)."""
+    library_source: str = ""
+    """Where :attr:`library_path` comes from (the setting, or the checkout folder it was found in)."""
 
     def runnable(self) -> list[str]:
         """Config ids that can run accel-sim (none without a usable binary)."""
@@ -138,6 +159,11 @@ class AccelSimSetup(msgspec.Struct, frozen=True, kw_only=True):
     def can_run(self, config_id: str) -> bool:
         """True when ``config_id`` can run the accel-sim model."""
         return self.binary_ok and config_id in self.configs
+
+    def env(self) -> dict[str, str]:
+        """The environment accel-sim.out runs in: this process's, with :attr:`library_path` first
+        on LD_LIBRARY_PATH."""
+        return run_env(self.library_path)
 
     def serving(self, config_id: str) -> AccelSimServing:
         """Which Accel-Sim config serves ``config_id`` here, or why none does."""
@@ -197,32 +223,130 @@ def config_folders(root: Path) -> tuple[dict[str, dict[str, Path]], dict[str, li
     return merged, dirs, layout
 
 
-def _default_resolve() -> Callable[[str], str | None]:
+# --------------------------------------------------------------------------- the library path
+
+#: The setting that puts GPGPU-Sim's libcudart.so on the library path.
+LIBRARY_VAR = "CASCADE_ACCELSIM_LD_LIBRARY_PATH"
+#: Where a built GPGPU-Sim keeps its libraries: ``$GPGPUSIM_ROOT/lib/$GPGPUSIM_CONFIG`` with
+#: ``GPGPUSIM_CONFIG=gcc-$CC_VERSION/cuda-$CUDA_VERSION_NUMBER/{release,debug}``, the folder
+#: ``source gpu-simulator/setup_environment.sh`` prepends to LD_LIBRARY_PATH.
+GPGPUSIM_LIB = ("gpu-simulator", "gpgpu-sim", "lib")
+_LOADER = re.compile(r"error while loading shared libraries|symbol lookup error|undefined symbol|"
+                     r"cannot open shared object file|version `[^']+' not found")
+#: Seconds the start-up probe lets the binary run before taking it as started.
+PROBE_TIMEOUT_S = 10.0
+#: Seconds a failed probe is remembered (a library installed meanwhile is seen after this).
+PROBE_RETRY_S = 30.0
+_PROBED: dict[tuple[str, int, int, str], tuple[float, str]] = {}
+
+
+def checkout_of(binary: str, configs_dir: str) -> Path | None:
+    """The Accel-Sim checkout the settings point into: ``CASCADE_ACCELSIM_CONFIGS`` (or its
+    parent) when it holds ``gpu-simulator``, else the checkout of a binary under
+    ``gpu-simulator/bin/{release,debug}/``."""
+    for root in ([Path(configs_dir), Path(configs_dir).parent] if configs_dir else []):
+        if (root / "gpu-simulator").is_dir():
+            return root
+    if binary:
+        parents = Path(binary).resolve().parents
+        if len(parents) > 2 and parents[1].name == "bin" and parents[2].name == "gpu-simulator":
+            return parents[2].parent
+    return None
+
+
+def library_path(binary: str, configs_dir: str, setting: str = "") -> tuple[str, str]:
+    """The folders to put first on LD_LIBRARY_PATH and where they come from: the setting, else
+    the checkout's ``gpgpu-sim/lib/*/*/{release,debug}`` folder holding ``libcudart.so`` (the
+    build type of ``bin/{release,debug}/accel-sim.out`` first), else nothing."""
+    if setting.strip():
+        return setting.strip(), LIBRARY_VAR
+    root = checkout_of(binary, configs_dir)
+    if root is None:
+        return "", ""
+    lib = root.joinpath(*GPGPUSIM_LIB)
+    found = sorted({p.parent for p in lib.glob("**/libcudart.so*")}) if lib.is_dir() else []
+    if not found:
+        return "", f"no libcudart.so under {lib}"
+    build = Path(binary).parent.name if binary else "release"
+    found.sort(key=lambda d: (d.name != build, str(d)))
+    return str(found[0]), f"the checkout {root}"
+
+
+def run_env(library: str, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default: this process's environment) with ``library`` first on LD_LIBRARY_PATH."""
+    env = dict(os.environ if base is None else base)
+    if library:
+        env["LD_LIBRARY_PATH"] = ":".join(p for p in (library, env.get("LD_LIBRARY_PATH", "")) if p)
+    return env
+
+
+def loader_failure(returncode: int | None, output: str) -> str:
+    """The dynamic loader's line when the binary could not start (exit 127, or its message in
+    the output); '' when it started."""
+    hit = next((line.strip() for line in output.splitlines() if _LOADER.search(line)), "")
+    if hit or returncode in (126, 127):
+        return hit or f"exit {returncode}"
+    return ""
+
+
+def library_fix(library: str, source: str) -> str:
+    """What to do when accel-sim.out cannot load its libraries, naming the setting."""
+    now = (f"it ran with {library} (from {source}) first on LD_LIBRARY_PATH" if library else
+           f"no library folder was found ({source})" if source else
+           "no library folder was found (neither setting points into an Accel-Sim checkout)")
+    return (f"GPGPU-Sim's libcudart.so must be on the library path, as `source "
+            f"gpu-simulator/setup_environment.sh` puts it: set {LIBRARY_VAR} to the folder holding "
+            f"the libcudart.so that accel-sim.out was built with (gpu-simulator/gpgpu-sim/lib/"
+            f"gcc-*/cuda-*/release), or rebuild Accel-Sim; {now}")
+
+
+def probe_binary(binary: str, library: str, source: str = "") -> str:
+    """Start ``binary`` with no arguments in an empty folder, ``library`` first on the library
+    path: '' when it starts (any exit but the loader's), else why not and what to do. Cached per
+    binary (path, mtime, size) and library path (a failure for :data:`PROBE_RETRY_S`)."""
+    import tempfile
+
+    try:
+        st = Path(binary).stat()
+    except OSError as exc:
+        return f"{BIN_VAR}={binary} cannot be read: {exc}"
+    key = (str(Path(binary).resolve()), st.st_mtime_ns, st.st_size, library)
+    seen = _PROBED.get(key)
+    if seen is not None and (not seen[1] or time.monotonic() - seen[0] < PROBE_RETRY_S):
+        return seen[1]
+    with tempfile.TemporaryDirectory(prefix="cascade-accelsim-probe-") as work:
+        try:
+            proc = subprocess.Popen([binary], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, cwd=work, start_new_session=True,
+                                    env=run_env(library))
+        except OSError as exc:
+            why = f"{BIN_VAR}={binary} cannot be started: {exc}"
+            _PROBED[key] = (time.monotonic(), why)
+            return why
+        try:
+            out, _ = proc.communicate(timeout=PROBE_TIMEOUT_S)
+            code: int | None = proc.returncode
+        except subprocess.TimeoutExpired:  # still running: its libraries loaded
+            kill_group(proc.pid)
+            out, _ = proc.communicate()
+            code = None
+    text = out.decode(errors="replace")
+    failed = loader_failure(code, text) if code is not None else ""
+    why = ""
+    if failed:
+        why = (f"{BIN_VAR}={binary} cannot start (exit {code}: {failed}): "
+               f"{library_fix(library, source)}")
+    _PROBED[key] = (time.monotonic(), why)
+    return why
+
+
+def _default_specs() -> list[Any]:
     from cascade.gpus import default_registry
 
-    reg = default_registry()
-
-    def resolve(name: str) -> str | None:
-        spec = reg.resolve(name)
-        return spec.id if spec is not None else None
-
-    return resolve
+    return list(default_registry())
 
 
-def discover(binary: str, configs_dir: str, *, hashes: bool = False,
-             resolve: Callable[[str], str | None] | None = None,
-             config_map: list[str] | None = None) -> AccelSimSetup:
-    """Read the two settings' targets (see the module docstring); never raises for bad folders.
-
-    Each GPU gets, in this order: the config ``config_map`` (``CASCADE_ACCELSIM_CONFIG_MAP``)
-    names for it; a folder named after it (its id or an alias, through ``resolve``: default
-    the built-in spec registry); the first of its :data:`~cascade.gpus.accelsim_names.PAIRINGS`
-    present. A folder that is neither a GPU nor a paired config name serves the config id of
-    its own name (a custom spec).
-    """
-    resolve = resolve or _default_resolve()
-    problems: list[str] = []
-    binary_ok = False
+def _binary_usable(binary: str, lib: str, lib_source: str, probe: bool, problems: list[str]) -> bool:
     if not binary:
         problems.append(f"{BIN_VAR} is not set (the path of a built accel-sim.out; see {BUILD_DOCS})")
     elif not Path(binary).is_file():
@@ -230,33 +354,83 @@ def discover(binary: str, configs_dir: str, *, hashes: bool = False,
     elif not os.access(binary, os.X_OK):
         problems.append(f"{BIN_VAR}={binary} is not executable")
     else:
-        binary_ok = True
+        why = probe_binary(binary, lib, lib_source) if probe else ""
+        if not why:
+            return True
+        problems.append(why)
+    return False
+
+
+def _usable_folders(configs_dir: str, problems: list[str], unrunnable: dict[str, str]
+                    ) -> tuple[dict[str, dict[str, Path]], dict[str, list[Path]], str]:
+    """Config name -> files of the folders with both config files, the folders per name and the
+    layout; what is unusable goes to ``problems`` (the setting) or ``unrunnable`` (a folder)."""
+    folders: dict[str, dict[str, Path]] = {}
+    if not configs_dir:
+        problems.append(f"{CONFIGS_VAR} is not set (an Accel-Sim checkout, or a folder of config "
+                        "folders each holding gpgpusim.config and trace.config)")
+        return folders, {}, ""
+    if not Path(configs_dir).is_dir():
+        problems.append(f"{CONFIGS_VAR}={configs_dir} is not a folder")
+        return folders, {}, ""
+    merged, dirs, layout = config_folders(Path(configs_dir))
+    no_sim = [n for n, files in merged.items() if "gpgpusim.config" not in files]
+    uncloned = bool(no_sim) and layout == "checkout" and len(no_sim) == len(merged)
+    if uncloned:
+        problems.append(f"{CONFIGS_VAR}={configs_dir} has no gpgpusim.config in any config "
+                        "folder (is gpu-simulator/gpgpu-sim cloned? Accel-Sim's "
+                        "setup_environment.sh fetches it)")
+    for name, files in merged.items():
+        missing = [f for f in CONFIG_FILES if f not in files]
+        if not missing:
+            folders[name] = files
+            continue
+        where = " or ".join(str(d) for d in dirs[name])
+        known = CONFIG_CHIPS.get(name)
+        if missing == ["trace.config"]:
+            unrunnable[name] = (known.note if known is not None and known.note else
+                                f"a PTX-mode config: {where} has no trace.config, which "
+                                "Accel-Sim's trace-driven mode needs")
+        elif not uncloned:
+            unrunnable[name] = f"{where} has no {' or '.join(missing)}"
+    return folders, dirs, layout
+
+
+def discover(binary: str, configs_dir: str, *, hashes: bool = False,
+             resolve: Callable[[str], str | None] | None = None,
+             config_map: list[str] | None = None, specs: Iterable[Any] | None = None,
+             library: str = "", probe: bool = True) -> AccelSimSetup:
+    """Read the settings' targets (see the module docstring); never raises for bad folders.
+
+    Each GPU of ``specs`` (default: the built-in registry) gets, in this order: the config
+    ``config_map`` (``CASCADE_ACCELSIM_CONFIG_MAP``) names for it; a folder named after it (its
+    id or an alias, through ``resolve``: default the built-in registry); the first of its
+    candidates (:func:`cascade.gpus.accelsim_names.candidates_for`: same chip, then same
+    architecture) present. A folder that serves no GPU is listed in ``unrunnable`` with why.
+    The binary is started once (:func:`probe_binary`, ``probe=False`` skips it) with
+    ``library`` (``CASCADE_ACCELSIM_LD_LIBRARY_PATH``, else found in the checkout) first on
+    the library path.
+    """
+    if resolve is None:
+        from cascade.gpus import default_registry
+
+        reg = default_registry()
+
+        def resolve(name: str) -> str | None:
+            spec = reg.resolve(name)
+            return spec.id if spec is not None else None
+    spec_list = list(specs) if specs is not None else _default_specs()
+    problems: list[str] = []
+    lib, lib_source = library_path(binary, configs_dir, library)
+    binary_ok = _binary_usable(binary, lib, lib_source, probe, problems)
     try:
         overrides = parse_overrides(config_map or [])
     except ConfigError as exc:
         problems.append(str(exc))
         overrides = {}
-    candidates = pairings_for(overrides)
-    folders: dict[str, dict[str, Path]] = {}
-    dirs: dict[str, list[Path]] = {}
-    layout = ""
-    if not configs_dir:
-        problems.append(f"{CONFIGS_VAR} is not set (an Accel-Sim checkout, or a folder of config "
-                        "folders each holding gpgpusim.config and trace.config)")
-    elif not Path(configs_dir).is_dir():
-        problems.append(f"{CONFIGS_VAR}={configs_dir} is not a folder")
-    else:
-        merged, dirs, layout = config_folders(Path(configs_dir))
-        for name, files in merged.items():
-            missing = [f for f in CONFIG_FILES if f not in files]
-            if missing:
-                where = " or ".join(str(d) for d in dirs[name])
-                problems.append(f"{where} has no {' or '.join(missing)}"
-                                + (" (is gpu-simulator/gpgpu-sim cloned? Accel-Sim's "
-                                   "setup_environment.sh fetches it)" if layout == "checkout"
-                                   and "gpgpusim.config" in missing else ""))
-                continue
-            folders[name] = files
+    candidates = pairings_for(spec_list, overrides)
+    unrunnable: dict[str, str] = {}
+    folders, dirs, layout = _usable_folders(configs_dir, problems, unrunnable)
     chosen: dict[str, ConfigPairing] = {}
     named: dict[str, str] = {}
     for name in folders:  # folders named after a GPU (id or alias)
@@ -279,11 +453,19 @@ def discover(binary: str, configs_dir: str, *, hashes: bool = False,
             chosen[gpu] = same or ConfigPairing(
                 gpu_id=gpu, config=name, relation="folder",
                 reason=f"{CONFIGS_VAR} has a folder named {name} for it")
+    used = {p.config for p in chosen.values()}
     paired = {p.config for pairs in candidates.values() for p in pairs}
-    for name in folders:  # neither a GPU nor a paired config: a custom spec's own folder
-        if resolve(name) is None and name not in paired and name not in chosen:
-            chosen[name] = ConfigPairing(gpu_id=name, config=name, relation="folder",
-                                         reason=f"{CONFIGS_VAR} has a folder named {name}")
+    archs = {s.arch for s in spec_list}
+    for name in folders:  # serves no GPU: say why, once
+        if name in used or name in named.values():
+            continue
+        why = unpaired_reason(name, archs)
+        if why:
+            unrunnable[name] = why
+        elif name not in paired and name not in CONFIG_CHIPS:
+            unrunnable[name] = (f"neither a known Accel-Sim config nor a Cascade GPU id or alias: "
+                                f"add a GPU spec with id {name} (cascade gpus --specs DIR, POST "
+                                f"/api/configs) or pair a GPU with it in {MAP_VAR}")
     configs: dict[str, AccelSimGPUConfig] = {}
     clocks: dict[str, float | None] = {}
     hashed: dict[str, dict[str, str]] = {}
@@ -303,17 +485,39 @@ def discover(binary: str, configs_dir: str, *, hashes: bool = False,
             gpgpusim_config=str(files["gpgpusim.config"]), trace_config=str(files["trace.config"]),
             core_clock_mhz=clocks[name], files=hashed.get(name, {}), name=name,
             folders=[str(d) for d in dirs[name]], paths={k: str(v) for k, v in files.items()},
-            relation=pairing.relation, reason=pairing.reason)
+            relation=pairing.relation, reason=pairing.reason, library_path=lib)
     return AccelSimSetup(binary=binary, binary_ok=binary_ok, configs_dir=configs_dir,
                          configs=configs, problems=problems, layout=layout,
-                         available=sorted(folders), candidates=dict(candidates))
+                         available=sorted(folders), candidates=dict(candidates),
+                         unrunnable=dict(sorted(unrunnable.items())), library_path=lib,
+                         library_source=lib_source)
 
 
 def discover_from(settings: Any, *, hashes: bool = False,
-                  resolve: Callable[[str], str | None] | None = None) -> AccelSimSetup:
+                  resolve: Callable[[str], str | None] | None = None,
+                  specs: Iterable[Any] | None = None) -> AccelSimSetup:
     """:func:`discover` with the settings of ``settings``."""
     return discover(settings.accelsim_bin, settings.accelsim_configs, hashes=hashes, resolve=resolve,
-                    config_map=list(getattr(settings, "accelsim_config_map", []) or []))
+                    config_map=list(getattr(settings, "accelsim_config_map", []) or []),
+                    specs=specs, library=getattr(settings, "accelsim_ld_library_path", "") or "")
+
+
+def discover_with(settings: Any, extra_specs: Iterable[Any] = (), *, hashes: bool = False) -> AccelSimSetup:
+    """:func:`discover_from` over the built-in specs and ``extra_specs`` (custom specs: a folder
+    named after one serves it), so what is offered and what a run accepts are the same GPUs."""
+    from cascade.errors import DuplicateNameError
+    from cascade.gpus import GPURegistry, default_registry
+
+    reg = GPURegistry(default_registry())
+    for spec in extra_specs:
+        with contextlib.suppress(DuplicateNameError):
+            reg.add(spec)
+
+    def resolve(name: str) -> str | None:
+        spec = reg.resolve(name)
+        return spec.id if spec is not None else None
+
+    return discover_from(settings, hashes=hashes, resolve=resolve, specs=list(reg))
 
 
 def require(setup: AccelSimSetup, config_ids: list[str]) -> None:
@@ -615,6 +819,44 @@ def missing_file_hint(tail: str, paths: dict[str, str]) -> str:
             "the folder is linked into the working directory)")
 
 
+_REFUSED_TRACE = re.compile(r"unsupported binary version: *(-?\d+)")
+
+
+def refused_trace_hint(tail: str) -> str:
+    """When Accel-Sim refused the trace (it prints ``unsupported binary version: N`` and exits
+    0): what that means and what to do."""
+    m = _REFUSED_TRACE.search(tail)
+    if not m:
+        return ""
+    return (f" (Accel-Sim has no opcode table for the `-binary version = {m.group(1)}` in the "
+            "kernel-N.traceg header: the trace was not taken by Accel-Sim's NVBit tracer from a GPU "
+            "this Accel-Sim supports, or its header was rewritten; trace the program again with "
+            "util/tracer_nvbit of this checkout and run post-traces-processing)")
+
+
+def failure_message(returncode: int, kernels_done: int, tail: str, *, paths: Mapping[str, str] | None = None,
+                    kernelslist: str = "", library: str = "") -> str:
+    """Why an Accel-Sim run failed, with Accel-Sim's own last lines; '' when it did not (it
+    exited 0 and simulated at least one kernel)."""
+    listed = ""
+    if kernelslist:
+        try:
+            n = len(_listed_ids(Path(kernelslist).read_text(errors="replace")))
+            listed = f" of the {n} kernels {Path(kernelslist).name} names"
+        except OSError:
+            pass
+    if returncode == 0:
+        if kernels_done:
+            return ""
+        return (f"accel-sim exited with 0 having simulated none{listed}{refused_trace_hint(tail)}; "
+                f"last output:\n{tail}")
+    how = f"was killed by signal {-returncode}" if returncode < 0 else f"exited with {returncode}"
+    loader = loader_failure(returncode, tail)
+    hint = (f" (it could not start: {loader}; {library_fix(library, 'LD_LIBRARY_PATH')})"
+            if loader and kernels_done == 0 else missing_file_hint(tail, dict(paths or {})))
+    return f"accel-sim {how} after {kernels_done} kernels{hint}{refused_trace_hint(tail)}; last output:\n{tail}"
+
+
 def _staged(config: AccelSimGPUConfig | list[str]) -> tuple[dict[str, str], list[str]]:
     if isinstance(config, AccelSimGPUConfig):
         paths = dict(config.paths) or {Path(p).name: p for p in (config.gpgpusim_config,
@@ -647,6 +889,9 @@ async def run_accelsim(
     """
     work = Path(workdir)
     await asyncio.to_thread(work.mkdir, parents=True, exist_ok=True)
+    if env is None:
+        env = run_env(config.library_path if isinstance(config, AccelSimGPUConfig) else "")
+    library = env.get("LD_LIBRARY_PATH", "")
     paths, names = _staged(config)
     await asyncio.to_thread(stage_config, paths, work)
     args = accelsim_argv(binary, kernelslist, names)
@@ -654,8 +899,7 @@ async def run_accelsim(
     try:
         proc = await asyncio.create_subprocess_exec(
             *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, cwd=str(work), start_new_session=True,
-            env=env if env is not None else dict(os.environ),
+            stderr=asyncio.subprocess.STDOUT, cwd=str(work), start_new_session=True, env=env,
         )
     except OSError as exc:
         raise AccelSimError(f"cannot start accel-sim {binary} ({BIN_VAR}): {exc}") from None
@@ -709,39 +953,45 @@ async def run_accelsim(
     if last is not None and on_kernel is not None:
         await on_kernel(last)
     text_tail = "\n".join(tail)[-TAIL_CHARS:]
-    if returncode != 0:
-        how = f"was killed by signal {-returncode}" if returncode < 0 else f"exited with {returncode}"
-        raise AccelSimError(
-            f"accel-sim {how} after {len(parser.kernels)} kernels{missing_file_hint(text_tail, paths)}; "
-            f"last output:\n{text_tail}", returncode=returncode, tail=text_tail)
+    failure = failure_message(returncode, len(parser.kernels), text_tail, paths=paths,
+                              kernelslist=kernelslist, library=library)
+    if failure:
+        raise AccelSimError(failure, returncode=returncode, tail=text_tail)
     return AccelSimOutcome(kernels=list(parser.kernels), returncode=returncode,
                            first_line_s=first_line_s, wall_s=time.perf_counter() - t0,
                            lines=parser.lineno, tail=text_tail, statistics=list(parser.statistics))
 
 
-def run_accelsim_blocking(binary: str, trace_dir: str, config_files: list[str], *,
-                          timeout_s: float = 3600.0) -> list[SimulatedKernel]:
+def run_accelsim_blocking(binary: str, trace_dir: str, config: list[str] | AccelSimGPUConfig, *,
+                          timeout_s: float = 3600.0, env: dict[str, str] | None = None
+                          ) -> list[SimulatedKernel]:
     """Run Accel-Sim to completion without an event loop (``cascade predict``, scripts): a plain
-    subprocess in its own process group, killed whole on timeout."""
+    subprocess in its own process group, killed whole on timeout. ``config``: config files by
+    path, or a discovered config folder (run with its library path)."""
     import tempfile
 
     kernelslist = Path(trace_dir).resolve() / "kernelslist.g"
     if not kernelslist.is_file():
-        raise ValidationError(f"{kernelslist} does not exist", field="trace_dir")
+        raise ValidationError(f"{kernelslist} does not exist: the accel-sim model needs an Accel-Sim "
+                              "trace folder (kernelslist.g and kernel-N.traceg)", field="trace")
+    if env is None:
+        env = run_env(config.library_path if isinstance(config, AccelSimGPUConfig) else "")
     with tempfile.TemporaryDirectory(prefix="cascade-accelsim-") as work:
-        paths, names = folder_of_files(config_files)
+        paths, names = _staged(config)
         stage_config(paths, Path(work))
-        return _run_blocking(binary, str(kernelslist), names, work, trace_dir, timeout_s)
+        return _run_blocking(binary, str(kernelslist), names, work, trace_dir, timeout_s, env, paths,
+                             config.core_clock_mhz if isinstance(config, AccelSimGPUConfig) else None)
 
 
 def _run_blocking(binary: str, kernelslist: str, names: list[str], work: str, trace_dir: str,
-                  timeout_s: float) -> list[SimulatedKernel]:
-    parser = AccelSimOutputParser(binary)
+                  timeout_s: float, env: dict[str, str], paths: dict[str, str],
+                  clock: float | None) -> list[SimulatedKernel]:
+    parser = AccelSimOutputParser(binary, core_clock_mhz=clock)
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
     try:
         proc = subprocess.Popen(accelsim_argv(binary, kernelslist, names),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, cwd=work, start_new_session=True)
+                                stderr=subprocess.STDOUT, cwd=work, start_new_session=True, env=env)
     except OSError as exc:
         raise AccelSimError(f"cannot start accel-sim {binary}: {exc}") from None
     timer = threading.Timer(timeout_s, kill_group, (proc.pid,))
@@ -761,12 +1011,11 @@ def _run_blocking(binary: str, kernelslist: str, names: list[str], work: str, tr
         raise JobTimeoutError(f"accel-sim ran past {timeout_s:g} s on {trace_dir}; its process "
                               "group was killed")
     parser.finish()
-    if code != 0:
-        raise AccelSimError(f"accel-sim exited with {code}: " + "\n".join(tail), returncode=code)
-    if not parser.kernels:
-        from cascade.errors import TraceFormatError
-
-        raise TraceFormatError(binary, None, "at least one kernel's gpu_sim_cycle statistics")
+    text_tail = "\n".join(tail)[-TAIL_CHARS:]
+    failure = failure_message(code, len(parser.kernels), text_tail, paths=paths, kernelslist=kernelslist,
+                              library=env.get("LD_LIBRARY_PATH", ""))
+    if failure:
+        raise AccelSimError(failure, returncode=code, tail=text_tail)
     return list(parser.kernels)
 
 
@@ -775,13 +1024,13 @@ def clean_workdir(path: str | Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def simulate(binary: str, trace_dir: str, config_files: list[str], *,
-             timeout_s: float = 3600.0) -> AccelSimConfig:
+def simulate(binary: str, trace_dir: str, config_files: list[str] | AccelSimGPUConfig, *,
+             timeout_s: float = 3600.0, env: dict[str, str] | None = None) -> AccelSimConfig:
     """Run Accel-Sim to completion (:func:`run_accelsim_blocking`) and return the
     :class:`~cascade.engine.accelsim.AccelSimConfig` that hands its cycles to
     ``predict(..., model="accel-sim", config=...)``: kernels by the ``kernel-N`` file Accel-Sim
     processed, else by their kernelslist order, else by launch uid."""
-    sims = run_accelsim_blocking(binary, trace_dir, config_files, timeout_s=timeout_s)
+    sims = run_accelsim_blocking(binary, trace_dir, config_files, timeout_s=timeout_s, env=env)
     listed = _listed_ids((Path(trace_dir) / "kernelslist.g").read_text(errors="replace"))
     cycles: dict[int, int] = {}
     for k in sims:

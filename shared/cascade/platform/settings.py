@@ -201,6 +201,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
              "folders named after Accel-Sim configs (SM7_QV100/) or Cascade GPU ids (SM90_H100/), "
              "each with gpgpusim.config, trace.config and the files they include (empty: none)"),
     ] = ""
+    accelsim_ld_library_path: Annotated[
+        str,
+        _doc("Folders (':'-separated) put first on LD_LIBRARY_PATH when accel-sim.out runs: where "
+             "GPGPU-Sim's libcudart.so is, as gpu-simulator/setup_environment.sh sets it "
+             "(gpgpu-sim/lib/gcc-*/cuda-*/release). Empty: found in the checkout of "
+             "CASCADE_ACCELSIM_CONFIGS or of CASCADE_ACCELSIM_BIN"),
+    ] = ""
     accelsim_config_map: Annotated[
         list[Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*=[A-Za-z0-9_.-]*$")]],
         _doc("Pairings of Cascade GPU ids with Accel-Sim config names that replace or add to the "

@@ -27,7 +27,7 @@ __all__ = ["MAX_REPLICAS", "MAX_SIMS", "ModelConfig", "ReplayOptions", "RunPlan"
            "plan_run", "plan_sims", "resolve_config", "sim_id", "spec_of_job_config"]
 from cascade.errors import ConflictError, UnknownGPUError, ValidationError
 from cascade.gpus import GPURegistry, GPUSpec, default_registry, normalize_name, spec_from_mapping
-from cascade.gpus.registry import suggest_gpus
+from cascade.gpus.registry import accelsim_config_hint, suggest_gpus
 from cascade.ids import check_token
 
 #: Upper bound of ``replicas`` in one run request.
@@ -109,7 +109,8 @@ def resolve_config(
         if wanted in (normalize_name(cid), *(normalize_name(a) for a in cspec.aliases)):
             return ResolvedConfig(cspec.id, cspec, spec_mapping(cspec))
     raise UnknownGPUError(ref, [*registry.ids(), *custom],
-                          suggestions=suggest_gpus(registry, ref, extra=custom))
+                          suggestions=suggest_gpus(registry, ref, extra=custom),
+                          hint=accelsim_config_hint(ref))
 
 
 def spec_of_job_config(ref: str | dict[str, Any], registry: GPURegistry | None = None) -> GPUSpec:

@@ -109,7 +109,7 @@ class SimulatorProvenance(msgspec.Struct, frozen=True, kw_only=True):
     config_files: dict[str, str] = {}
     """Configuration file name -> sha256 (gpgpusim.config, trace.config, included files)."""
     core_clock_mhz: float = 0.0
-    """Clock that turned cycles into times."""
+    """Clock that turned cycles into times (the Accel-Sim config's core clock)."""
     kernels_listed: int = 0
     """Kernels the trace's kernelslist.g names."""
     kernels_simulated: int = 0
@@ -128,6 +128,13 @@ class SimulatorProvenance(msgspec.Struct, frozen=True, kw_only=True):
     """Why that config serves this GPU."""
     config_dirs: list[str] = []
     """Every folder merged into the config (gpgpu-sim's and Accel-Sim's tested-cfgs)."""
+    spec_clock_mhz: float = 0.0
+    """Boost clock of the target GPU's spec, shown beside :attr:`core_clock_mhz`, not used: times
+    are the simulated cycles at the config's core clock (``-gpgpu_clock_domains``), the clock
+    the simulated machine ran at; its cycles would differ at another clock (DRAM and L2 run on
+    their own), so they are not rescaled."""
+    clock_note: str = ""
+    """The clock the times are at and the spec's beside it, in words (empty when they agree)."""
 
 
 class AccelSimKernel(msgspec.Struct, frozen=True, kw_only=True):

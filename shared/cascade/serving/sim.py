@@ -159,7 +159,7 @@ class Simulation:
                  scheduler: msgspec.Struct, cost: StepCostModel, num_blocks: int, block_size: int,
                  record_steps: bool = False, progress: Progress | None = None,
                  progress_every: int = 1000, fast_forward: bool = True,
-                 concurrency: int | None = None) -> None:
+                 concurrency: int | None = None, client_gap_ns: np.ndarray | None = None) -> None:
         n = len(arrival_ns)
         self.n = n
         self.arrival = np.asarray(arrival_ns, dtype=float).tolist()
@@ -194,6 +194,7 @@ class Simulation:
         # closed loop: the first `concurrency` requests are sent at their drawn times; each
         # later one when a request finishes (its time unknown until then: +inf)
         self._released = n if concurrency is None else min(concurrency, n)
+        self._gap = (np.zeros(n) if client_gap_ns is None else np.asarray(client_gap_ns, dtype=float)).tolist()
         for rid in range(self._released, n):
             self.arrival[rid] = math.inf
         _, factory = SCHEDULERS.get(str(type(scheduler).__struct_config__.tag))
@@ -208,8 +209,10 @@ class Simulation:
         self.finish[rid] = t
         self.outstanding[self.req_replica[rid]] -= 1
         self.done += 1
-        if self._released < self.n:  # closed loop: that client sends its next request now
-            self.arrival[self._released] = t
+        if self._released < self.n:  # closed loop: that client sends its next request, after its own gap
+            # (arrivals are taken in index order: never before the one released before it)
+            prev = self.arrival[self._released - 1] if self._released else 0.0
+            self.arrival[self._released] = max(t + self._gap[self._released], prev)
             self._released += 1
         if self.progress is not None and self.done % self.progress_every == 0:
             self.progress(self.done, self.n)

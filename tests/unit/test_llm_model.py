@@ -249,3 +249,18 @@ def test_a_traced_fp8_gemm_and_all_reduce_are_llm_rows_with_their_sizes(tmp_path
     g = int(np.flatnonzero(table["op"] != "collective")[0])
     # the FP8 GEMM runs as weight-only Marlin on the A100: BF16 rate, slower, never CUDA cores
     assert table["duration_ns"][g] < a100.predicted_ns[g] < 20 * table["duration_ns"][g]
+
+
+def test_an_uncalibrated_board_quotes_the_figure_of_its_situation() -> None:
+    """B300 borrows the B200's surfaces (its own family): quoted at what a calibrated GPU scores
+    from a same-family sibling's surfaces (H200 <- H100); the RTX PRO 6000 borrows across
+    families (the L40S's): quoted at that much wider figure."""
+    cal = llm_model.load_llm_calibration()
+    table = KernelTable.from_rows([_gemm(64, 8192, 8192, "bf16", duration_ns=30000.0),
+                                   _decode(64, 4096, "bf16", duration_ns=400000.0)])
+    same = llm_model.expected_error(cal, table, "SM90_H100", REG.get("NVIDIA B300 SXM6 AC"))
+    across = llm_model.expected_error(cal, table, "SM90_H100", REG.get("SM120_RTXPRO6000_SERVER"))
+    own = llm_model.expected_error(cal, table, "SM90_H100", B200)
+    assert own.mape_pct is not None and same.mape_pct is not None and across.mape_pct is not None
+    assert own.mape_pct < same.mape_pct < across.mape_pct
+    assert "SM90_H200" in same.basis and "SM89_L40S" in across.basis

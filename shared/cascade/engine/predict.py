@@ -187,6 +187,8 @@ class PredictionTotals:
     def provenance(self, cal: Calibration) -> PredictionProvenance:
         """The first batch's provenance with the accuracy read for every batch's kernels."""
         pv = self.first.provenance
+        if (self.counts or {}).get("llm", 0) * 2 > self.kernels:  # LLM operators: their protocol's
+            return pv  # figure, read for the first batch's rows (predict_many: llm_accuracy)
         acc = accuracy_of(cal, pv.source_id or None, pv.spec_id, pv.measurement, pv.model,
                           self.counts or {}, self.all_flags,
                           share=self.uncovered_ns / self.total_ns if self.total_ns > 0 else 0.0,

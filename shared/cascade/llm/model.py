@@ -415,23 +415,33 @@ def expected_error(cal: LlmCalibration, table: KernelTable, source_id: str | Non
     own_gpus = {s.gpu for s in cal.surfaces}
     calibrated = target.id in own_gpus
     if calibrated:
-        stand_in, variant = target.id, "calibrated"
+        stand_ins, variant = {target.id}, "calibrated"
     else:
         order = FAMILY_ORDER.get(software_family(target), ())
         peers = sorted({(order.index(software_family(s)) if software_family(s) in order else 99, s.gpu)
                         for s in cal.surfaces})
-        stand_in, variant = (peers[0][1] if peers else ""), "target left out"
+        stand_in = peers[0][1] if peers else ""
+        variant = "target left out"
+        fam_of = {s.gpu: software_family(s) for s in cal.surfaces}
+        if fam_of.get(stand_in) == software_family(target):
+            # it borrows a sibling of its own family: the figure of calibrated GPUs predicted from
+            # a sibling of theirs (the H200 from the H100's surfaces and the other way round)
+            twins = {g for g in fam_of if sum(1 for h in fam_of if fam_of[h] == fam_of[g]) > 1}
+            stand_ins = twins or {stand_in}
+        else:  # across families: the stand-in's own figure with its surfaces left out
+            stand_ins = {stand_in}
+    stand_in = ", ".join(sorted(stand_ins))
     total = 0.0
     count = 0
     worst = 0.0
     cells = 0
     for f, d in sorted(set(zip(fam.tolist(), dt.tolist(), strict=True))):
         k = int(np.sum((fam == f) & (dt == d)))
-        match = [m for m in cal.metrics if m.get("op") == f and m.get("target") == stand_in
+        match = [m for m in cal.metrics if m.get("op") == f and m.get("target") in stand_ins
                  and m.get("variant") == variant and (not d or m.get("dtype") == d)
                  and (source_id is None or m.get("source") == source_id)]
-        if not match and source_id is not None:  # another source into the same target
-            match = [m for m in cal.metrics if m.get("op") == f and m.get("target") == stand_in
+        if not match and source_id is not None:  # another source into the same targets
+            match = [m for m in cal.metrics if m.get("op") == f and m.get("target") in stand_ins
                      and m.get("variant") == variant and (not d or m.get("dtype") == d)]
         if not match:
             continue
@@ -444,6 +454,6 @@ def expected_error(cal: LlmCalibration, table: KernelTable, source_id: str | Non
     if count == 0:
         return ExpectedError(None, None, 0, f"no LLM-kernel protocol cell covers these rows into {target.id}")
     what = (f"held-out shapes of {cal.source} into {target.id}" if calibrated else
-            f"{target.id} has no measured surfaces: cells into {stand_in} with {stand_in}'s own surfaces left out")
+            f"{target.id} has no measured surfaces: cells into {stand_in}, each with its own surfaces left out")
     return ExpectedError(round(total / count, 2), round(worst, 2), cells,
                          f"cascade validate --llm --heldout ({what}; {count} of {len(table)} rows)")

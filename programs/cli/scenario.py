@@ -13,7 +13,7 @@ import msgspec
 from cascade.errors import ValidationError
 from cascade.serving.arrivals import Burst, Constant, Gamma, Poisson, Trace, parse_length
 from cascade.serving.capacity import CapacityResult, max_rate, min_replicas
-from cascade.serving.described import DescribedStepCost, described_kv
+from cascade.serving.described import DescribedStepCost
 from cascade.serving.kv import MODEL_SHAPES, KVConfig
 from cascade.serving.metrics import Slo, records_csv
 from cascade.serving.report import format_summary
@@ -175,10 +175,10 @@ def _write_records(path: str, res: ScenarioResult) -> None:
 
 
 def described(args: argparse.Namespace) -> tuple[DescribedStepCost, KVConfig]:
-    """The step-time source and KV cache of --hf-config on --gpu."""
+    """The step-time source and KV cache of --hf-config on --gpu
+    (:func:`cascade.serving.description.describe_serving`, as the api wires it)."""
     from cascade.gpus import default_registry
-    from cascade.llm.describe import describe_model
-    from cascade.llm.model import load_llm_calibration
+    from cascade.serving.description import describe_serving
 
     if not args.gpu:
         raise ValidationError("--hf-config needs --gpu", field="--gpu")
@@ -189,19 +189,13 @@ def described(args: argparse.Namespace) -> tuple[DescribedStepCost, KVConfig]:
         config = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValidationError(f"{path} is not JSON: {exc}", field="--hf-config") from None
-    spec = default_registry().get(args.gpu)
-    desc = describe_model(config, quant=args.quant, moe_quant=args.moe_quant, kv_dtype=args.kv_dtype,
-                          tp=args.tp, ep=args.ep)
-    cal = load_llm_calibration(args.llm_calibration)
-    cost = DescribedStepCost(desc, spec, cal, max_tokens=args.max_num_batched_tokens,
-                             max_seqs=args.max_num_seqs)
-    cost.basis["config"] = str(path)
-    kv = described_kv(desc, spec, gpu_memory_utilization=args.gpu_memory_utilization,
-                      block_size=args.block_size, max_num_batched_tokens=args.max_num_batched_tokens,
-                      max_num_seqs=args.max_num_seqs, num_gpu_blocks_override=args.num_gpu_blocks)
-    cost.basis["kv_cache_tokens"] = kv.num_blocks() * kv.block_size
-    cost.basis["weights_gib_per_gpu"] = round(desc.weight_bytes_per_gpu() / (1 << 30), 2)
-    return cost, kv
+    served = describe_serving(
+        config, default_registry().get(args.gpu), quant=args.quant, moe_quant=args.moe_quant,
+        kv_dtype=args.kv_dtype, tp=args.tp, ep=args.ep, calibration=args.llm_calibration,
+        max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
+        gpu_memory_utilization=args.gpu_memory_utilization, block_size=args.block_size,
+        num_gpu_blocks_override=args.num_gpu_blocks, label=str(path))
+    return served.cost, served.kv
 
 
 def run(args: argparse.Namespace) -> int:

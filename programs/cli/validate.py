@@ -55,6 +55,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    help="with --serving: subsample, every K-th row of each (backend, model, GPU) group")
     p.add_argument("--serving-requests", type=int, default=5, metavar="R",
                    help="with --serving: requests per closed-loop client (default 5: 5 x concurrency requests)")
+    p.add_argument("--conv", action="store_true",
+                   help="convolution protocol instead: DIR laid out like measured/neusight-conv/ (one <GPU>.csv[.gz] "
+                        "of FP32 Conv2d latencies with the cuDNN kernels each launched): each GPU predicted from each "
+                        "other's measured times by scaled (TF32 off, as the campaign ran) beside the ratio roofline, "
+                        "MAPE per pair and per target GPU, each target scored with the convolution algorithm model "
+                        "fitted without it")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     from cascade.fitting.options import add_model_options
 
@@ -74,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
     reg = GPURegistry(builtin_specs())
     if args.specs:
         reg.load_dir(args.specs)
+    if getattr(args, "conv", False):
+        return _conv(args, reg)
     if args.llm:
         return _llm(args, reg)
     if getattr(args, "serving", False):
@@ -111,6 +119,26 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(s.dataset, s.family, f"{s.source} -> {s.target}", s.model, str(s.count),
                       f"{s.mape:.1f}", f"{s.median_ape:.1f}", f"{s.p90_ape:.1f}")
     Console(width=140).print(table)
+    return 0
+
+
+def _conv(args: argparse.Namespace, reg: object) -> int:
+    """The convolution protocol (:func:`cascade.fitting.conv.evaluate_conv`): MAPE per pair and target."""
+    from cascade.calibration import load_calibration
+    from cascade.fitting import conv
+    from cascade.gpus import GPURegistry
+
+    assert isinstance(reg, GPURegistry)
+    cal = load_calibration(args.calibration) if args.calibration else load_calibration()
+    sets = conv.load_conv_folder(args.data, reg, log=lambda m: print(f"cascade validate: {m}", file=sys.stderr))
+    scores = conv.evaluate_conv(sets, cal, reg, calibration_for=conv.left_out_calibrations(sets, cal, reg))
+    if args.json:
+        doc = {"calibration": {"id": cal.id, "version": cal.version, "digest": cal.digest()}, "data": str(args.data),
+               "conv": msgspec.to_builtins(scores), "per_target": conv.per_target(scores),
+               "algorithms": conv.algorithm_counts(sets)}
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(doc), indent=2).decode() + "\n")
+        return 0
+    sys.stdout.write(conv.conv_markdown(scores, sets) + "\n")
     return 0
 
 

@@ -41,3 +41,26 @@ def positive_data_within_context(ctx: Any, response: Any, case: Any) -> bool | N
         raise AssertionError("Schema-valid request rejected with 400 (not context_length_exceeded): "
                              + response.content.decode(errors="replace")[:300])
     return None
+
+
+#: Operations whose schema-valid bodies may name a GPU the catalogue does not have (a free
+#: string: aliases and custom specs are accepted too), refused with the ``unknown_gpu`` 400.
+GPU_NAMING = frozenset({"POST /api/scenarios"})
+
+
+@schemathesis.check
+def positive_data_names_a_known_gpu(ctx: Any, response: Any, case: Any) -> bool | None:
+    """A schema-valid POST /api/scenarios body is refused with a 400 only as ``unknown_gpu``."""
+    meta = case.meta
+    if (case.operation.label not in GPU_NAMING or meta is None
+            or not meta.generation.mode.is_positive or is_unexpected_http_status_case(case)):
+        return None
+    if response.status_code == 400:
+        try:
+            code = json.loads(response.content).get("error")
+        except (ValueError, AttributeError):
+            code = None
+        if code != "unknown_gpu":
+            raise AssertionError("Schema-valid scenario rejected with 400 (not unknown_gpu): "
+                                 + response.content.decode(errors="replace")[:300])
+    return None

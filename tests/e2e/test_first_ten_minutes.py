@@ -192,7 +192,7 @@ def test_readme_first_ten_minutes(up: Up, tmp_path: Path) -> None:
         assert proc.returncode == 0, f"{line}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
         assert "Traceback" not in proc.stderr, proc.stderr
         outputs.append(proc.stdout)
-    models, completion, scenario, _profile, imported = outputs
+    models, completion, scenario, described, _profile, imported = outputs
     check_opt125m_trace(tmp_path / "opt125m-trace", new_tokens=8)
     ids = [m["id"] for m in json.loads(models)["data"]]
     assert ids == sorted(f"{SYNTHETIC}/{c}" for c in ("SM80_A100", "SM90_H100", "SM90_H200"))
@@ -200,6 +200,11 @@ def test_readme_first_ten_minutes(up: Up, tmp_path: Path) -> None:
     assert 0 < metrics["ttft_ms"] < metrics["e2e_ms"]
     result = json.loads(scenario)["result"]
     assert result["completed"] == 200
+    # a model described by its config.json alone: 16 closed-loop clients, ten requests each
+    answer = json.loads(described)
+    assert answer["result"]["completed"] == 160, answer
+    assert answer["basis"]["kind"] == "described" and answer["basis"]["gpu"] == "SM90_H100", answer["basis"]
+    assert 0 < answer["result"]["ttft_ms"]["median"] < answer["result"]["e2el_ms"]["median"]
     ran = re.search(r"run (\S+) completed: predicted end to end (.*)", imported)
     assert ran, imported
     figures = dict(re.findall(r"(SM\w+) ([\d.]+) ms", ran.group(2)))

@@ -319,6 +319,61 @@ async def test_request_simulator_round_trip(stack: Stack, browser: Any) -> None:
     assert p.unexpected(400) == []
 
 
+async def test_request_simulator_described_model(stack: Stack, browser: Any, tmp_path: Path) -> None:
+    """A model described by a bundled config.json on a GPU, at a fixed concurrency: the answer
+    and its basis (described, the kernel model's expected error); then the same from an
+    uploaded config.json file, and a config with a mistyped field named at the file picker."""
+    p = await new_page(browser, token=TOKEN)
+    await p.page.goto(stack.url + "#/serve")
+    await p.page.check("input[name=source][value=described]")
+    await p.page.locator('#sc-config option[value="llama-3.1-8b"]').wait_for(state="attached", timeout=15_000)
+    await p.page.locator('#sc-gpu option[value="SM90_H100"]').wait_for(state="attached", timeout=15_000)
+    await p.page.select_option("#sc-config", "llama-3.1-8b")
+    await p.page.select_option("#sc-gpu", "SM90_H100")
+    assert "Llama-3.1-8B" in await text_of(p, "#sc-config-note")
+    await p.page.check("input[name=load][value=concurrency]")
+    assert await p.page.locator("input[name=rate]").is_hidden()
+    await p.page.fill("input[name=concurrency]", "8")
+    await p.page.fill("input[name=n]", "40")
+    await p.page.fill("input[name=prompt-tokens]", "512")
+    await p.page.fill("input[name=output-tokens]", "64")
+    await p.page.click("#serve button[type=submit]")
+    basis = p.page.locator("#sc-basis.described")
+    await basis.wait_for(timeout=60_000)
+    text = await basis.inner_text()
+    assert "described" in text and "SM90_H100" in text and "mean error per kernel" in text
+    assert "%" in await text_of(p, "#sc-expected-error")
+    assert await p.page.locator("#sc-extrapolated, #sc-calibrated").count() == 0
+    cards = await text_of(p, "#sc-cards")
+    assert "Median TTFT" in cards and "Median TPOT" in cards
+    await p.page.locator("#ch-ttft path.line").wait_for(timeout=30_000)
+    await shot(p, "serve-described-1280")
+    # the same model from a config.json file
+    configs = (await (await stack.client.get("/api/model-configs")).json())["configs"]
+    llama = next(c["config"] for c in configs if c["name"] == "llama-3.1-8b")
+    good = tmp_path / "config.json"
+    good.write_text(msgspec.json.encode(llama).decode())
+    await p.page.select_option("#sc-config", "__upload__")
+    await p.page.set_input_files("#sc-config-file", str(good))
+    await p.page.locator("#sc-config-note", has_text="Uploaded config.json").wait_for(timeout=5_000)
+    await p.page.evaluate("document.querySelector('#sc-out').innerHTML = ''")
+    await p.page.click("#serve button[type=submit]")
+    await basis.wait_for(timeout=60_000)
+    # a mistyped field: the api's 400 names it, shown at the file picker
+    bad = tmp_path / "bad.json"
+    bad.write_text(msgspec.json.encode({**llama, "hidden_size": "wide"}).decode())
+    await p.page.set_input_files("#sc-config-file", str(bad))
+    await p.page.click("#serve button[type=submit]")
+    err = p.page.locator("#sc-config-file + .field-error")
+    await err.wait_for(timeout=15_000)
+    assert "hidden_size: Expected int" in await err.inner_text()
+    await p.page.set_viewport_size({"width": 420, "height": 900})
+    await p.page.wait_for_timeout(400)
+    assert await p.page.evaluate("document.documentElement.scrollWidth") <= 421
+    await shot(p, "serve-described-error-420")
+    assert p.unexpected(400) == []
+
+
 PAGES = {"overview": "#/", "traces": "#/traces", "trace": f"#/traces/{SYNTHETIC_TRACE_ID}", "new": "#/new",
          "run": f"#/runs/{RECORDED_RUN_ID}", "compare": "#/compare", "serve": "#/serve", "gpus": "#/gpus"}
 

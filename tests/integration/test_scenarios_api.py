@@ -73,7 +73,10 @@ async def test_low_rate_ttft_equals_prefill_step(client: TestClient, finished: F
     ({"arrival": {"pattern": "poisson", "rate": 1, "kind": "poisson"}}, 400, "arrival.kind"),
     ({"lengths": {"prompt": {"kind": "uniform", "lo": 9, "hi": 3}}}, 422, "lengths.prompt.hi"),
     ({"lengths": {"prompt": {"kind": "lognormal", "median": 9}}}, 422, "lengths.prompt"),
-    ({"lengths": {"prompt": {"kind": "trace"}}}, 422, "lengths.prompt"),
+    ({"lengths": {"prompt": {"kind": "trace"}}}, 400, "lengths.prompt"),  # the schema states it
+    ({"concurrency": 4, "arrival": {"pattern": "trace", "csv": "arrived_at,prompt_tokens,output_tokens\n0,6,4\n"},
+      "lengths": {"output": {"kind": "trace"}}}, 400, "lengths.output"),
+    ({"concurrency": 4, "duration": 5.0, "n_requests": None}, 422, "duration"),
     ({"lengths": {"prompt": 2040, "output": 32}}, 422, "lengths.output"),  # opt-125m: 2048 tokens
     ({"lengths": {"prompt": 4096, "output": 8}}, 422, "lengths.prompt"),
     ({"lengths": {"output": {"kind": "weird"}}}, 400, "lengths.output.kind"),
@@ -211,3 +214,109 @@ async def test_background_jobs_are_bounded(client: TestClient, finished: Finishe
     assert resp.status == 429, await resp.text()
     body = await resp.json()
     assert body["error"] == "too_many_requests" and body["limit"] == 0
+
+
+# ---- described models (no trace) ---------------------------------------------------------------
+
+def _described(**extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "description": {"config": "llama-3.1-8b", "gpu": "SM90_H100", "tp": 1, "quant": "bf16", "kv_dtype": "bf16"},
+        "concurrency": 8, "n_requests": 40, "lengths": {"prompt": 256, "output": 32}, "seed": 0}
+    body.update(extra)
+    return body
+
+
+async def test_model_configs_lists_the_bundled_examples(client: TestClient) -> None:
+    resp = await client.get("/api/model-configs")
+    assert resp.status == 200, await resp.text()
+    configs = {c["name"]: c for c in (await resp.json())["configs"]}
+    assert set(configs) == {"llama-3.1-8b", "qwen3-32b", "gpt-oss-120b"}
+    assert configs["llama-3.1-8b"]["config"]["num_key_value_heads"] == 8
+    assert configs["gpt-oss-120b"]["moe_quant"] == "mxfp4" and "128 experts" in configs["gpt-oss-120b"]["summary"]
+
+
+async def test_a_described_model_answers_ttft_and_tpot_with_its_basis(client: TestClient) -> None:
+    resp = await client.post("/api/scenarios", json=_described())
+    assert resp.status == 200, await resp.text()
+    body = await resp.json()
+    res, basis = body["result"], body["basis"]
+    assert res["completed"] == 40 and res["total_input_tokens"] == 40 * 256
+    assert res["ttft_ms"]["mean"] > 0 and res["tpot_ms"]["mean"] > 0 and res["tpot_ms"]["median"] > 0
+    assert basis["kind"] == "described" and basis["gpu"] == "SM90_H100"
+    assert basis["llm_calibration"]["digest"] and basis["llm_calibration"]["id"]
+    err = basis["expected_kernel_error"]
+    assert err["mape_pct"] is not None and 0 < err["mape_pct"] < 100 and "held-out" in err["basis"]
+    assert basis["kv_cache_tokens"] > 0 and basis["context_tokens"] == 131072
+    assert body["model"] == "described/llama-3.1-8b" and body["sim"] == "" and body["config"] == "SM90_H100"
+    assert "described, no trace" in body["summary"] and "expected error" in body["summary"]
+    assert res["scenario"]["concurrency"] == 8
+    # the same config sent inline (as the UI sends an uploaded file) gives the same answer
+    configs = {c["name"]: c["config"] for c in (await (await client.get("/api/model-configs")).json())["configs"]}
+    inline = _described()
+    inline["description"] = {**inline["description"], "config": configs["llama-3.1-8b"]}
+    again = await client.post("/api/scenarios", json=inline)
+    assert again.status == 200, await again.text()
+    assert (await again.json())["result"]["ttft_ms"] == res["ttft_ms"]
+    # an arrival rate instead of a concurrency, TP 2 and FP8 on an alias of the GPU
+    rate = _described(concurrency=None, arrival={"pattern": "poisson", "rate": 4.0})
+    rate["description"] = {**rate["description"], "gpu": "h100", "tp": 2, "quant": "fp8"}
+    resp = await client.post("/api/scenarios", json=rate)
+    assert resp.status == 200, await resp.text()
+    assert (await resp.json())["result"]["completed"] == 40
+
+
+@pytest.mark.parametrize(("change", "status", "field"), [
+    ({"hidden_size": "wide"}, 400, "description.config.hidden_size"),
+    ({"num_attention_heads": None}, 400, "description.config.num_attention_heads"),
+    ({"mlp_only_layers": [0, "x"]}, 400, "description.config.mlp_only_layers"),
+    ({"kv_lora_rank": 512}, 422, "description.config.kv_lora_rank"),
+    ({"num_attention_heads": 30}, 422, "description.tp"),
+    ({"hidden_size": 2, "head_dim": None}, 422, "description.config.head_dim"),
+])
+async def test_a_bad_config_field_is_named(client: TestClient, change: dict[str, Any], status: int,
+                                           field: str) -> None:
+    configs = {c["name"]: c["config"] for c in (await (await client.get("/api/model-configs")).json())["configs"]}
+    config = {**configs["llama-3.1-8b"], **change}
+    config = {k: v for k, v in config.items() if v is not None}
+    body = _described()
+    body["description"] = {**body["description"], "config": config, "tp": 4}
+    resp = await client.post("/api/scenarios", json=body)
+    assert resp.status == status, await resp.text()
+    err = await resp.json()
+    assert err["field"] == field, err
+    assert err["message"]
+
+
+async def test_an_unknown_gpu_names_the_closest(client: TestClient) -> None:
+    body = _described()
+    body["description"] = {**body["description"], "gpu": "H10O SXM"}
+    resp = await client.post("/api/scenarios", json=body)
+    assert resp.status == 400, await resp.text()
+    err = await resp.json()
+    assert err["error"] == "unknown_gpu"
+    assert "SM90_H100" in err["suggestions"] and "SM90_H100" in err["known"]
+
+
+async def test_an_oversized_config_is_refused(client: TestClient) -> None:
+    configs = {c["name"]: c["config"] for c in (await (await client.get("/api/model-configs")).json())["configs"]}
+    body = _described()
+    body["description"] = {**body["description"], "config": {**configs["llama-3.1-8b"], "notes": "x" * 300_000}}
+    resp = await client.post("/api/scenarios", json=body)
+    assert resp.status == 413, await resp.text()
+    err = await resp.json()
+    assert err["error"] == "too_large" and "description.config" in err["message"]
+
+
+@pytest.mark.parametrize(("change", "status", "field"), [
+    ({"description": {"config": "llama-9-1t", "gpu": "SM90_H100"}}, 400, "description.config"),
+    ({"description": {"config": "llama-3.1-8b", "gpu": "SM90_H100", "quant": "fp3"}}, 400, "description.quant"),
+    ({"description": {"config": "llama-3.1-8b", "gpu": "SM90_H100", "tp": 0}}, 400, "description.tp"),
+    ({"kv": {"model": "opt-125m"}}, 400, "kv.model"),
+    ({"description": {"config": "qwen3-32b", "gpu": "SM89_L4"}}, 422, "kv"),
+    ({"capacity_search": {"kind": "max_rate"}, "slos": {"ttft_ms": 100}}, 422, "capacity_search.kind"),
+])
+async def test_description_validation_names_the_field(client: TestClient, change: dict[str, Any], status: int,
+                                                      field: str) -> None:
+    resp = await client.post("/api/scenarios", json=_described(**change))
+    assert resp.status == status, await resp.text()
+    assert (await resp.json())["field"] == field

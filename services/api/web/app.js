@@ -89,7 +89,10 @@ async function api(path, opts = {}) {
         (printed by <code>cascade up</code>, kept in <code>.cascade/credentials.json</code>); it is kept for this browser session.`, "token");
       tokenInput.focus();
     }
-    throw new ApiError(message, res.status, field);
+    const error = new ApiError(message, res.status, field);
+    error.code = err && typeof err.error === "string" ? err.error : null;
+    error.suggestions = (err && err.suggestions) || [];
+    throw error;
   }
   return body;
 }
@@ -456,6 +459,8 @@ function tracePage(id) {
 // ---- form state that survives refreshes ------------------------------------------------------
 const NEWRUN_KEY = "cascade-newrun";
 const SERVE_KEY = "cascade-serve";
+const QUANTS = ["bf16", "fp8", "fp8-block", "fp4", "mxfp4", "int4"];
+const UPLOAD = "__upload__";
 function loadForm(key) { try { return JSON.parse(localStorage.getItem(key) || "{}") || {}; } catch (_) { return {}; } }
 function saveForm(key, value) { localStorage.setItem(key, JSON.stringify(value)); }
 
@@ -789,15 +794,34 @@ function lengthFields(prefix, label, def) {
 }
 
 function servePage() {
-  const sec = section("Request simulator", `<p class="hint">Serve simulated traffic on replicas of a finished simulation (a request model built from its per-step times).
+  const sec = section("Request simulator", `<p class="hint">Serve simulated traffic on replicas of a finished simulation (a request model built from its per-step times),
+    or of a model described by its <code>config.json</code> on a GPU (every step timed at its shape by the LLM kernel model, no trace).
     Metrics are named as <code>vllm bench serve</code> names them.</p>
     <form id="serve" novalidate>
-    <div class="row"><label>Model <select name="model" id="sc-model" required></select></label></div>
-    <fieldset><legend>Arrivals</legend>
-      <label>Pattern <select name="pattern"><option>poisson</option><option>gamma</option><option>constant</option></select></label>
-      <label>Rate (req/s) <input name="rate" type="number" step="any" min="0" value="2"></label>
-      <label>Burstiness cv (gamma) <input name="cv" type="number" step="any" min="0" value="2"></label>
-      <label>Requests <input name="n" type="number" min="1" max="20000" value="300"></label></fieldset>
+    <fieldset><legend>Model</legend>
+      <label class="inline"><input type="radio" name="source" value="traced" checked> finished simulation (traced)</label>
+      <label class="inline"><input type="radio" name="source" value="described"> described by its config.json</label>
+      <div data-src="traced"><label>Simulation <select name="model" id="sc-model"></select></label></div>
+      <div data-src="described" id="sc-described">
+        <label>Config <select name="hfconfig" id="sc-config"></select></label>
+        <label data-upload>config.json <input type="file" name="hffile" id="sc-config-file" accept=".json,application/json"></label>
+        <label>GPU <select name="gpu" id="sc-gpu"></select></label>
+        <label>TP <input name="tp" type="number" min="1" max="64" value="1"></label>
+        <label>EP <input name="ep" type="number" min="1" max="64" value="1"></label>
+        <label>Quantisation <select name="quant">${QUANTS.map((q) => `<option>${q}</option>`).join("")}</select></label>
+        <label>Experts <select name="moe_quant"><option value="">same</option>${QUANTS.map((q) => `<option>${q}</option>`).join("")}</select></label>
+        <label>KV cache <select name="kv_dtype"><option>bf16</option><option>fp8</option></select></label>
+        <p class="hint" id="sc-config-note"></p>
+      </div></fieldset>
+    <fieldset><legend>Load</legend>
+      <label class="inline"><input type="radio" name="load" value="rate" checked> arrival rate (open loop)</label>
+      <label class="inline"><input type="radio" name="load" value="concurrency"> concurrency (closed loop)</label>
+      <div class="row">
+      <label data-load="rate">Pattern <select name="pattern"><option>poisson</option><option>gamma</option><option>constant</option></select></label>
+      <label data-load="rate">Rate (req/s) <input name="rate" type="number" step="any" min="0" value="2"></label>
+      <label data-load="rate">Burstiness cv (gamma) <input name="cv" type="number" step="any" min="0" value="2"></label>
+      <label data-load="concurrency">Concurrent clients <input name="concurrency" type="number" min="1" max="4096" value="16"></label>
+      <label>Requests <input name="n" type="number" min="1" max="20000" value="300"></label></div></fieldset>
     <div class="cols">${lengthFields("prompt", "Prompt", 6)}${lengthFields("output", "Output", 32)}</div>
     <fieldset><legend>Serving</legend>
       <label>Replicas <input name="replicas" type="number" min="1" value="1"></label>
@@ -817,20 +841,50 @@ function servePage() {
   const saved = loadForm(SERVE_KEY);
   for (const [k, v] of Object.entries(saved)) {
     const f = form.elements[k];
-    if (!f || k === "model") continue;
-    if (f.type === "checkbox") f.checked = !!v; else f.value = v;
+    if (!f || ["model", "hfconfig", "gpu", "hffile"].includes(k)) continue;
+    if (f instanceof RadioNodeList) f.value = v; else if (f.type === "checkbox") f.checked = !!v; else f.value = v;
   }
-  const showKinds = () => ["prompt", "output"].forEach((p) => {
-    const kind = form.elements[`${p}-kind`].value;
-    $$(`#${p} label[data-k]`).forEach((l) => { l.hidden = l.dataset.k !== kind; });
-  });
-  showKinds();
+  let uploaded = null; // {name, config} of a config.json picked from disk
+  const described = () => form.elements.source.value === "described";
+  const closed = () => form.elements.load.value === "concurrency";
+  const showKinds = () => {
+    ["prompt", "output"].forEach((p) => {
+      const kind = form.elements[`${p}-kind`].value;
+      $$(`#${p} label[data-k]`).forEach((l) => { l.hidden = l.dataset.k !== kind; });
+    });
+    $$("#serve [data-src]").forEach((x) => { x.hidden = x.dataset.src !== form.elements.source.value; });
+    $$("#serve [data-load]").forEach((x) => { x.hidden = x.dataset.load !== form.elements.load.value; });
+    $("#serve [data-upload]").hidden = form.elements.hfconfig.value !== UPLOAD;
+    const sweep = form.elements.sweep;
+    sweep.disabled = closed();
+    sweep.closest("label").title = closed() ? "the rate sweep and capacity search need an arrival rate" : "";
+    const ex = examples.find((e) => e.name === form.elements.hfconfig.value);
+    $("#sc-config-note").textContent = ex ? `${ex.title}: ${ex.summary}; context ${fmtNum(ex.context_tokens)} tokens.`
+      : (uploaded ? `Uploaded ${uploaded.name}.` : "Pick a config.json file.");
+  };
   const persist = () => {
     const v = {};
-    for (const f of form.elements) if (f.name) v[f.name] = f.type === "checkbox" ? f.checked : f.value;
+    for (const f of form.elements) if (f.name && f.type !== "file" && f.type !== "radio") v[f.name] = f.type === "checkbox" ? f.checked : f.value;
+    v.source = form.elements.source.value;
+    v.load = form.elements.load.value;
     saveForm(SERVE_KEY, v);
   };
-  form.addEventListener("change", () => { showKinds(); persist(); });
+  form.addEventListener("change", (ev) => {
+    if (ev.target.name === "hfconfig") {
+      const ex = examples.find((e) => e.name === ev.target.value);
+      if (ex) { form.elements.quant.value = ex.quant; form.elements.moe_quant.value = ex.moe_quant || ""; }
+    }
+    showKinds(); persist();
+  });
+  $("#sc-config-file").addEventListener("change", async (ev) => {
+    const file = ev.target.files[0];
+    uploaded = null;
+    $$(".field-error", form).forEach((x) => x.remove());
+    if (!file) { showKinds(); return; }
+    try { uploaded = { name: file.name, config: JSON.parse(await file.text()) }; }
+    catch (e) { fieldError({ field: "description.config", message: `${file.name} is not JSON: ${e.message}` }); }
+    showKinds();
+  });
 
   const num = (name) => { const v = form.elements[name].value; return v === "" ? null : Number(v); };
   function length(p) {
@@ -838,6 +892,14 @@ function servePage() {
     if (kind === "fixed") return { kind, tokens: num(`${p}-tokens`) };
     if (kind === "uniform") return { kind, lo: num(`${p}-lo`), hi: num(`${p}-hi`) };
     return { kind, median: num(`${p}-median`), p90: num(`${p}-p90`) };
+  }
+  function modelPart() {
+    if (!described()) return { model: form.elements.model.value };
+    const e = form.elements;
+    const config = e.hfconfig.value === UPLOAD ? (uploaded ? uploaded.config : null) : e.hfconfig.value;
+    const d = { config, gpu: e.gpu.value, tp: num("tp"), ep: num("ep"), quant: e.quant.value, kv_dtype: e.kv_dtype.value };
+    if (e.moe_quant.value) d.moe_quant = e.moe_quant.value;
+    return { description: d };
   }
   function body(rate, n, extra = {}) {
     const arrival = { pattern: form.elements.pattern.value, rate };
@@ -847,7 +909,8 @@ function servePage() {
     if (num("tpot") != null) slos.tpot_ms = num("tpot");
     if (num("e2e") != null) slos.e2e_ms = num("e2e");
     if (num("attain") != null) slos.attainment = num("attain");
-    return Object.assign({ model: form.elements.model.value, arrival, lengths: { prompt: length("prompt"), output: length("output") },
+    const load = closed() ? { concurrency: num("concurrency") } : { arrival };
+    return Object.assign(modelPart(), load, { lengths: { prompt: length("prompt"), output: length("output") },
       n_requests: n, replicas: num("replicas"), router: form.elements.router.value, scheduler: { name: form.elements.scheduler.value },
       slos, seed: 0 }, extra);
   }
@@ -855,8 +918,14 @@ function servePage() {
     $$(".field-error", form).forEach((x) => x.remove());
     $$("[aria-invalid]", form).forEach((x) => x.removeAttribute("aria-invalid"));
     const map = { "arrival.rate": "rate", "arrival.cv": "cv", n_requests: "n", replicas: "replicas", router: "router", "slos.ttft_ms": "ttft",
-      "slos.tpot_ms": "tpot", "slos.e2e_ms": "e2e", "slos.attainment": "attain", model: "model" };
+      "slos.tpot_ms": "tpot", "slos.e2e_ms": "e2e", "slos.attainment": "attain", model: "model", concurrency: "concurrency",
+      "description.gpu": "gpu", "description.tp": "tp", "description.ep": "ep", "description.quant": "quant",
+      "description.moe_quant": "moe_quant", "description.kv_dtype": "kv_dtype", kv: described() ? "gpu" : null };
+    if (e.code === "unknown_gpu") e = { field: "description.gpu", message: e.message, atField: String(e.message).split("; known:")[0] };
+    else if (e.code === "too_large" && described()) e = { field: "description.config", message: e.message };
+    else if (e.field && e.field.startsWith("description.config.")) e = { field: e.field, message: e.message, atField: `${e.field.slice(19)}: ${e.atField}` };
     let name = e.field && (map[e.field] || null);
+    if (!name && e.field && e.field.startsWith("description.config")) name = form.elements.hfconfig.value === UPLOAD ? "hffile" : "hfconfig";
     if (!name && e.field && e.field.startsWith("lengths.")) {
       const [, p, k] = e.field.split(".");
       name = k ? `${p}-${k === "value" ? "tokens" : k}` : `${p}-kind`;
@@ -883,7 +952,7 @@ function servePage() {
       out.hidden = false;
       renderAnswer(res);
       msg.textContent = "done";
-      if (form.elements.sweep.checked) await sweep(rate, n);
+      if (form.elements.sweep.checked && !closed()) await sweep(rate, n);
     } catch (e) { fieldError(e); }
   });
 
@@ -892,7 +961,8 @@ function servePage() {
     const recs = r.records || [];
     const ext = Object.entries(r.extrapolation || {});
     $("#sc-out").innerHTML = `<h2>Answer <small>${esc(res.model)}</small></h2>
-      ${r.extrapolated ? `<div class="banner warnbox" id="sc-extrapolated" role="note"><b>Extrapolated:</b> these requests use step shapes outside the calibration range of the simulated steps, so the answer is an unvalidated extrapolation.
+      ${basisBox(res.basis)}
+      ${res.basis && res.basis.kind === "described" ? "" : r.extrapolated ? `<div class="banner warnbox" id="sc-extrapolated" role="note"><b>Extrapolated:</b> these requests use step shapes outside the calibration range of the simulated steps, so the answer is an unvalidated extrapolation.
         <ul>${ext.map(([k, v]) => `<li>${esc(k)} = ${fmtNum(v.value)} (calibrated ${fmtNum(v.low)}–${fmtNum(v.high)})</li>`).join("")}</ul></div>` : `<p class="ok-note" id="sc-calibrated">Within the calibration range of the simulated steps.</p>`}
       <div class="cards" id="sc-cards">
         ${card("Request throughput", fmtNum(r.request_throughput) + " req/s")}
@@ -920,6 +990,24 @@ function servePage() {
       series: [{ name: "Throughput", values: [r.request_throughput] }, { name: "Goodput (meets SLOs)", values: [r.request_goodput] }] });
   }
   const card = (k, v) => `<div class="card"><div class="k">${esc(k)}</div><div class="v">${esc(v)}</div></div>`;
+  function basisBox(b) {
+    if (!b) return "";
+    const err = b.expected_kernel_error;
+    const errText = err && err.mape_pct != null
+      ? `<b>${fmtNum(err.mape_pct)}%</b> mean error per kernel (worst cell ${fmtNum(err.worst_pct)}%; ${esc(err.basis)}). A kernel figure, not an error bound on TTFT or TPOT.`
+      : (err ? esc(err.basis) : "not measured for traced answers: the simulated run's own accuracy applies");
+    const cal = b.llm_calibration ? `${esc(b.llm_calibration.id)} v${esc(b.llm_calibration.version)} · ${esc(b.llm_calibration.digest)}` : "—";
+    return `<div class="basis ${esc(b.kind)}" id="sc-basis" role="note">
+      <p><span class="badge ${b.kind === "described" ? "described" : "traced"}">${b.kind === "described" ? "described" : "traced"}</span>
+        ${b.kind === "described" ? "Step times from the model's description, timed by the LLM kernel model (no trace)." : "Step times from a finished simulation of a traced workload."}</p>
+      <dl>
+        <dt>Workload</dt><dd>${esc(b.workload)}</dd>
+        <dt>GPU</dt><dd>${esc(b.gpu)}${b.gpu_name ? ` (${esc(b.gpu_name)}${b.gpu_memory_gb ? `, ${fmtNum(b.gpu_memory_gb)} GB` : ""})` : ""}</dd>
+        <dt>Expected error</dt><dd id="sc-expected-error">${errText}</dd>
+        <dt>LLM calibration</dt><dd>${cal}</dd>
+        <dt>KV cache</dt><dd>${b.kv_cache_tokens != null ? fmtNum(b.kv_cache_tokens) + " tokens per replica" : "—"}${b.weights_gib_per_gpu != null ? ` · weights ${fmtNum(b.weights_gib_per_gpu)} GiB per GPU` : ""}${b.context_tokens ? ` · context ${fmtNum(b.context_tokens)} tokens` : ""}</dd>
+      </dl></div>`;
+  }
 
   async function sweep(rate, n) {
     const box = $("#sc-sweep");
@@ -952,6 +1040,23 @@ function servePage() {
       : (hasSlo ? "" : "Set a TTFT, TPOT or E2E SLO to mark the capacity.");
   }
 
+  let examples = [];
+  async function loadDescribed() {
+    try {
+      const [{ configs: ex }, { configs: gpus }] = await Promise.all([api("/api/model-configs"), api("/api/configs")]);
+      examples = ex;
+      const keepCfg = form.elements.hfconfig.value || saved.hfconfig || (ex[0] && ex[0].name);
+      $("#sc-config").innerHTML = ex.map((c) => `<option value="${esc(c.name)}">${esc(c.title)}</option>`).join("")
+        + `<option value="${UPLOAD}">Upload a config.json…</option>`;
+      if (keepCfg) form.elements.hfconfig.value = keepCfg;
+      const keepGpu = form.elements.gpu.value || saved.gpu || "SM90_H100";
+      $("#sc-gpu").innerHTML = gpus.map((g) => `<option value="${esc(g.id)}">${esc(g.id)} · ${esc(g.name)}</option>`).join("");
+      if (gpus.some((g) => g.id === keepGpu)) form.elements.gpu.value = keepGpu;
+      showKinds();
+    } catch (e) { $("#sc-config-note").innerHTML = failed(e); }
+  }
+  showKinds();
+  loadDescribed();
   async function refresh() {
     const sel = $("#sc-model");
     try {
@@ -960,7 +1065,7 @@ function servePage() {
       const html = data.map((m) => `<option value="${esc(m.id)}">${esc(m.id.replace(/^cascade\//, ""))}</option>`).join("");
       if (sel.dataset.html !== html) { sel.innerHTML = html; sel.dataset.html = html; }
       if (keep && data.some((m) => m.id === keep)) sel.value = keep;
-      if (!data.length) $("#sc-msg").textContent = "No finished simulation yet: start a run first.";
+      if (!data.length && !described()) $("#sc-msg").textContent = "No finished simulation yet: start a run, or describe a model by its config.json.";
     } catch (e) { $("#sc-msg").innerHTML = failed(e); }
   }
   refresh();

@@ -186,6 +186,27 @@ class ResidualTable(msgspec.Struct, frozen=True, kw_only=True):
         return self._find(cells)[1]
 
 
+class ConvAlgos(msgspec.Struct, frozen=True, kw_only=True):
+    """cuDNN's convolution algorithms as fitted on a convolution campaign (``neusight-conv``,
+    :func:`cascade.fitting.conv.fit_conv_algos`): what each costs and which each architecture picks."""
+
+    cost: dict[str, float] = {}
+    """Algorithm (:data:`cascade.engine.convalgo.CONV_ALGOS`) -> its time per the model's time of the
+    direct implicit GEMM (m, n, k = B H W, C_out, C_in R S) on the same GPU: Winograd's fewer
+    multiplies and its transforms, FFT's, a precomputed-offset kernel's efficiency."""
+    choice: dict[str, dict[str, float]] = {}
+    """Architecture (``*``: every fitted GPU) -> implicit-GEMM shape cell (log2 m, n, k in cells of
+    ``width`` octaves, ``i,j,l``) -> mean log cost of the algorithms that architecture's cuDNN ran
+    for shapes of the cell: the cost a target of that architecture is expected to pay."""
+    width: float = 1.0
+    """Octaves per cell of ``choice``."""
+    alpha: float = 1.0
+    """How much of a convolution's measured deviation from its algorithm's cost on the source
+    carries to another GPU (1: all of it)."""
+    gpus: list[str] = []
+    """Spec ids the fit was made on."""
+
+
 class Calibration(msgspec.Struct, frozen=True, kw_only=True):
     """A complete calibration: parameters plus where they came from."""
 
@@ -222,6 +243,9 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
     property fitted on KernelBench (``cascade validate --e2e --fit-transfer``): a third roof beside
     the counted FLOPs and the DRAM traffic (:func:`cascade.engine.perf.with_simt_roof`). Empty:
     none (calibrations that predate it)."""
+    conv_algos: ConvAlgos | None = None
+    """cuDNN's convolution algorithms, their costs and each architecture's choice by shape (None:
+    none fitted; convolutions with shapes then run as their direct implicit GEMM everywhere)."""
     residuals: dict[str, dict[str, ResidualTable]] = {}
     """Measurement kind (``neusight-bmm``, ``kernel``...) -> target spec id -> the GEMM error
     left on that target when predicted from another architecture, by shape (applied to such

@@ -83,6 +83,10 @@ class ScaledConfig(msgspec.Struct, frozen=True, kw_only=True, tag="scaled", tag_
     """Keep every measured kernel's target/source ratio inside the bracket its work allows
     (:func:`cascade.engine.perf.ratio_bracket`: between its path's compute ratio and the
     bandwidth ratio, widened by launch latency for short kernels)."""
+    cudnn_tf32: bool = True
+    """The target runs FP32 convolutions as PyTorch's default (``torch.backends.cudnn.allow_tf32``
+    True: TF32 tensor cores from Ampere on); False: they stay FP32 (a run with TF32 turned off,
+    as in the ``neusight-conv`` campaign)."""
 
 
 #: A harness's fixed per-call time as a fraction of the 1st percentile of its measured
@@ -202,7 +206,10 @@ class ScaledModel:
         names = table["name"]
         w_conv, conv_src = perf.cudnn_math(w, names, src, measured=True)
         w_src, inferred = perf.infer_shapeless_work(w_conv, t_src, src, ps, fs)
-        w_tgt, tf32 = perf.target_math(perf.measured_work(w, w_src, conv_src), names, src, target)
+        w_tgt, tf32 = perf.target_math(perf.measured_work(w, w_src, conv_src), names, src, target,
+                                       cudnn_tf32=cfg.cudnn_tf32)
+        # FP32 convolutions with shapes: each GPU's cuDNN algorithm at its fitted cost
+        w_src, w_tgt, algo = perf.conv_algorithm_costs(w_src, w_tgt, names, table["op"], src, target, cal)
         src_tiles = perf.target_tiles(w_src, src, cal, src, rule_of=target.arch if src.arch != target.arch else None)
         tgt_tiles = perf.target_tiles(w_tgt, target, cal, src)
         ms = perf.kernel_times(w_src, src, ps, cal, fs, src_tiles)
@@ -229,6 +236,8 @@ class ScaledModel:
         alpha = np.where(perf.streams_weights(w), ao, alpha)
         if tr.conv is not None and src.sm_version != target.sm_version:  # cuDNN's choice of algorithm is the GPU's
             alpha = np.where(perf.convolutions(w, names), tr.conv, alpha)
+        if cal.conv_algos is not None and src.sm_version != target.sm_version:  # deviation from its algorithm
+            alpha = np.where(algo, cal.conv_algos.alpha, alpha)
         with np.errstate(invalid="ignore", divide="ignore"):
             pred = mt.total_ns * (t_src / ms.total_ns) ** alpha
         pred = np.where(np.isfinite(pred), pred, mt.total_ns)

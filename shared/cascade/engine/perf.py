@@ -22,7 +22,7 @@ import numpy as np
 
 from cascade.calibration import BW_FAMILIES, STREAM_FAMILIES, Calibration, ResolvedParams
 from cascade.calibration.accuracy import calibrated_in
-from cascade.engine import ops
+from cascade.engine import convalgo, ops
 from cascade.engine.workload import Workload
 from cascade.gpus.spec import GPUSpec
 from cascade.kerneltable import DTYPES
@@ -623,22 +623,77 @@ def measured_work(w: Workload, w_src: Workload, moved: np.ndarray) -> Workload:
     return Workload(**fields)
 
 
-def target_math(w: Workload, names: np.ndarray, src: GPUSpec, target: GPUSpec
+def target_math(w: Workload, names: np.ndarray, src: GPUSpec, target: GPUSpec, *, cudnn_tf32: bool = True
                 ) -> tuple[Workload, np.ndarray]:
     """The workload as the target runs it: FP32 convolutions on TF32 tensor cores where the
     target has them (:func:`cudnn_math`; flagged :data:`TF32_CONV` where the source had none, so
     the path changed), tensor-core kernels of a dtype the target has no tensor cores for on its
     CUDA cores (:func:`on_spec`, flagged :data:`OFF_TENSOR`). ``w`` is the workload as measured
-    (before :func:`cudnn_math` on the source). Returns the workload and the bits per kernel."""
+    (before :func:`cudnn_math` on the source). ``cudnn_tf32`` False: the run turned TF32 off, so
+    FP32 convolutions stay FP32. Returns the workload and the bits per kernel."""
     flags = np.where(software_fallback(w, target), SOFTWARE_FALLBACK, 0).astype(FLAGS_DTYPE)
     moved = on_spec(w, target)
     if moved is not w:
         flags |= np.where(w.tensor & ~moved.tensor, OFF_TENSOR, 0).astype(FLAGS_DTYPE)
         w = moved
+    if not cudnn_tf32:
+        return w, flags
     w, conv = cudnn_math(w, names, target)
     if src.tensor_flops("tf32") <= 0:
         flags |= np.where(conv, TF32_CONV, 0).astype(FLAGS_DTYPE)
     return w, flags
+
+
+def fp32_convolutions(w: Workload, names: np.ndarray, op: np.ndarray) -> np.ndarray:
+    """Convolutions with their implicit GEMM known (m, n, k) that run FP32 on the CUDA cores: by
+    op (``conv2d``, ``convolution``...) or by name (:func:`convolution_kernels`)."""
+    cand = w.is_gemm & (w.dtype_code == DTYPES.index("fp32")) & ~w.tensor
+    if not cand.any():
+        return cand
+    idx = np.flatnonzero(cand)
+    uniq, inv = np.unique(np.asarray(op[idx]).astype(str), return_inverse=True)
+    by_op = np.char.find(np.char.lower(uniq), "conv") >= 0
+    out = np.zeros(len(w), dtype=bool)
+    out[idx] = by_op[inv]
+    return out | (cand & convolution_kernels(w, names))
+
+
+def with_conv_cost(w: Workload, rows: np.ndarray, factor: np.ndarray) -> Workload:
+    """``w`` with each of ``rows``' implicit GEMM run at ``factor`` times its direct work (its
+    cuDNN algorithm's cost, :class:`cascade.calibration.ConvAlgos`): K and the FLOPs scaled."""
+    if not rows.any():
+        return w
+    f = np.where(rows, factor, 1.0)
+    fields = {name: getattr(w, name) for name in w.__dataclass_fields__}
+    fields.update(k=w.k * f, flops=w.flops * f)
+    return Workload(**fields)
+
+
+def conv_algorithm_costs(w_src: Workload, w_tgt: Workload, names: np.ndarray, op: np.ndarray, src: GPUSpec,
+                         target: GPUSpec, cal: Calibration) -> tuple[Workload, Workload, np.ndarray]:
+    """The FP32 convolutions of a move as cuDNN runs them on each GPU (:class:`ConvAlgos` fitted):
+    on the source the algorithm its kernel name says, at that algorithm's cost; on the target the
+    cost of what the target's architecture picks for the shape (the source's own algorithm on the
+    same SM design). Returns both workloads and the rows changed (none without a fit or on the
+    source GPU itself)."""
+    fit = cal.conv_algos
+    none = np.zeros(len(w_src), dtype=bool)
+    if fit is None or not fit.cost or src.id == target.id or len(w_src) == 0:
+        return w_src, w_tgt, none
+    rows = fp32_convolutions(w_src, names, op) & fp32_convolutions(w_tgt, names, op)
+    if not rows.any():
+        return w_src, w_tgt, none
+    codes = np.full(len(w_src), convalgo.OTHER, dtype=np.int8)
+    idx = np.flatnonzero(rows)
+    codes[idx] = convalgo.algorithms(names[idx])
+    f_src = convalgo.source_cost(codes, fit.cost)
+    if src.sm_version == target.sm_version:
+        f_tgt = f_src
+    else:
+        f_tgt = np.ones(len(w_src))
+        cells = convalgo.shape_cells(w_tgt.m[idx], w_tgt.n[idx], w_tgt.k[idx], fit.width)
+        f_tgt[idx] = convalgo.expected_cost(cells, target.arch, fit.choice, fit.cost)
+    return with_conv_cost(w_src, rows, f_src), with_conv_cost(w_tgt, rows, f_tgt), rows
 
 
 #: GEMMs with at most this many rows (or columns) of output stream their weights: a GEMV or a

@@ -285,8 +285,23 @@ def model_times(table: KernelTable, spec: GPUSpec, cal: LlmCalibration, *, colle
         info = cal.surfaces[choice.index]
         x, r = cal.points(choice.index)
         res, near = surface.interpolate(x, r, feats[rows, :info.dims])
-        out[rows] = (info.fixed_ns + roof[rows]) * np.exp(res)
-        basis[rows] = choice.basis
+        fixed = info.fixed_ns
+        why = choice.basis
+        if not choice.own and software_family(info) != software_family(spec) \
+                and not info.key.startswith("collective|"):  # (collectives borrow by link: _link_groups)
+            # no GPU of its own software family measured this: the median efficiency of every GPU
+            # that did (one other family's kernel choices are no better a guess than the rest's;
+            # target left out, from the H100: A100 GEMMs 37.9 -> 19.0%, L40S 62.9 -> 49.9%)
+            peers = [i for i, s in enumerate(cal.surfaces) if s.key == info.key and s.gpu not in exclude
+                     and s.gpu != spec.id and s.collector == info.collector]
+            if len(peers) > 1:
+                stack = [surface.interpolate(*cal.points(i), feats[rows, :info.dims])[0] for i in peers]
+                res = np.median(np.asarray(stack), axis=0)
+                fixed = float(np.median([cal.surfaces[i].fixed_ns for i in peers]))
+                why = (f"median measured efficiency of {', '.join(sorted(cal.surfaces[i].gpu for i in peers))} "
+                       f"({info.collector}, {info.key}) on {spec.id}'s peaks")
+        out[rows] = (fixed + roof[rows]) * np.exp(res)
+        basis[rows] = why
         own[rows] = choice.own
         dist[rows] = near
     return LlmTimes(out, roof, basis, own, sub.note, dist)

@@ -35,11 +35,11 @@ class KVConfig(msgspec.Struct, frozen=True, kw_only=True):
     model: ModelShape
     gpu_memory_bytes: Pos
     gpu_memory_utilization: Annotated[float, msgspec.Meta(gt=0, le=1)] = 0.9
-    block_size: Pos = 16
+    block_size: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 16
     """Tokens per KV block."""
     activation_reserve_bytes: Annotated[int, msgspec.Meta(ge=0)] = 0
     """Memory kept for activations / CUDA graphs besides the weights."""
-    num_gpu_blocks_override: Pos | None = None
+    num_gpu_blocks_override: Annotated[int, msgspec.Meta(ge=1, le=2**40)] | None = None
     """Use exactly this many blocks (vLLM's num_gpu_blocks_override)."""
 
     def num_blocks(self) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from typing import Annotated
 
 import msgspec
 import numpy as np
@@ -47,13 +48,19 @@ def latency_stats(values_ms: np.ndarray) -> LatencyStats:
                         count=len(v))
 
 
-class Slo(msgspec.Struct, frozen=True, kw_only=True):
+_Ms = Annotated[float, msgspec.Meta(gt=0)]
+
+
+class Slo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Per-request service-level objectives (ms); unset ones are not checked."""
 
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
-    e2e_ms: float | None = None
-    attainment: float = 0.99
+    ttft_ms: _Ms | None = None
+    """Time to first token."""
+    tpot_ms: _Ms | None = None
+    """Time per output token."""
+    e2e_ms: _Ms | None = None
+    """End-to-end latency."""
+    attainment: Annotated[float, msgspec.Meta(gt=0, le=1)] = 0.99
     """Fraction of requests that must meet every SLO for a capacity search to pass."""
 
     def is_empty(self) -> bool:

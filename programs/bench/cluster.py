@@ -114,7 +114,7 @@ class SSEClient:
                     self.ids.append(event_id)
                     self.last = event_id
                 body = json.loads(data) if data else {}
-                if event == "run" and body.get("state") in ("completed", "failed", "cancelled"):
+                if event == "run" and body.get("state") in ("completed", "partial", "failed", "cancelled"):
                     self.finished = True
                 event_id, event, data = None, "", ""
 
@@ -272,7 +272,7 @@ async def scenario(topology: Any, args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.sleep(args.down)
         await asyncio.to_thread(topology.restart, part)
         def progressed(d: dict[str, Any], before: int = done_before) -> bool:
-            return (d.get("run", {}).get("state") in ("completed", "failed", "cancelled")
+            return (d.get("run", {}).get("state") in ("completed", "partial", "failed", "cancelled")
                     or sum(s["state"] == "completed" for s in d.get("sims", [])) > before)
 
         detail = await _poll_run(topology, run_id, progressed, deadline)
@@ -280,7 +280,7 @@ async def scenario(topology: Any, args: argparse.Namespace) -> dict[str, Any]:
                        "progressed_after_s": time.monotonic() - t_kill,
                        "run_state": detail.get("run", {}).get("state")})
     final = await _poll_run(topology, run_id, lambda d: d.get("run", {}).get("state")
-                            in ("completed", "failed", "cancelled"), deadline)
+                            in ("completed", "partial", "failed", "cancelled"), deadline)
     await asyncio.wait(followers, timeout=max(1.0, deadline - time.monotonic()))
     for task in followers:
         task.cancel()

@@ -66,7 +66,7 @@ PHASES: dict[str, tuple[str, ...]] = {
     "orchestrator": ("run",), "simulator": ("run",), "sim": ("run",), "stack": ("run",),
 }
 CONFIGS: tuple[str, ...] = ("SM90_H100", "SM80_A100")
-FINAL_RUN_STATES = ("completed", "failed", "cancelled")
+FINAL_RUN_STATES = ("completed", "partial", "failed", "cancelled")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -154,7 +154,7 @@ def _work(env: dict[str, str], base: str, workdir: Path, imports: int, kernels: 
     state = ""
     while time.perf_counter() - t0 < timeout:
         state = _api(base, token, "GET", f"/api/runs/{run_id}")["run"]["state"]
-        if state in ("completed", "failed", "cancelled"):
+        if state in ("completed", "partial", "failed", "cancelled"):
             break
         time.sleep(0.2)
     return (f"{imports} imports of a {kernels}-kernel folder ({size:.1f} MiB) in {imported:.1f} s; "

@@ -351,13 +351,13 @@ async def _run_on(api: CascadeClient, trace_id: str, configs: list[str], *,
     while True:
         detail = await api.request("GET", f"/api/runs/{run_id}")
         state = detail["run"]["state"]
-        if state in ("completed", "failed", "cancelled"):
+        if state in ("completed", "partial", "failed", "cancelled"):
             break
         if asyncio.get_running_loop().time() > deadline:
             raise TimeoutError(f"run {run_id} still {state} after {timeout:g} s; follow it in the "
                                f"web UI or GET /api/runs/{run_id}")
         await asyncio.sleep(0.25)
-    results = await api.request("GET", f"/api/runs/{run_id}/results") if state == "completed" else {}
+    results = await api.request("GET", f"/api/runs/{run_id}/results") if state in ("completed", "partial") else {}
     return {"id": run_id, "state": state, "error": detail["run"].get("error"),
             "configs": [{"config": c["config"], "predicted_e2e_ms": c.get("predicted_e2e_ms")}
                         for c in results.get("configs", [])]}

@@ -16,7 +16,7 @@ import sys
 from typing import Any
 
 TRACE_STATES = ("receiving", "preparing", "ready", "incomplete", "failed")
-RUN_STATES = ("queued", "running", "completed", "failed", "cancelled")
+RUN_STATES = ("queued", "running", "completed", "partial", "failed", "cancelled")
 
 
 def register(subparsers: Any) -> None:

@@ -38,7 +38,7 @@ from cascade.platform.log import get_logger
 
 log = get_logger("cascade.api.metrics")
 
-RUN_STATES = ("queued", "running", "completed", "failed", "cancelled")
+RUN_STATES = ("queued", "running", "completed", "partial", "failed", "cancelled")
 TRACE_STATES = ("receiving", "preparing", "ready", "incomplete", "failed")
 #: Upper bounds (s) of the sim-duration histogram's buckets.
 SIM_DURATION_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)

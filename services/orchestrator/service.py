@@ -284,7 +284,8 @@ class OrchestratorService:
             await self._finish(run_id, "cancelled", reason="cancelled on request")
         elif failed:
             detail = "; ".join(f"{s.id}: {s.error or 'failed'}" for s in failed[:5])
-            await self._finish(run_id, "failed",
+            # some configs completed: the run is partial (their results stand), not failed
+            await self._finish(run_id, "partial" if completed else "failed",
                                error=f"{len(failed)} of {len(sims)} sims failed: {detail}",
                                completed=completed, failed=len(failed))
         else:
@@ -313,6 +314,8 @@ class OrchestratorService:
         subject_kind, message = {
             "completed": ("completed", RunCompleted(run_id=run_id, sims_completed=completed,
                                                     sims_failed=failed)),
+            "partial": ("completed", RunCompleted(run_id=run_id, sims_completed=completed,
+                                                  sims_failed=failed)),
             "failed": ("failed", RunFailed(run_id=run_id, error=error or "failed")),
         }.get(state, ("state", RunStateChanged(run_id=run_id, state=state,
                                               previous=moved["previous"], reason=reason)))

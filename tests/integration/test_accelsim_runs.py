@@ -270,6 +270,26 @@ async def test_crash_fails_the_sim_with_the_output_tail(accel: dict[str, Any]) -
     assert "deadlock detected" in sim["error"]  # the tail of its output
 
 
+async def test_a_run_with_one_config_crashed_and_one_completed_is_partial(accel: dict[str, Any]) -> None:
+    """One config's Accel-Sim crashes (the H100's), the other's completes: the run reads
+    ``partial``, each config with its own state, the completed one's results kept."""
+    stack: TracesStack = accel["stack"]
+    status, body = await _post_run(stack, {"trace_id": accel["trace_id"], "configs": ["SM90_H100", "SM80_A100"],
+                                           "model": "accel-sim"})
+    assert status == 202, body
+    detail = await _wait_run(stack, body["id"], {"failed", "completed", "partial", "cancelled"})
+    assert detail["run"]["state"] == "partial", detail["run"]
+    assert "1 of 2 sims failed" in detail["run"]["error"]
+    by_config = {s["config"]: s["state"] for s in detail["sims"]}
+    assert by_config == {"SM90_H100": "failed", "SM80_A100": "completed"}, by_config
+    async with aiohttp.ClientSession() as session, session.get(f"{stack.base_url}/api/runs/{body['id']}/results") as r:
+        results = await r.json()
+    states = {c["config"]: c["state"] for c in results["configs"]}
+    assert states["SM80_A100"] == "completed" and states["SM90_H100"] != "completed", states
+    events = await _sse(f"{stack.base_url}/api/runs/{body['id']}/events")
+    assert events[-1]["event"] == "run" and events[-1]["data"]["state"] == "partial", events[-2:]
+
+
 async def _wait_pids(pids: Path, before: set[int], timeout: float = 30) -> list[int]:
     """The hanging stand-in's and its child's pids (files under ``pids``, not in ``before``)."""
 

@@ -421,8 +421,8 @@ def run_event_data(data: bytes) -> dict[str, Any] | None:
         case RunStateChanged():
             base.update(state=ev.state, previous=ev.previous, reason=ev.reason)
         case RunCompleted():
-            base.update(state="completed", sims_completed=ev.sims_completed,
-                        sims_failed=ev.sims_failed)
+            base.update(state="partial" if ev.sims_failed and ev.sims_completed else "completed",
+                        sims_completed=ev.sims_completed, sims_failed=ev.sims_failed)
         case RunFailed():
             base.update(state="failed", error=ev.error)
         case RunCancelRequested():

@@ -7,7 +7,7 @@ const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "
 const { fmtMs, fmtNs, fmtNum } = Charts;
 const pct = (v, digits = 2) => (v === null || v === undefined ? "-" : (v >= 0 ? "+" : "") + Number(v).toFixed(digits) + "%");
 const enc = encodeURIComponent;
-const TERMINAL = ["completed", "failed", "cancelled"];
+const TERMINAL = ["completed", "partial", "failed", "cancelled"];
 
 // ---- token: entered once per browser session ------------------------------------------------
 const TOKEN_KEY = "cascade-token";
@@ -401,10 +401,11 @@ function tracePage(id) {
         series: [{ name: "Kernel time", values: fams.map(([, v]) => v.time_ns / 1e6) }],
         notes: fams.map(([, v]) => `${v.count} kernels`) });
     } else $("#ch-family").innerHTML = "<p>No measured kernel durations in this trace.</p>";
-    if (s.steps.length) {
-      const kinds = [...new Set(s.steps.map((x) => x.kind || "step"))];
+    const steps = (s.steps || []).filter((x) => x.step >= 0);  // kernels outside any step carry -1
+    if (steps.length) {
+      const kinds = [...new Set(steps.map((x) => x.kind || "step"))];
       Charts.lines($("#ch-steps"), { label: "kernel time per step", xLabel: "step", legend: true,
-        series: kinds.map((k) => ({ name: k, points: s.steps.filter((x) => (x.kind || "step") === k).map((x) => [x.step, x.time_ns / 1e6]) })) });
+        series: kinds.map((k) => ({ name: k, points: steps.filter((x) => (x.kind || "step") === k).map((x) => [x.step, x.time_ns / 1e6]) })) });
     } else $("#ch-steps").innerHTML = "<p>This trace has no step annotations.</p>";
     const mix = Object.entries(s.instruction_mix || {}).sort((a, b) => b[1] - a[1]);
     if (mix.length) {
@@ -614,11 +615,11 @@ function runPage(id) {
       Charts.stacked($("#ch-busy"), { label: "GPU busy and host time", categories: busy.map((c) => c.config),
         parts: [{ name: "GPU busy", values: busy.map((c) => c.gpu_busy_ms) }, { name: "Host / idle", values: busy.map((c) => Math.max(0, c.predicted_e2e_ms - c.gpu_busy_ms)) }] });
     }
-    const withSteps = done.filter((c) => (c.steps || []).length);
+    const withSteps = done.filter((c) => (c.steps || []).some((x) => x.step >= 0));  // no step annotations: no chart
     if (withSteps.length) {
       $("#rd-steps-wrap").innerHTML = `<figure><figcaption>Per-step predicted time (prefill is step 0)</figcaption><div class="chart" id="ch-steps"></div></figure>`;
       Charts.lines($("#ch-steps"), { label: "per-step time per config", xLabel: "step", legend: true,
-        series: withSteps.map((c) => ({ name: c.config, points: c.steps.map((s) => [s.step, s.predicted_ms]) })) });
+        series: withSteps.map((c) => ({ name: c.config, points: c.steps.filter((s) => s.step >= 0).map((s) => [s.step, s.predicted_ms]) })) });
     }
     $("#rd-top").innerHTML = done.filter((c) => (c.top_kernels || []).length).map((c) =>
       `<h3>${esc(c.config)}: top kernels</h3><div class="scroll"><table class="top"><thead><tr><th>Kernel</th><th>Count</th><th>Source</th><th>Predicted</th><th>Share</th><th>Regime</th><th>Family</th><th>Expected error</th></tr></thead><tbody>` +
@@ -631,7 +632,8 @@ function runPage(id) {
       const sim = c.simulator || {};
       return `<h3>${esc(c.config)}: Accel-Sim beside the built-in model</h3>
       <p class="note">Accel-Sim config ${esc(sim.accelsim_config || sim.config_id || "")}${sim.config_relation ? ` (${esc(sim.config_relation)})` : ""}
-        at ${esc(String(sim.core_clock_mhz || ""))} MHz${sim.config_reason ? ` — ${esc(sim.config_reason)}` : ""}.</p>
+        at ${esc(String(sim.core_clock_mhz || ""))} MHz${sim.config_reason ? ` — ${esc(sim.config_reason)}` : ""}.
+        ${sim.clock_note ? `<span class="clock-note">${esc(sim.clock_note)}</span>` : sim.spec_clock_mhz ? `<span class="clock-note">The spec's boost clock: ${esc(String(sim.spec_clock_mhz))} MHz.</span>` : ""}</p>
       <div class="scroll"><table class="accelsim" data-config="${esc(c.config)}"><thead><tr><th>Kernel</th><th>Cycles</th><th>Instructions</th><th>IPC</th><th>Occupancy</th>
         <th>L1D hit</th><th>L2 hit</th><th>DRAM BW util</th><th>Accel-Sim</th><th>Built-in</th><th>Built-in vs Accel-Sim</th></tr></thead><tbody>` +
       c.accelsim_kernels.map((k) => `<tr data-kernel="${k.kernel_id}"><td>${kname(k.name)} <span class="hint">#${k.kernel_id}</span></td>

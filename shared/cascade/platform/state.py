@@ -17,10 +17,12 @@ from cascade.runs.plan import ModelConfig, ReplayOptions
 
 TraceKind = Literal["instructions", "timeline", "both"]
 TraceStateName = Literal["receiving", "preparing", "ready", "incomplete", "failed"]
-RunStateName = Literal["queued", "running", "completed", "failed", "cancelled"]
+RunStateName = Literal["queued", "running", "completed", "partial", "failed", "cancelled"]
+"""``partial``: every sim finished, some completed and some failed (each config's state is in the
+run's results); ``failed``: none completed, or the run itself could not go on."""
 SimStateName = Literal["queued", "running", "completed", "failed", "cancelled"]
 
-TERMINAL_RUN_STATES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+TERMINAL_RUN_STATES: frozenset[str] = frozenset({"completed", "partial", "failed", "cancelled"})
 
 
 class Provenance(msgspec.Struct, frozen=True, kw_only=True):

@@ -49,8 +49,9 @@ run: $(STAMP)
 test: $(STAMP)
 	$(PYTEST) $(PYTEST_ARGS)
 
+# the fast loop: unit tests without the refits and real captures (marked slow; `make test` runs them)
 test-unit: $(STAMP)
-	$(PYTEST) tests/unit $(PYTEST_ARGS)
+	$(PYTEST) tests/unit -m "not slow" $(PYTEST_ARGS)
 
 test-integration: $(STAMP)
 	$(PYTEST) tests/integration $(PYTEST_ARGS)

@@ -12,6 +12,7 @@ import pytest
 from programs.bench import resnet50
 
 
+@pytest.mark.slow  # a refit or a real capture: `make test` runs it, `make test-unit` leaves it out
 def test_the_committed_table_is_what_the_capture_writes(tmp_path: Path) -> None:
     """Regenerated from PyTorch's meta device (where PyTorch is installed), the table is the
     committed one, row for row (a change to ``op_work`` or the capture shows up here)."""

@@ -41,6 +41,7 @@ def test_the_bench_prints_every_cell_and_the_summary(capsys: pytest.CaptureFixtu
     assert out.count("SM70_V100_PCIE_32GB") == 11 and "trace_uncal  mean" in out
 
 
+@pytest.mark.slow  # a refit or a real capture: `make test` runs it, `make test-unit` leaves it out
 def test_a_recorded_table_is_what_the_capture_writes(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")

@@ -37,6 +37,7 @@ def _sets(n: int = 120, dtype: str = "fp32") -> list[MeasuredSet]:
     return out
 
 
+@pytest.mark.slow  # a refit or a real capture: `make test` runs it, `make test-unit` leaves it out
 def test_fit_config_is_a_field_not_an_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CASCADE_FIT_SPLIT_K", "0")  # the old switch: no longer read
     sets = _sets()
@@ -164,6 +165,7 @@ def test_tile_reuse_term_costs_small_tiles_more_per_flop_and_is_off_by_default()
     assert area[1] > area[0]
 
 
+@pytest.mark.slow  # a refit or a real capture: `make test` runs it, `make test-unit` leaves it out
 def test_tile_reuse_is_fitted_unless_switched_off() -> None:
     sets = _sets()
     on = fit_sets(sets, evals=40, rounds=1, residuals=False)
@@ -230,6 +232,7 @@ def test_tile_latency_delays_each_wave_of_tensor_tiles_only() -> None:
     assert short > longer > 1.0
 
 
+@pytest.mark.slow  # a refit or a real capture: `make test` runs it, `make test-unit` leaves it out
 def test_tensor_tile_reuse_is_fitted_on_tensor_data_only() -> None:
     sets = _sets()  # FP32 SIMT GEMMs only: nothing to fit the tensor term on
     on = fit_sets(sets, evals=40, rounds=1, residuals=False)
@@ -262,6 +265,7 @@ def test_tile_choice_rows_compare_the_rule_with_the_tiles_cublas_ran() -> None:
     assert "| bmm | SM70_V100_PCIE_32GB | batched | 200 | 128x64 100% |" in markdown(got, (0.0, 1e6))
 
 
+@pytest.mark.slow  # a refit or a real capture: `make test` runs it, `make test-unit` leaves it out
 def test_floor_prior_pulls_a_poorly_identified_harness_floor_towards_the_others() -> None:
     """Two GPUs measured by the same harness (fixed time 20 us, host-side); the T4's data
     has only calls far above its floor, so its fitted floor drifts; with the prior it is
@@ -298,6 +302,7 @@ def test_floor_prior_option() -> None:
     assert fit_config(p.parse_args(["--floor-prior", "0.3"])).floor_prior == 0.3
 
 
+@pytest.mark.slow  # a refit or a real capture: `make test` runs it, `make test-unit` leaves it out
 def test_gemm_stream_moves_gemm_bytes_at_the_specs_fraction_in_the_kernel_context_only() -> None:
     """Globals.gemm_stream: a memory-bound GEMM's operand traffic at the spec's achievable
     DRAM fraction in per-kernel times; harness (neusight) times and other kernels keep the
@@ -378,6 +383,7 @@ def test_launch_waves_count_resident_blocks_and_quantise_whole_waves() -> None:
     assert off[1] < t[1] and off[2] == pytest.approx(t[2])  # full waves cost the same
 
 
+@pytest.mark.slow  # a refit or a real capture: `make test` runs it, `make test-unit` leaves it out
 def test_launch_waves_are_fitted_only_on_data_with_launch_shapes() -> None:
     from cascade.fitting.measured import VIDUR_ROW_NORMS
 
@@ -452,6 +458,7 @@ def test_simt_step_floors_each_k_step_of_an_under_filled_simt_gemm() -> None:
     assert step[3] == pytest.approx(plain[3])  # 16384 tiles on 80 SMs: throughput bound
 
 
+@pytest.mark.slow  # a refit or a real capture: `make test` runs it, `make test-unit` leaves it out
 def test_simt_step_is_fitted_per_gpu_only_when_switched_on() -> None:
     from cascade.fitting.options import add_model_options, fit_config
 

@@ -174,6 +174,7 @@ def _out_spatial(x: list[int], w: list[int], stride: list[int], pad: list[int], 
                                                                             strict=True)]
 
 
+@pytest.mark.slow  # a refit or a real capture: `make test` runs it, `make test-unit` leaves it out
 @pytest.mark.parametrize("case", CONVS)
 def test_convolution_flops_match_pytorchs_flop_counter(case: tuple[Any, ...]) -> None:
     """The same FLOPs as ``torch.utils.flop_counter`` for the forward and the backward (where
@@ -406,6 +407,7 @@ _event = st.fixed_dictionaries(
               "id": _json, "tid": _json, "pid": _json})
 
 
+@pytest.mark.slow  # a refit or a real capture: `make test` runs it, `make test-unit` leaves it out
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events=st.lists(st.one_of(_event, _json), max_size=12), cut=st.integers(0, 4000),
        flip=st.integers(0, 4000), byte=st.integers(0, 255))

@@ -571,6 +571,7 @@ def test_every_power_limited_board_sustains_its_base_clock_not_its_boost() -> No
     assert {"SM86_A10G", "SM80_A100", "SM89_RTX4090"} <= {s.id for s in free}
 
 
+@pytest.mark.slow  # a refit or a real capture: `make test` runs it, `make test-unit` leaves it out
 @needs_data
 def test_the_kernelbench_transfer_is_fitted_on_kernelbench_and_holds_for_a_gpu_left_out() -> None:
     """``cascade validate --e2e --fit-transfer --record`` keeps in the packaged calibration the

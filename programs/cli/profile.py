@@ -1,5 +1,6 @@
-"""``cascade profile ... -- COMMAND`` and ``cascade profile hf ...``: trace a workload next
-to the GPU and stream it to the app while it runs.
+"""``cascade profile ... -- COMMAND`` and ```cascade profile hf ...`` and
+``cascade profile vllm ...``: trace a workload next to the GPU and stream it to the app while
+it runs.
 
 Passes: a baseline (unprofiled, ``--baseline-warmup`` + ``--baseline-repeats`` runs), the
 timeline (PyTorch profiler for Python commands, Nsight Systems ``nsys`` otherwise) and the
@@ -18,6 +19,10 @@ The exit status is COMMAND's (1 when COMMAND succeeded but files could not be up
 ``cascade profile hf --model facebook/opt-125m --random-init --source-gpu SM90_H100 --app URL``
 runs the Hugging Face recipe (:mod:`programs.profiler.hf`): by default the OPT-125m sample
 workload (32 new tokens from "Hello, my name is", 4 repeats, 1 warm-up, eager).
+
+``cascade profile vllm --url http://HOST:PORT [--launch "vllm serve MODEL ..."] --concurrency N
+--prompt ISL --output OSL --requests R --out DIR`` traces a vLLM server as it serves
+(:mod:`programs.profiler.vllm`).
 """
 
 from __future__ import annotations
@@ -77,8 +82,8 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("profile", help=HELP, description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(p)
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...] | hf ...",
-                   help="the workload to trace, or `hf` and the recipe's options")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...] | hf ... | vllm ...",
+                   help="the workload to trace, or `hf` / `vllm` and the recipe's options")
     p.set_defaults(func=main)
 
 
@@ -91,6 +96,94 @@ def hf_parser() -> argparse.ArgumentParser:
     add_recipe_arguments(p)
     _common(p, defaults=False)
     return p
+
+
+def vllm_parser() -> argparse.ArgumentParser:
+    """Options of ``cascade profile vllm``."""
+    p = argparse.ArgumentParser(
+        prog="cascade profile vllm",
+        description="Trace a vLLM server as it serves: attach to --url (started with "
+                    "VLLM_TORCH_PROFILER_DIR=--profile-dir) or start it with --launch, drive a "
+                    "closed-loop load, profile a window with /start_profile and /stop_profile, "
+                    "import every rank's trace as one workload with the measured TTFT / TPOT as "
+                    "its baseline.")
+    p.add_argument("--url", required=True, help="the server, http://HOST:PORT")
+    p.add_argument("--launch", default="", metavar="COMMAND",
+                   help='start the server: "vllm serve MODEL --port PORT --tensor-parallel-size N '
+                        '..." (VLLM_TORCH_PROFILER_DIR is set for it)')
+    p.add_argument("--model", default="", help="model name in requests (default: /v1/models' first)")
+    p.add_argument("--concurrency", type=int, default=1, help="clients, closed loop (default 1)")
+    p.add_argument("--prompt", type=int, default=128, metavar="ISL", help="prompt tokens (default 128)")
+    p.add_argument("--output", type=int, default=128, metavar="OSL", help="output tokens (default 128)")
+    p.add_argument("--requests", type=int, default=8, help="timed requests (default 8)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed requests first (default 1)")
+    p.add_argument("--profile-requests", type=int, default=0, metavar="N",
+                   help="requests in the profiled window (default: one per client)")
+    p.add_argument("--ranks", type=int, default=0,
+                   help="rank trace files to wait for (default: --tensor-parallel-size of --launch, "
+                        "else 1)")
+    p.add_argument("--profile-dir", type=Path, default=None, metavar="DIR",
+                   help="VLLM_TORCH_PROFILER_DIR (attach: the one the server was started with; "
+                        "launch: default OUT/vllm-profile)")
+    p.add_argument("--out", type=Path, default=None, help="the trace folder (default: a temporary one)")
+    p.add_argument("--app", default=None, help="api URL to upload to (default: keep in --out)")
+    p.add_argument("--token", default=None, help=f"bearer token (default: ${TOKEN_ENV})")
+    p.add_argument("--name", default="", help="trace name (default: the folder name)")
+    p.add_argument("--source-gpu", default="", help="GPU served on (default: the traces' device)")
+    p.add_argument("--workload", default="", help="free-form workload description")
+    p.add_argument("--startup-timeout", type=float, default=1800.0, metavar="SECONDS",
+                   help="wait this long for /health after --launch (default 1800)")
+    p.add_argument("--flush-timeout", type=float, default=1800.0, metavar="SECONDS",
+                   help="wait this long for the rank trace files after /stop_profile (default 1800)")
+    p.add_argument("--settle", type=float, default=2.0, metavar="SECONDS",
+                   help="a rank file is complete when unchanged this long (default 2)")
+    p.add_argument("--wait", type=float, default=600.0, metavar="SECONDS",
+                   help="after the upload, wait this long for the trace to be ready")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random prompts")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    return p
+
+
+def vllm_main(argv: list[str]) -> int:
+    """``cascade profile vllm ...``."""
+    from programs.profiler.vllm import VllmOptions, profile_vllm
+
+    a = vllm_parser().parse_args(argv)
+    token = a.token
+    if a.app:
+        from programs.cli.importer import resolve_token
+
+        token = resolve_token(a.token, a.app)[0]
+    opts = VllmOptions(
+        url=a.url, launch=a.launch, model=a.model, concurrency=a.concurrency, prompt=a.prompt,
+        output=a.output, requests=a.requests, warmup=a.warmup, profile_requests=a.profile_requests,
+        ranks=a.ranks, out=a.out, profile_dir=a.profile_dir, app=a.app, token=token, name=a.name,
+        source_gpu=a.source_gpu, workload=a.workload, startup_timeout=a.startup_timeout,
+        flush_timeout=a.flush_timeout, settle_s=a.settle, wait=a.wait, quiet=a.quiet, seed=a.seed)
+    async def upload(folder: Path, source_gpu: str, workload: str) -> dict[str, Any]:
+        from programs.cli.importer import run_import
+
+        return await run_import(argparse.Namespace(
+            path=folder, app=a.app, token=token, name=a.name or folder.name,
+            source_gpu=source_gpu or None, force_source_gpu=bool(a.source_gpu), kind="timeline",
+            workload=workload, state_file=None, no_seal=False, wait=a.wait, quiet=True, run=None))
+
+    result = asyncio.run(profile_vllm(opts, upload=upload))
+    s = result.baseline.summary() if result.baseline is not None else {}
+    print(f"cascade profile vllm: {len(result.rank_files)} rank traces, {result.kernels} kernels "
+          f"(rank r = streams r*{result.stride}+s); TTFT mean {s.get('ttft_ms', 0):.2f} ms "
+          f"(p50 {s.get('ttft_ms_p50', 0):.2f}), TPOT mean {s.get('tpot_ms', 0):.2f} ms "
+          f"(p50 {s.get('tpot_ms_p50', 0):.2f})", file=sys.stderr)
+    for w in result.warnings[:5]:
+        print(f"cascade profile vllm: warning: {w}", file=sys.stderr)
+    if result.upload is not None:
+        print(f"cascade profile vllm: trace {result.upload['trace_id']} {result.upload['state']}",
+              file=sys.stderr)
+        return 0 if result.upload.get("state") != "failed" else 1
+    hint = f" --app {a.app}" if a.app else " --app URL"
+    print(f"cascade profile vllm: the trace is kept in {result.folder}; upload it with: "
+          f"cascade import {result.folder}{hint}", file=sys.stderr)
+    return 0
 
 
 def detect_gpu() -> str | None:
@@ -172,6 +265,9 @@ def main(args: argparse.Namespace) -> int:
 
     from programs.profiler.session import profile
 
+    command = list(args.command or [])
+    if command[:1] == ["vllm"]:
+        return vllm_main(command[1:])
     opts = options_from_args(args)
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
                   TransferSpeedColumn(), console=Console(stderr=True),

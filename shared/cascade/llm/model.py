@@ -272,7 +272,7 @@ def model_times(table: KernelTable, spec: GPUSpec, cal: LlmCalibration, *, colle
     basis = np.full(n, "", dtype=object)
     own = np.zeros(n, dtype=bool)
     dist = np.full(n, np.inf)
-    uniq, codes = np.unique(keys.astype(str), return_inverse=True)
+    uniq, codes = work.factorize(keys)
     for u, key in enumerate(uniq):
         if not key:
             continue
@@ -284,7 +284,12 @@ def model_times(table: KernelTable, spec: GPUSpec, cal: LlmCalibration, *, colle
             continue
         info = cal.surfaces[choice.index]
         x, r = cal.points(choice.index)
-        res, near = surface.interpolate(x, r, feats[rows, :info.dims])
+        # a trace repeats its shapes (layers, steps): each distinct one is interpolated once
+        view = np.ascontiguousarray(feats[rows, :info.dims]).view(np.dtype((np.void, 8 * info.dims))).ravel()
+        _, first, back = np.unique(view, return_index=True, return_inverse=True)
+        shapes, back = feats[rows[first], :info.dims], back.reshape(-1)
+        res, near = surface.interpolate(x, r, shapes)
+        res, near = res[back], near[back]
         fixed = info.fixed_ns
         why = choice.basis
         if not choice.own and software_family(info) != software_family(spec) \
@@ -295,7 +300,7 @@ def model_times(table: KernelTable, spec: GPUSpec, cal: LlmCalibration, *, colle
             peers = [i for i, s in enumerate(cal.surfaces) if s.key == info.key and s.gpu not in exclude
                      and s.gpu != spec.id and s.collector == info.collector]
             if len(peers) > 1:
-                stack = [surface.interpolate(*cal.points(i), feats[rows, :info.dims])[0] for i in peers]
+                stack = [surface.interpolate(*cal.points(i), shapes)[0][back] for i in peers]
                 res = np.median(np.asarray(stack), axis=0)
                 fixed = float(np.median([cal.surfaces[i].fixed_ns for i in peers]))
                 why = (f"median measured efficiency of {', '.join(sorted(cal.surfaces[i].gpu for i in peers))} "
@@ -318,10 +323,10 @@ def canonical_ops(table: KernelTable) -> KernelTable:
     """``table`` with traced low-precision GEMMs (:data:`TRACED_GEMM_OPS`) named ``gemm`` (the
     same table where there are none)."""
     op = table["op"]
-    traced = np.asarray([o in TRACED_GEMM_OPS for o in op], dtype=bool)
+    traced = np.isin(np.asarray(op, dtype=object).astype(str), list(TRACED_GEMM_OPS))
     if not traced.any():
         return table
-    low = np.asarray([work.canonical_dtype(str(d)) in _TRACED_LOW for d in table["dtype"]], dtype=bool)
+    low = np.isin(work.canonical_dtypes(table["dtype"]).astype(str), _TRACED_LOW)
     hit = traced & low
     if not hit.any():
         return table
@@ -336,7 +341,7 @@ def llm_rows(table: KernelTable) -> np.ndarray:
     its tokens and experts; a collective its bytes and ranks)."""
     table = canonical_ops(table)
     op = table["op"]
-    dtype = np.asarray([work.canonical_dtype(str(d)) in work.LLM_DTYPES for d in table["dtype"]], dtype=bool)
+    dtype = np.isin(work.canonical_dtypes(table["dtype"]).astype(str), work.LLM_DTYPES)
     gemm = (op == work.GEMM) & dtype & (table["m"] > 0) & (table["n"] > 0) & (table["k"] > 0)
     attn = (op == work.ATTENTION) & (table["heads"] > 0) & (table["head_dim"] > 0) & (table["batch"] > 0)
     moe = (op == work.MOE) & (table["tokens"] > 0) & (table["experts"] > 0) & (table["hidden"] > 0)
@@ -383,26 +388,40 @@ def dumps(obj: Any) -> str:
 
 def report_family(table: KernelTable) -> tuple[np.ndarray, np.ndarray]:
     """Per row, the protocol's (op, dtype) cell it belongs to (``cascade validate --llm``)."""
-    op = table["op"]
     n = len(table)
-    fam = np.full(n, "", dtype=object)
-    dt = np.full(n, "", dtype=object)
-    phase, impl, coll = table["phase"], table["impl"], table["collective"]
-    dtype = np.asarray([work.canonical_dtype(str(d)) for d in table["dtype"]], dtype=object)
-    kv = np.asarray([work.canonical_dtype(str(d)) or "bf16" for d in table["kv_dtype"]], dtype=object)
-    for i in range(n):
-        if op[i] == work.GEMM:
-            fam[i], dt[i] = "gemm", dtype[i]
-        elif op[i] == work.ATTENTION:
-            fam[i], dt[i] = f"attention_{phase[i]}", kv[i]
-        elif op[i] == work.MOE:
-            fam[i], dt[i] = "moe", dtype[i]
-        elif op[i] == work.COLLECTIVE:
-            custom = str(impl[i]).startswith("vllm_custom")
-            fam[i] = ("custom_all_reduce_" + str(impl[i]).removeprefix("vllm_custom_")) if custom \
-                else f"nccl_{coll[i]}"
-            dt[i] = ""
-    return fam, dt
+    if n == 0:
+        return np.zeros(0, dtype=object), np.zeros(0, dtype=object)
+    cols = (table["op"], work.canonical_dtypes(table["dtype"]), work.canonical_dtypes(table["kv_dtype"]),
+            table["phase"], table["impl"], table["collective"])
+    combo = np.zeros(n, dtype=np.int64)
+    values: list[list[object]] = []
+    for col in cols:
+        uniq, codes = work.factorize(col)
+        values.append(uniq)
+        combo = combo * len(uniq) + codes
+    combos, back = work.factorize(combo)
+    fams: list[str] = []
+    dts: list[str] = []
+    for code in np.asarray(combos, dtype=np.int64).tolist():
+        parts = []
+        for uniq in reversed(values):
+            parts.append(str(uniq[int(code) % len(uniq)]))
+            code = int(code) // len(uniq)
+        o, d, kv, phase, impl, coll = reversed(parts)
+        if o == work.GEMM or o == work.MOE:
+            fams.append("gemm" if o == work.GEMM else "moe")
+            dts.append(d)
+        elif o == work.ATTENTION:
+            fams.append(f"attention_{phase}")
+            dts.append(kv or "bf16")
+        elif o == work.COLLECTIVE:
+            custom = impl.startswith("vllm_custom")
+            fams.append(("custom_all_reduce_" + impl.removeprefix("vllm_custom_")) if custom else f"nccl_{coll}")
+            dts.append("")
+        else:
+            fams.append("")
+            dts.append("")
+    return np.asarray(fams, dtype=object)[back], np.asarray(dts, dtype=object)[back]
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,28 +85,45 @@ def substitute(table: KernelTable, spec: GPUSpec) -> Substitution:
     Never a CUDA-core fallback: no deployment runs an LLM layer that way.
     """
     n = len(table)
-    dtype = np.asarray([canonical_dtype(str(d)) for d in table["dtype"]], dtype=object)
-    kv = np.asarray([canonical_dtype(str(d)) for d in table["kv_dtype"]], dtype=object)
+    dtype = canonical_dtypes(table["dtype"])
+    kv = canonical_dtypes(table["kv_dtype"])
+    impl = np.asarray(table["impl"], dtype=object).copy()
     note = np.full(n, "", dtype=object)
-    impl = np.asarray([str(x) for x in table["impl"]], dtype=object)
     fp8 = spec.tensor_flops("fp8") > 0
     fp4 = spec.tensor_flops("fp4") > 0
-    for i in range(n):
-        d = dtype[i]
-        if d == "fp4" and not fp4:
-            dtype[i] = "w4_marlin"
-            note[i] = "fp4 weights: weight-only Marlin GEMM at the BF16 tensor rate (no FP4 tensor cores)"
-        elif d in ("fp8", "fp8_block") and not fp8:
-            dtype[i] = "w8_marlin"
-            note[i] = f"{d} weights: weight-only FP8 Marlin GEMM at the BF16 tensor rate (no FP8 tensor cores)"
-        if kv[i] == "fp8" and not fp8:
-            kv[i] = "bf16"
-            note[i] = (note[i] + "; " if note[i] else "") + "FP8 KV cache: BF16 FlashAttention 2 (no FP8 attention)"
-        if impl[i] in ("multimem", "symm_mem", "trtllm_ar") and not spec.nvls:
-            note[i] = (note[i] + "; " if note[i] else "") + (
-                f"{impl[i]} all-reduce: NCCL ring / tree ({'no NVLink SHARP' if spec.nvlink_gbps else 'no NVLink'})")
-            impl[i] = "nccl"
+
+    def add(mask: np.ndarray, text: np.ndarray | str) -> None:
+        joined = np.where(note != "", note + "; ", "") + text
+        note[mask] = np.asarray(joined, dtype=object)[mask] if isinstance(joined, np.ndarray) else joined
+
+    if not fp4:
+        m4 = dtype == "fp4"
+        dtype[m4] = "w4_marlin"
+        add(m4, "fp4 weights: weight-only Marlin GEMM at the BF16 tensor rate (no FP4 tensor cores)")
+    if not fp8:
+        for d in ("fp8", "fp8_block"):
+            m8 = dtype == d
+            dtype[m8] = "w8_marlin"
+            add(m8, f"{d} weights: weight-only FP8 Marlin GEMM at the BF16 tensor rate (no FP8 tensor cores)")
+        mkv = kv == "fp8"
+        kv[mkv] = "bf16"
+        add(mkv, "FP8 KV cache: BF16 FlashAttention 2 (no FP8 attention)")
+    if not spec.nvls:
+        why = "no NVLink SHARP" if spec.nvlink_gbps else "no NVLink"
+        for name in ("multimem", "symm_mem", "trtllm_ar"):
+            mm = impl == name
+            add(mm, f"{name} all-reduce: NCCL ring / tree ({why})")
+            impl[mm] = "nccl"
     return Substitution(dtype=dtype, impl=impl, kv_dtype=kv, note=note)
+
+
+def canonical_dtypes(values: np.ndarray) -> np.ndarray:
+    """:func:`canonical_dtype` of a column, once per distinct value (object array)."""
+    col = np.asarray(values, dtype=object)
+    if len(col) == 0:
+        return np.zeros(0, dtype=object)
+    uniq, codes = factorize(col)
+    return np.asarray(np.asarray([canonical_dtype(str(u)) for u in uniq], dtype=object)[codes], dtype=object)
 
 
 _SUB_WEIGHT = {"w4_marlin": 0.5 + 1 / 16, "w8_marlin": 1.0}
@@ -147,10 +164,11 @@ def work(table: KernelTable, spec: GPUSpec, sub: Substitution | None = None) -> 
     nbytes = np.zeros(n)
     link = np.zeros(n)
     peak = np.full(n, max(spec.tensor_flops("bf16"), spec.tensor_flops("fp16"), spec.simt_flops("fp16")))
-    wb = np.asarray([_weight_bytes(d) for d in sub.dtype])
-    ab = np.asarray([_act_bytes(d) for d in sub.dtype])
-    mp = np.asarray([spec.tensor_flops(_math(d)) or spec.tensor_flops("fp16") or spec.simt_flops("fp16")
-                     for d in sub.dtype])
+    uniq, codes = factorize(sub.dtype)
+    wb = np.asarray([_weight_bytes(str(d)) for d in uniq], dtype=np.float64)[codes]
+    ab = np.asarray([_act_bytes(str(d)) for d in uniq], dtype=np.float64)[codes]
+    mp = np.asarray([spec.tensor_flops(_math(str(d))) or spec.tensor_flops("fp16") or spec.simt_flops("fp16")
+                     for d in uniq], dtype=np.float64)[codes]
     # GEMM: out[m, n] = act[m, k] @ w[n, k]^T
     g = op == GEMM
     m, nn, k = _col(table, "m"), _col(table, "n"), _col(table, "k")
@@ -163,7 +181,7 @@ def work(table: KernelTable, spec: GPUSpec, sub: Substitution | None = None) -> 
         b, seq, ctx = _col(table, "batch"), _col(table, "seq"), _col(table, "context")
         h, kvh, d = _col(table, "heads"), _col(table, "kv_heads"), _col(table, "head_dim")
         win = _col(table, "window")
-        kvb = np.asarray([KV_BYTES.get(x, 2.0) for x in sub.kv_dtype])
+        kvb = np.where(sub.kv_dtype == "fp8", 1.0, 2.0)
         ctx = np.where(ctx > 0, ctx, seq)
         span = np.where(win > 0, np.minimum(ctx, win), ctx)
         prefill = table["phase"] == "prefill"
@@ -230,23 +248,45 @@ def _log2(x: np.ndarray) -> np.ndarray:
 
 def keys(table: KernelTable, sub: Substitution) -> np.ndarray:
     """Per row, the surface the calibration fits its efficiency on (object array of strings)."""
-    op = table["op"]
-    out = np.full(len(table), "", dtype=object)
-    phase, win = table["phase"], table["window"]
-    dist, coll, impl = table["distribution"], table["collective"], sub.impl
-    ranks = table["ranks"]
-    for i in range(len(table)):
-        o = op[i]
+    n = len(table)
+    if n == 0:
+        return np.zeros(0, dtype=object)
+    cols = (table["op"], sub.dtype, sub.kv_dtype, table["phase"], np.maximum(table["window"], 0),
+            table["distribution"], table["collective"], sub.impl, np.maximum(table["ranks"], 1))
+    combo = np.zeros(n, dtype=np.int64)
+    values: list[list[object]] = []
+    for col in cols:  # one code per distinct combination of the columns a key reads
+        uniq, codes = factorize(col)
+        values.append(uniq)
+        combo = combo * len(uniq) + codes
+    combos, back = factorize(combo)
+    out = []
+    for code in np.asarray(combos, dtype=np.int64).tolist():
+        parts = []
+        for uniq in reversed(values):
+            parts.append(uniq[int(code) % len(uniq)])
+            code = int(code) // len(uniq)
+        o, d, kv, phase, win, dist, coll, impl, ranks = reversed(parts)
         if o == GEMM:
-            out[i] = f"gemm|{sub.dtype[i]}"
+            out.append(f"gemm|{d}")
         elif o == ATTENTION:
-            w = int(win[i]) if win[i] > 0 else 0
-            out[i] = f"attention|{phase[i]}|{sub.kv_dtype[i] or 'bf16'}|w{w}"
+            out.append(f"attention|{phase}|{kv or 'bf16'}|w{int(win)}")  # type: ignore[call-overload]
         elif o == MOE:
-            out[i] = f"moe|{sub.dtype[i]}|{dist[i] or 'balanced'}"
+            out.append(f"moe|{d}|{dist or 'balanced'}")
         elif o == COLLECTIVE:
-            out[i] = f"collective|{coll[i]}|{impl[i] or 'nccl'}|{max(int(ranks[i]), 1)}"
-    return out
+            out.append(f"collective|{coll}|{impl or 'nccl'}|{int(ranks)}")  # type: ignore[call-overload]
+        else:
+            out.append("")
+    return np.asarray(np.asarray(out, dtype=object)[back], dtype=object)
+
+
+def factorize(values: np.ndarray) -> tuple[list[object], np.ndarray]:
+    """(distinct values in first-seen order, int64 code per element), one dict pass: a column
+    of a million rows of a few dozen values costs no sort."""
+    items = np.asarray(values).tolist()
+    index: dict[object, int] = {}
+    codes = np.fromiter((index.setdefault(v, len(index)) for v in items), dtype=np.int64, count=len(items))
+    return list(index), codes
 
 
 def features(table: KernelTable) -> np.ndarray:

@@ -144,6 +144,9 @@ class Timeline:
     """Its compute capability as ``major * 10 + minor`` (-1: unknown)."""
     warnings: tuple[str, ...] = ()
     """Things the importer skipped or could not link, one sentence each."""
+    origin_ns: float = 0.0
+    """The file's own timestamp (ns) that the table's times count from (its first event), so
+    timelines of the same clock (the ranks of one server) can be put on one time axis."""
 
 
 def _num(v: Any) -> float | None:
@@ -493,7 +496,8 @@ class _ChromeReader:
         _mark_syncs(rows, self.syncs)
         table = _finish(rows, self.t0 if math.isfinite(self.t0) else 0.0)
         device, sm = self.device(devices)
-        return Timeline(table=table, device=device, device_sm=sm, warnings=tuple(warnings))
+        return Timeline(table=table, device=device, device_sm=sm, warnings=tuple(warnings),
+                        origin_ns=self.t0 if math.isfinite(self.t0) else 0.0)
 
 
 def _attribute_ops(rows: list[dict[str, Any]], op_of_row: list[int | None],

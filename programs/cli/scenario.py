@@ -204,14 +204,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValidationError("not available with --hf-config", field="--capacity" if args.capacity
                                   else "--save-step-model")
         source, kv = described(args)
-        res = run_scenario(build_scenario(args), source, kv)
-        if args.json:
-            print(msgspec.json.encode(msgspec.structs.replace(res, records=None)).decode())
-        else:
-            print(format_summary(res))
-        if args.records:
-            _write_records(args.records, res)
-        return 0
+        return _answer(args, run_scenario(build_scenario(args), source, kv))
     model = load_step_model(args)
     if args.save_step_model:
         Path(args.save_step_model).write_bytes(model.to_json())
@@ -239,7 +232,11 @@ def run(args: argparse.Namespace) -> int:
         if args.records and cap.result is not None:
             _write_records(args.records, cap.result)
         return 0 if cap.found else 1
-    res = run_scenario(scenario, model, kv)
+    return _answer(args, run_scenario(scenario, model, kv))
+
+
+def _answer(args: argparse.Namespace, res: ScenarioResult) -> int:
+    """Print a scenario's result (JSON or the vllm-bench-like summary) and its records."""
     if args.json:
         print(msgspec.json.encode(msgspec.structs.replace(res, records=None)).decode())
     else:

@@ -264,3 +264,18 @@ def test_an_uncalibrated_board_quotes_the_figure_of_its_situation() -> None:
     assert own.mape_pct is not None and same.mape_pct is not None and across.mape_pct is not None
     assert own.mape_pct < same.mape_pct < across.mape_pct
     assert "SM90_H200" in same.basis and "SM89_L40S" in across.basis
+
+
+def test_messy_llm_rows_get_defaults_or_an_error_naming_the_field_and_kernel() -> None:
+    # no KV-head count: multi-head attention, not a free KV cache
+    mha = KernelTable.from_rows([_decode(64, 4096, kv_heads=-1)])
+    gqa = KernelTable.from_rows([_decode(64, 4096)])
+    assert work.work(mha, H100).bytes[0] > 3 * work.work(gqa, H100).bytes[0]
+    bad = KernelTable.from_rows([_decode(64, 4096, kv="fp9", duration_ns=1e5)])
+    with pytest.raises(ValidationError, match="flash_fwd_splitkv_kernel.*kv_dtype.*fp9") as err:
+        predict(bad, "SM100_B200", source="SM90_H100")
+    assert err.value.field == "kv_dtype"
+    coll = KernelTable.from_rows([{"name": "nccl_x", "op": "collective", "collective": "allreduce", "ranks": 8,
+                                   "comm_bytes": 1e6}])
+    with pytest.raises(ValidationError, match="nccl_x.*all_reduce"):
+        predict(coll, "SM100_B200")

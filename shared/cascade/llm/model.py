@@ -364,13 +364,17 @@ def require_calibrated_keys(table: KernelTable) -> None:
     phase = table["phase"]
     for i in np.flatnonzero(op == work.ATTENTION):
         if phase[i] not in ("prefill", "decode"):
-            raise ValidationError(f"row {i + 1}: attention needs phase 'prefill' or 'decode', got {phase[i]!r}",
-                                  field="phase")
+            raise ValidationError(f"attention kernel {table['name'][i]!r}: phase must be 'prefill' or 'decode', "
+                                  f"got {phase[i]!r}", field="phase")
+    kv = work.canonical_dtypes(table["kv_dtype"])
+    for i in np.flatnonzero((op == work.ATTENTION) & ~np.isin(kv.astype(str), ("", "bf16", "fp16", "fp8"))):
+        raise ValidationError(f"attention kernel {table['name'][i]!r}: kv_dtype must be bf16, fp16 or fp8 "
+                              f"(or empty: bf16), got {table['kv_dtype'][i]!r}", field="kv_dtype")
     coll = table["collective"]
     for i in np.flatnonzero(op == work.COLLECTIVE):
         if coll[i] not in work.COLLECTIVES:
-            raise ValidationError(f"row {i + 1}: collective must be one of {', '.join(work.COLLECTIVES)}, "
-                                  f"got {coll[i]!r}", field="collective")
+            raise ValidationError(f"collective kernel {table['name'][i]!r}: collective must be one of "
+                                  f"{', '.join(work.COLLECTIVES)}, got {coll[i]!r}", field="collective")
 
 
 def describe(cal: LlmCalibration) -> dict[str, Any]:

@@ -180,6 +180,7 @@ def work(table: KernelTable, spec: GPUSpec, sub: Substitution | None = None) -> 
     if a.any():
         b, seq, ctx = _col(table, "batch"), _col(table, "seq"), _col(table, "context")
         h, kvh, d = _col(table, "heads"), _col(table, "kv_heads"), _col(table, "head_dim")
+        kvh = np.where(kvh > 0, kvh, h)  # no KV-head count: multi-head attention (one per query head)
         win = _col(table, "window")
         kvb = np.where(sub.kv_dtype == "fp8", 1.0, 2.0)
         ctx = np.where(ctx > 0, ctx, seq)
@@ -307,7 +308,8 @@ def features(table: KernelTable) -> np.ndarray:
     if a.any():
         prefill = table["phase"] == "prefill"
         length = np.where(prefill, table["seq"], np.where(table["context"] > 0, table["context"], table["seq"]))
-        cols = (table["batch"], length, table["heads"], table["kv_heads"], table["head_dim"])
+        kv_heads = np.where(table["kv_heads"] > 0, table["kv_heads"], table["heads"])
+        cols = (table["batch"], length, table["heads"], kv_heads, table["head_dim"])
         for j, c in enumerate(cols):
             out[a, j] = _log2(c)[a]
     e = op == MOE

@@ -56,6 +56,8 @@ class SimulationInputs:
         from cascade.calibration import load_calibration
         from cascade.engine.predict import accuracy_of
 
+        if used.get("llm", 0) * 2 > sum(used.values()) and getattr(provenance, "accuracy", None) is not None:
+            return provenance.accuracy  # LLM operators: their protocol's figure (predict's llm_accuracy)
         return accuracy_of(load_calibration(), self.source.id if self.source else None, self.target.id,
                            provenance.measurement, provenance.model, used, flags, times)
 

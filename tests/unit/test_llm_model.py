@@ -279,3 +279,15 @@ def test_messy_llm_rows_get_defaults_or_an_error_naming_the_field_and_kernel() -
                                    "comm_bytes": 1e6}])
     with pytest.raises(ValidationError, match="nccl_x.*all_reduce"):
         predict(coll, "SM100_B200")
+
+
+def test_a_run_of_llm_rows_quotes_the_llm_protocol() -> None:
+    """A run's result (the in-process simulation the samples and the cluster use) quotes the LLM
+    protocol's figure for a table of LLM operators, as `cascade predict` does."""
+    from cascade.runs.inprocess import simulate_in_process
+
+    rows = [_gemm(64, 8192, 8192, "bf16", duration_ns=40000.0, start_ns=0.0),
+            _decode(64, 4096, "bf16", duration_ns=400000.0, start_ns=50000.0)]
+    sim = simulate_in_process(KernelTable.from_rows(rows), B200, source=H100, run_id="r", sim_id="s", trace_id="t")
+    acc = sim.result.accuracy
+    assert acc is not None and acc.mape_pct is not None and "validate --llm" in acc.basis

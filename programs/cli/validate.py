@@ -61,6 +61,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         "other's measured times by scaled (TF32 off, as the campaign ran) beside the ratio roofline, "
                         "MAPE per pair and per target GPU, each target scored with the convolution algorithm model "
                         "fitted without it")
+    p.add_argument("--serving-left-out", action="store_true",
+                   help="with --serving: each row's GPU predicted with its own LLM-kernel surfaces removed (a GPU "
+                        "never measured)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     from cascade.fitting.options import add_model_options
 
@@ -275,6 +278,7 @@ def _serving(args: argparse.Namespace, reg: object) -> int:
                                     lambda name: (cfg_dir / name).read_text())
     backends = tuple(b.strip() for b in args.serving_backends.split(",") if b.strip())
     report = serving.evaluate(rows, configs, reg, cal, backends=backends, requests_per_client=args.serving_requests,
+                              left_out=args.serving_left_out,
                               every=max(1, args.serving_every))
     for message in report.skipped:
         print(f"cascade validate: skipped {message}", file=sys.stderr)

@@ -291,3 +291,13 @@ def test_a_run_of_llm_rows_quotes_the_llm_protocol() -> None:
     sim = simulate_in_process(KernelTable.from_rows(rows), B200, source=H100, run_id="r", sim_id="s", trace_id="t")
     acc = sim.result.accuracy
     assert acc is not None and acc.mape_pct is not None and "validate --llm" in acc.basis
+
+
+def test_a_calibration_without_a_gpu_borrows_for_it() -> None:
+    cal = llm_model.load_llm_calibration()
+    gone = llm_model.without_gpus(cal, frozenset({"SM90_H200"}))
+    assert "SM90_H200" not in {s.gpu for s in gone.surfaces} and len(gone.surfaces) < len(cal.surfaces)
+    t = KernelTable.from_rows([_gemm(64, 8192, 8192)])
+    assert llm_model.model_times(t, H200, cal).own.all()
+    borrowed = llm_model.model_times(t, H200, gone)
+    assert not borrowed.own.any() and "SM90_H100" in borrowed.basis[0]

@@ -53,7 +53,7 @@ from cascade.gpus.registry import GPURegistry
 from cascade.gpus.spec import GPUSpec
 from cascade.llm import work
 from cascade.llm.describe import ModelDescription, describe_model
-from cascade.llm.model import LlmCalibration
+from cascade.llm.model import LlmCalibration, without_gpus
 from cascade.serving.arrivals import Fixed
 from cascade.serving.described import DescribedStepCost, described_kv
 from cascade.serving.scenario import Scenario, run_scenario
@@ -190,7 +190,7 @@ def _ape(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
 
 def evaluate(rows: list[dict[str, str]], configs: Mapping[str, Mapping[str, Any]], reg: GPURegistry,
              cal: LlmCalibration, *, backends: tuple[str, ...] = ("vllm",), requests_per_client: int = REQUESTS_PER_CLIENT,
-             every: int = 1, log: Callable[[str], None] | None = None) -> ServingReport:
+             every: int = 1, log: Callable[[str], None] | None = None, left_out: bool = False) -> ServingReport:
     """Predict every ``agg`` row of the chosen ``backends`` (every ``every``-th of each group
     when subsampling) and score it per (backend, model, GPU)."""
     skipped: list[str] = []
@@ -243,7 +243,9 @@ def evaluate(rows: list[dict[str, str]], configs: Mapping[str, Mapping[str, Any]
         key = (model, spec.id, quant, moe_quant, tp, ep)
         source = sources.get(key)
         if source is None:
-            source = DescribedStepCost(desc, spec, cal, max_tokens=MAX_NUM_BATCHED_TOKENS, max_seqs=MAX_NUM_SEQS,
+            # left_out: the GPU's own LLM surfaces removed, as for a GPU never measured
+            use = without_gpus(cal, frozenset({spec.id})) if left_out else cal
+            source = DescribedStepCost(desc, spec, use, max_tokens=MAX_NUM_BATCHED_TOKENS, max_seqs=MAX_NUM_SEQS,
                                        calibration_digest=digest)
             sources[key] = source
         try:

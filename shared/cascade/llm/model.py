@@ -80,6 +80,16 @@ class LlmCalibration(msgspec.Struct, frozen=True, kw_only=True):
         return self.arrays[f"x{i}"], self.arrays[f"r{i}"]
 
 
+def without_gpus(cal: LlmCalibration, gpus: frozenset[str]) -> LlmCalibration:
+    """The calibration with every surface measured on ``gpus`` removed (a GPU never measured: what
+    the left-out protocols score)."""
+    keep = [i for i, s in enumerate(cal.surfaces) if s.gpu not in gpus]
+    arrays = {}
+    for j, i in enumerate(keep):
+        arrays[f"x{j}"], arrays[f"r{j}"] = cal.points(i)
+    return msgspec.structs.replace(cal, surfaces=[cal.surfaces[i] for i in keep], arrays=arrays)
+
+
 def save_llm_calibration(cal: LlmCalibration, path: str | Path) -> None:
     """Write as one .npz, LZMA-compressed (1.4 MB for llm-kernels' 251 surfaces, 2.1 deflated; any
     ``np.load`` reads it): ``meta`` (JSON) beside the arrays."""

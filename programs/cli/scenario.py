@@ -145,11 +145,19 @@ def build_scenario(args: argparse.Namespace) -> Scenario:
 
 
 def _max_context(args: argparse.Namespace) -> int | None:
-    """--max-context, else the context window of --model (None: no check)."""
+    """--max-context, else the context window of --hf-config's model (max_position_embeddings) or
+    of --model (None: no check)."""
     from cascade.serving.contexts import context_length
 
     if args.max_context is not None:
         return args.max_context if args.max_context > 0 else None
+    if getattr(args, "hf_config", None):
+        import json
+
+        config = json.loads(Path(args.hf_config).read_text())
+        inner = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+        window = config.get("max_position_embeddings", inner.get("max_position_embeddings"))
+        return window if isinstance(window, int) and not isinstance(window, bool) and window > 1 else None
     tokens, known = context_length(getattr(args, "model", "") or "")
     return tokens if known else None
 

@@ -34,6 +34,19 @@ def test_scenario_from_a_config_answers_ttft_and_tpot(tmp_path: Path) -> None:
     assert bad.returncode != 0 and "--gpu" in bad.stderr
 
 
+def test_the_context_limit_is_the_configs_own(tmp_path: Path) -> None:
+    """A described model's requests are held to its max_position_embeddings, not --model's window."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({**TINY, "max_position_embeddings": 16384}))
+    base = ("scenario", "--hf-config", str(cfg), "--gpu", "H100", "--concurrency", "4", "--requests", "8",
+            "--prompt", "2048", "--json")
+    ok = _cascade(*base, "--output", "4096")  # 6144 tokens: past 4096, within the config's 16384
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["completed"] == 8
+    over = _cascade(*base, "--output", "16384")
+    assert over.returncode != 0 and "16384" in over.stderr and "context" in over.stderr
+
+
 def test_validate_serving_scores_rows_per_model_and_gpu(tmp_path: Path) -> None:
     (tmp_path / "model_configs").mkdir()
     (tmp_path / "model_configs" / "tiny.json").write_text(json.dumps(TINY))

@@ -16,7 +16,8 @@ from cascade.llm.model import load_llm_calibration
 from cascade.serving.arrivals import Fixed, Uniform
 from cascade.serving.described import DescribedStepCost, described_kv
 from cascade.serving.kv import MODEL_SHAPES, KVConfig
-from cascade.serving.scenario import Scenario, resolve, run_scenario, simulate
+from cascade.serving.scenario import DrawnRequests, Scenario, draw_workload, resolve, run_scenario, simulate
+from cascade.serving.sim import SimulationInvariantError
 from cascade.serving.schedulers import Static, Vllm
 from cascade.serving.synthetic import synthetic_step_model
 
@@ -169,6 +170,23 @@ def test_closed_loop_keeps_at_most_n_in_flight_and_finishes_all(n: int, schedule
     for t in out.arrival_ns[n:]:
         before = ends[ends <= t]
         assert len(before) and t - before[-1] < 1e9
+
+
+def test_closed_loop_first_wave_is_in_time_order_and_disorder_is_refused() -> None:
+    # the first wave's client gaps are drawn at random; the simulation takes arrivals in order,
+    # so they are sorted (unsorted, a request arriving "in the past" once cut a fast-forwarded
+    # plan to nothing: IndexError in the serving protocol)
+    sc = Scenario(concurrency=256, n_requests=512, prompt=Fixed(tokens=64), output=Fixed(tokens=8))
+    wl = draw_workload(resolve(sc))
+    assert np.all(np.diff(wl.arrived_at[:256]) >= 0) and wl.client_gap_s is not None
+    kv = KVConfig(model=MODEL_SHAPES["llama-2-7b"], gpu_memory_bytes=80 << 30)
+    res = simulate(resolve(sc), synthetic_step_model(), kv, workload=wl)
+    assert np.all(res.finished_ns > 0) and np.array_equal(res.tokens_emitted, res.output_tokens)
+    disordered = wl.arrived_at.copy()
+    disordered[:256] = disordered[:256][::-1]
+    shuffled = DrawnRequests(disordered, wl.prompt_tokens, wl.output_tokens, wl.client_gap_s)
+    with pytest.raises(SimulationInvariantError, match="must not decrease"):
+        simulate(resolve(sc), synthetic_step_model(), kv, workload=shuffled)
 
 
 def test_closed_loop_defaults_to_ten_requests_per_client() -> None:

@@ -198,7 +198,7 @@ def draw_workload(rs: ResolvedScenario) -> DrawnRequests:
             _check_context(lens[0], lens[1], sc.max_context_tokens)
         gaps = np.random.default_rng(s_arr).exponential(CLIENT_GAP_MS / 1e3, n)
         first = np.zeros(n)
-        first[:sc.concurrency] = gaps[:sc.concurrency]
+        first[:sc.concurrency] = np.sort(gaps[:sc.concurrency])  # the simulation takes arrivals in order
         return DrawnRequests(first, lens[0].astype(np.int64), lens[1].astype(np.int64), gaps)
     expected = expected_arrivals(rs)
     if expected is not None and expected > MAX_REQUESTS:

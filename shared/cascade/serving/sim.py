@@ -197,6 +197,12 @@ class Simulation:
         self._gap = (np.zeros(n) if client_gap_ns is None else np.asarray(client_gap_ns, dtype=float)).tolist()
         for rid in range(self._released, n):
             self.arrival[rid] = math.inf
+        head = np.asarray(self.arrival[:self._released], dtype=float)
+        if head.size > 1 and np.any(np.diff(head) < 0):
+            rid = int(np.argmax(np.diff(head) < 0)) + 1
+            raise SimulationInvariantError(
+                f"arrival times must not decrease: request {rid} arrives at {head[rid]:.0f} ns, before "
+                f"request {rid - 1} at {head[rid - 1]:.0f} ns (sort the arrivals)")
         _, factory = SCHEDULERS.get(str(type(scheduler).__struct_config__.tag))
         self.sched: SchedulerImpl = factory(scheduler, self)
 
@@ -273,7 +279,9 @@ class Simulation:
             return
         plan = rep.plan
         if plan is not None and plan.k > 1 and self.sched.truncatable:
-            keep = bisect_left(plan.starts, t)
+            # steps starting before t are under way; the first step always is (it began when
+            # the plan was made, possibly at this very instant)
+            keep = max(1, bisect_left(plan.starts, t))
             if keep < plan.k:
                 plan.k = keep
                 del plan.ends[keep:]

@@ -18,6 +18,7 @@ DRIVER_NAMES = {
     "NVIDIA GB300": "SM103_GB300",
     "NVIDIA RTX PRO 6000 Blackwell Server Edition": "SM120_RTXPRO6000_SERVER",
     "NVIDIA RTX PRO 6000 Blackwell Workstation Edition": "SM120_RTXPRO6000_WS",
+    "NVIDIA A100-PG509-200": "SM80_A100_SXM_40GB",  # an OEM part name in real traces (issue 45)
 }
 NVLINK_BOARDS = ("SM80_A100", "SM80_A100_SXM_40GB", "SM90_H100", "SM90_H200", "SM90_GH200", "SM100_B200",
                  "SM103_B300", "SM100_GB200", "SM103_GB300")

@@ -79,6 +79,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     s.add_argument("--max-num-batched-tokens", type=int, default=8192)
     s.add_argument("--max-num-seqs", type=int, default=256)
     s.add_argument("--no-chunked-prefill", action="store_true")
+    s.add_argument("--no-async-scheduling", action="store_true",
+                   help="vLLM without async scheduling (the 0.12 series, or --no-async-scheduling there): a "
+                        "request arriving during a step joins the next one, and a step's host work adds to its "
+                        "GPU time instead of hiding behind it")
     s.add_argument("--batch-size", type=int, default=8, help="static scheduler batch size")
     s.add_argument("--model", choices=sorted(MODEL_SHAPES), default="llama-2-7b",
                    help="model shape for the KV-cache size")
@@ -132,7 +136,8 @@ def build_scenario(args: argparse.Namespace) -> Scenario:
     scheduler: Any = (Static(batch_size=args.batch_size) if args.scheduler == "static" else
                       Vllm(max_num_batched_tokens=args.max_num_batched_tokens,
                            max_num_seqs=args.max_num_seqs,
-                           enable_chunked_prefill=not args.no_chunked_prefill))
+                           enable_chunked_prefill=not args.no_chunked_prefill,
+                           async_scheduling=not args.no_async_scheduling))
     n = args.requests
     if n is None and args.duration is None and not args.trace and args.concurrency is None:
         n = 1000
@@ -202,7 +207,8 @@ def described(args: argparse.Namespace) -> tuple[DescribedStepCost, KVConfig]:
         kv_dtype=args.kv_dtype, tp=args.tp, ep=args.ep, calibration=args.llm_calibration,
         max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
         gpu_memory_utilization=args.gpu_memory_utilization, block_size=args.block_size,
-        num_gpu_blocks_override=args.num_gpu_blocks, label=str(path))
+        num_gpu_blocks_override=args.num_gpu_blocks, label=str(path),
+        async_scheduling=args.scheduler != "vllm" or not args.no_async_scheduling)
     return served.cost, served.kv
 
 

@@ -11,14 +11,21 @@ import pytest
 from cascade.errors import ValidationError
 from cascade.gpus import default_registry
 from cascade.llm import work
-from cascade.llm.describe import describe_model, overhead_ns, step_table, step_time_ns
+from cascade.llm.describe import describe_model, host_ns, overhead_ns, step_table, step_time_ns
 from cascade.llm.model import load_llm_calibration
 from cascade.serving.arrivals import Fixed, Uniform
 from cascade.serving.described import DescribedStepCost, described_kv
 from cascade.serving.kv import MODEL_SHAPES, KVConfig
-from cascade.serving.scenario import DrawnRequests, Scenario, draw_workload, resolve, run_scenario, simulate
-from cascade.serving.sim import SimulationInvariantError
+from cascade.serving.scenario import (
+    DrawnRequests,
+    Scenario,
+    draw_workload,
+    resolve,
+    run_scenario,
+    simulate,
+)
 from cascade.serving.schedulers import Static, Vllm
+from cascade.serving.sim import SimulationInvariantError
 from cascade.serving.synthetic import synthetic_step_model
 
 LLAMA_8B: dict[str, Any] = {
@@ -136,6 +143,14 @@ def test_the_tabulated_step_cost_agrees_with_step_time() -> None:
     assert tab == pytest.approx(exact, rel=0.05)
     dec = cost.decode_steps_ns(np.array([48.0, 48.0]), np.array([ctx.sum(), ctx.sum() + 48.0]))
     assert dec[0] == pytest.approx(step_time_ns(desc, spec, cal, decode_contexts=ctx), rel=0.05)
+    # synchronous scheduling (vLLM 0.12): the step's host work adds to its GPU time instead of
+    # hiding behind it, by exactly the host time where the GPU's is the longer
+    sync = DescribedStepCost(desc, spec, cal, max_tokens=2048, max_seqs=64, async_scheduling=False)
+    slow = step_time_ns(desc, spec, cal, prefill=[(512, 0)], decode_contexts=ctx, async_scheduling=False)
+    assert sync.mixed_step_ns([(512, 0)], 48, int(ctx.sum())) == pytest.approx(slow, rel=0.05)
+    assert slow - exact == pytest.approx(float(host_ns(49)), rel=1e-6)
+    one = sync.decode_steps_ns(np.array([1.0]), np.array([100.0]))[0]
+    assert one > cost.decode_steps_ns(np.array([1.0]), np.array([100.0]))[0] >= float(host_ns(1))
     assert dec[1] >= dec[0]
     kv = described_kv(desc, spec)
     tokens = kv.num_blocks() * kv.block_size

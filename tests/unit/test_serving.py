@@ -36,7 +36,7 @@ from cascade.serving import (
 )
 from cascade.serving.capacity import max_rate, min_replicas
 from cascade.serving.metrics import records_csv
-from cascade.serving.scenario import draw_workload, resolve, simulate
+from cascade.serving.scenario import DrawnRequests, draw_workload, resolve, simulate
 from cascade.serving.stepmodel import Law
 from cascade.serving.synthetic import SyntheticLaw, synthetic_step_model
 
@@ -63,7 +63,7 @@ scenarios = st.builds(
     sched=st.one_of(
         st.builds(Vllm, max_num_batched_tokens=st.integers(16, 600),
                   max_num_seqs=st.integers(1, 12), enable_chunked_prefill=st.just(True),
-                  long_prefill_token_threshold=st.sampled_from([0, 0, 64])),
+                  long_prefill_token_threshold=st.sampled_from([0, 0, 64]), async_scheduling=st.booleans()),
         st.builds(Static, batch_size=st.integers(1, 6), drop_finished=st.booleans())),
     router=st.sampled_from([RoundRobin(), LeastOutstanding()]),
     seed=st.integers(0, 2**32 - 1),
@@ -116,6 +116,28 @@ def test_fast_forward_matches_single_stepping(sc: Scenario, blocks: int) -> None
     np.testing.assert_allclose(a.first_token_ns, b.first_token_ns, rtol=1e-12)
     assert np.array_equal(a.preemptions, b.preemptions)
     np.testing.assert_allclose(np.sort(a.itl_ns), np.sort(b.itl_ns), rtol=1e-9)
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_async_scheduling_admits_a_request_one_step_later(fast_forward: bool) -> None:
+    # one long request decoding; a second arrives in the middle of its 20th step. Synchronous
+    # scheduling takes it into the next step; async scheduling built that one already, while
+    # the 20th ran, so the second waits for the step after (vLLM's AsyncScheduler)
+    first: dict[bool, float] = {}
+    for overlap in (False, True):
+        sc = Scenario(n_requests=2, prompt=Fixed(tokens=16), output=Fixed(tokens=200),
+                      scheduler=Vllm(async_scheduling=overlap))
+        rs = resolve(sc)
+        probe = simulate(rs, MODEL, kv_blocks(200), workload=DrawnRequests(
+            np.array([0.0, 1e9]), np.array([16, 16]), np.array([200, 1])), fast_forward=fast_forward)
+        ends = probe.step_ends[0]
+        mid = (ends[19] + ends[20]) / 2 / 1e9
+        out = simulate(rs, MODEL, kv_blocks(200), workload=DrawnRequests(
+            np.array([0.0, mid]), np.array([16, 16]), np.array([200, 1])), fast_forward=fast_forward)
+        step = int(np.searchsorted(out.step_ends[0], out.first_scheduled_ns[1] + 1e-3))
+        first[overlap] = step
+        assert np.array_equal(out.tokens_emitted, out.output_tokens)
+    assert first[False] == 21 and first[True] == 22
 
 
 def test_preemption_happens_and_requests_still_complete() -> None:

@@ -72,6 +72,7 @@ from cascade.serving.requests import (
     SCENARIO_REQUEST_SCHEMA,
     ScenarioAnswer,
     ScenarioRequest,
+    async_scheduling,
     build_scenario,
     check_selection,
     compute,
@@ -174,7 +175,7 @@ async def _described(request: web.Request, req: ScenarioRequest, scenario: Scena
             gpu_memory_utilization=kv.gpu_memory_utilization,  # type: ignore[attr-defined]
             block_size=kv.block_size, num_gpu_blocks_override=kv.num_gpu_blocks_override,  # type: ignore[attr-defined]
             label=name or "inline config", typical_prompt=prompt if isinstance(prompt, int) else 1024,
-            typical_batch=req.concurrency or 64)
+            typical_batch=req.concurrency or 64, async_scheduling=async_scheduling(req))
     except ValidationError as exc:
         raise _description_field(exc) from None
     if served.context_tokens is not None:

@@ -20,6 +20,8 @@ Each aggregated (``mode`` = ``agg``) row becomes one closed-loop scenario:
   a closed loop, each request ``isl`` tokens in and ``osl`` out, ``requests_per_client`` x N
   requests; vLLM V1 scheduling with max_num_batched_tokens 8192 and max_num_seqs 1024 (the
   API server's defaults on 80 GB-class GPUs);
+- engine: vLLM's async scheduling where the row's ``backend_version`` turns it on by default
+  (0.14 and later, or no version recorded: :data:`ASYNC_SCHEDULING_FROM`), else synchronous;
 - compared: the simulated mean TTFT and mean TPOT with ``silicon_ttft_ms`` /
   ``silicon_tpot_ms`` (the source does not say whether those are means or medians).
 
@@ -65,6 +67,13 @@ MAX_NUM_BATCHED_TOKENS = 8192
 MAX_NUM_SEQS = 1024
 #: Requests each closed-loop client sends by default (the whole run: this x concurrency).
 REQUESTS_PER_CLIENT = 5
+#: First vLLM release whose engine resolves an unset ``async_scheduling`` to on (vLLM PR #27614,
+#: the last item of its async-scheduling plan, issue #27679); the 0.11 / 0.12 series schedule
+#: synchronously unless told otherwise.
+ASYNC_SCHEDULING_FROM = (0, 14)
+#: A row's measured TPOT under this fraction of the slowest TPOT its deployment (backend, model,
+#: GPU, TP, EP, ISL, OSL) measured at a lower concurrency marks the load as not reached.
+LOAD_NOT_REACHED = 0.7
 
 _CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
 
@@ -92,6 +101,10 @@ class ServingRow(msgspec.Struct, frozen=True, kw_only=True):
     roofline_ttft_ms: float
     roofline_tpot_ms: float
     preemptions: int = 0
+    load_not_reached: bool = False
+    """Measured TPOT below :data:`LOAD_NOT_REACHED` of the same deployment's at a lower
+    concurrency: more clients cannot make a GPU-bound decode faster, so the engine did not run
+    the load the row names (clients or admission holding requests back); scored apart."""
 
 
 class ServingScore(msgspec.Struct, frozen=True, kw_only=True):
@@ -110,6 +123,12 @@ class ServingScore(msgspec.Struct, frozen=True, kw_only=True):
     group_mean_ttft_mape_pct: float | None
     """Leave-one-out mean of the group's other rows (None: a group of one)."""
     group_mean_tpot_mape_pct: float | None
+    n_load_not_reached: int = 0
+    """Rows whose measured TPOT says the engine did not run the load they name (see
+    :attr:`ServingRow.load_not_reached`)."""
+    ttft_mape_pct_reached: float | None = None
+    """TTFT / TPOT MAPE over the rest (None: none left)."""
+    tpot_mape_pct_reached: float | None = None
 
 
 class ServingReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -165,6 +184,15 @@ def _quants(row: Mapping[str, str], config: Mapping[str, Any]) -> tuple[str, str
         if q not in work.LLM_DTYPES:
             raise ValidationError(f"row {row.get('id', '?')}: unknown quantisation {q!r}", field="gemm_quant_mode")
     return gemm, moe
+
+
+def async_scheduling_of(row: Mapping[str, str]) -> bool:
+    """Whether the row's vLLM ran with async scheduling (its version's default; none recorded:
+    the current default, on)."""
+    found = re.match(r"\s*(\d+)\.(\d+)", row.get("backend_version") or "")
+    if not found:
+        return True
+    return (int(found.group(1)), int(found.group(2))) >= ASYNC_SCHEDULING_FROM
 
 
 def concurrency_of(row: Mapping[str, str]) -> int:
@@ -240,19 +268,20 @@ def evaluate(rows: list[dict[str, str]], configs: Mapping[str, Mapping[str, Any]
         except ValidationError as exc:
             skipped.append(f"{rid}: {exc}")
             continue
-        key = (model, spec.id, quant, moe_quant, tp, ep)
+        overlap = async_scheduling_of(row)
+        key = (model, spec.id, quant, moe_quant, tp, ep, overlap)
         source = sources.get(key)
         if source is None:
             # left_out: the GPU's own LLM surfaces removed, as for a GPU never measured
             use = without_gpus(cal, frozenset({spec.id})) if left_out else cal
             source = DescribedStepCost(desc, spec, use, max_tokens=MAX_NUM_BATCHED_TOKENS, max_seqs=MAX_NUM_SEQS,
-                                       calibration_digest=digest)
+                                       calibration_digest=digest, async_scheduling=overlap)
             sources[key] = source
         try:
             kv = described_kv(desc, spec, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS, max_num_seqs=MAX_NUM_SEQS)
             sc = Scenario(concurrency=n, n_requests=requests_per_client * n, prompt=Fixed(tokens=isl),
                           output=Fixed(tokens=osl), scheduler=Vllm(max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
-                                                                   max_num_seqs=MAX_NUM_SEQS))
+                                                                   max_num_seqs=MAX_NUM_SEQS, async_scheduling=overlap))
             res = run_scenario(sc, source, kv)
         except ValidationError as exc:
             skipped.append(f"{rid}: {exc}")
@@ -264,7 +293,21 @@ def evaluate(rows: list[dict[str, str]], configs: Mapping[str, Mapping[str, Any]
                               roofline_ttft_ms=rt, roofline_tpot_ms=rp, preemptions=res.preemptions))
         if log is not None:
             log(f"{rid}: TTFT {ttft:.1f} -> {res.ttft_ms.mean:.1f} ms, TPOT {tpot:.2f} -> {res.tpot_ms.mean:.2f} ms")
+    out = flag_load_not_reached(out)
     return ServingReport(scores=score(out), rows=out, skipped=skipped)
+
+
+def flag_load_not_reached(rows: list[ServingRow]) -> list[ServingRow]:
+    """Each row with :attr:`ServingRow.load_not_reached` set from its deployment's other rows."""
+    slowest: dict[tuple[Any, ...], list[tuple[int, float]]] = {}
+    for r in rows:
+        slowest.setdefault((r.backend, r.model, r.gpu, r.tp, r.ep, r.isl, r.osl), []).append((r.concurrency, r.tpot_ms))
+    out = []
+    for r in rows:
+        lower = [t for c, t in slowest[(r.backend, r.model, r.gpu, r.tp, r.ep, r.isl, r.osl)] if c < r.concurrency]
+        flag = bool(lower) and r.tpot_ms < LOAD_NOT_REACHED * max(lower)
+        out.append(msgspec.structs.replace(r, load_not_reached=flag) if flag else r)
+    return out
 
 
 def score(rows: list[ServingRow]) -> list[ServingScore]:
@@ -285,11 +328,14 @@ def score(rows: list[ServingRow]) -> list[ServingScore]:
             k = len(rs)
             gt = float(np.mean(_ape((mt.sum() - mt) / (k - 1), mt)))
             gp = float(np.mean(_ape((mp.sum() - mp) / (k - 1), mp)))
+        ok = np.array([not r.load_not_reached for r in rs])
         out.append(ServingScore(backend=backend, model=model, gpu=gpu, n=len(rs), ttft_mape_pct=float(et.mean()),
                                 tpot_mape_pct=float(ep.mean()), ttft_median_ape_pct=float(np.median(et)),
                                 tpot_median_ape_pct=float(np.median(ep)), roofline_ttft_mape_pct=float(bt.mean()),
                                 roofline_tpot_mape_pct=float(bp.mean()), group_mean_ttft_mape_pct=gt,
-                                group_mean_tpot_mape_pct=gp))
+                                group_mean_tpot_mape_pct=gp, n_load_not_reached=int((~ok).sum()),
+                                ttft_mape_pct_reached=float(et[ok].mean()) if ok.any() else None,
+                                tpot_mape_pct_reached=float(ep[ok].mean()) if ok.any() else None))
     return out
 
 

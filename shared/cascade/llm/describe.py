@@ -421,6 +421,20 @@ def overhead_ns(desc: ModelDescription, spec: GPUSpec, tokens: np.ndarray | floa
       :data:`SAMPLER_FIXED_NS`;
     - the host: :data:`STEP_HOST_NS` + :data:`STEP_HOST_PER_SEQUENCE_NS` per sequence.
     """
+    return gpu_overhead_ns(desc, spec, tokens, sequences) + host_ns(sequences)
+
+
+def host_ns(sequences: np.ndarray | float) -> np.ndarray:
+    """Host time of one step (ns): :data:`STEP_HOST_NS` + :data:`STEP_HOST_PER_SEQUENCE_NS` per
+    scheduled sequence. With vLLM's async scheduling it overlaps the GPU's work of the step
+    before, so a step takes the longer of the two."""
+    return np.asarray(STEP_HOST_NS + STEP_HOST_PER_SEQUENCE_NS * np.asarray(sequences, dtype=np.float64),
+                      dtype=np.float64)
+
+
+def gpu_overhead_ns(desc: ModelDescription, spec: GPUSpec, tokens: np.ndarray | float,
+                    sequences: np.ndarray | float) -> np.ndarray:
+    """The GPU part of :func:`overhead_ns`: elementwise streams and the sampler."""
     t = np.asarray(tokens, dtype=np.float64)
     s = np.asarray(sequences, dtype=np.float64)
     bw = spec.bandwidth_bps * STREAM_EFFICIENCY
@@ -430,19 +444,23 @@ def overhead_ns(desc: ModelDescription, spec: GPUSpec, tokens: np.ndarray | floa
     stream = t * (desc.n_dense_layers * per_token_dense + desc.n_moe_layers * per_token_moe) / bw * 1e9
     floor = desc.layers * ELEMENTWISE_KERNELS_PER_LAYER * ELEMENTWISE_FLOOR_NS
     sampler = s * (desc.vocab / desc.tp) * 4 * 3 / bw * 1e9 + SAMPLER_FIXED_NS
-    host = STEP_HOST_NS + STEP_HOST_PER_SEQUENCE_NS * s
-    return np.asarray(np.maximum(stream, floor) + sampler + host, dtype=np.float64)
+    return np.asarray(np.maximum(stream, floor) + sampler, dtype=np.float64)
 
 
 def step_time_ns(desc: ModelDescription, spec: GPUSpec, cal: LlmCalibration, *,
                  prefill: Sequence[tuple[int, int]] = (),
-                 decode_contexts: np.ndarray | Sequence[int] = ()) -> float:
+                 decode_contexts: np.ndarray | Sequence[int] = (), async_scheduling: bool = True) -> float:
     """Wall time of one engine step (ns): every row of :func:`step_table` at its model time
-    times its ``repeat``, plus :func:`overhead_ns`."""
+    times its ``repeat``, plus :func:`gpu_overhead_ns`, and :func:`host_ns` on top
+    (``async_scheduling`` False) or hidden behind that GPU time where it is shorter (True: vLLM
+    builds the next step while this one runs)."""
     table = step_table(desc, prefill=prefill, decode_contexts=decode_contexts)
     times = model_times(table, spec, cal).model_ns
     total = float(np.sum(times * table["repeat"]))
     ctx = np.asarray(decode_contexts)
     chunks = len(prefill)
     tokens = sum(int(p[0]) for p in prefill) + int(ctx.size)
-    return max(total, 0.0) + float(overhead_ns(desc, spec, tokens, chunks + int(ctx.size)))
+    seqs = chunks + int(ctx.size)
+    gpu = max(total, 0.0) + float(gpu_overhead_ns(desc, spec, tokens, seqs))
+    host = float(host_ns(seqs))
+    return max(gpu, host) if async_scheduling else gpu + host

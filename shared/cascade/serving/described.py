@@ -56,17 +56,23 @@ class DescribedStepCost:
     """
 
     def __init__(self, desc: d.ModelDescription, spec: GPUSpec, cal: LlmCalibration, *,
-                 max_tokens: int = 8192, max_seqs: int = 256, calibration_digest: str | None = None) -> None:
+                 max_tokens: int = 8192, max_seqs: int = 256, calibration_digest: str | None = None,
+                 async_scheduling: bool = True) -> None:
         self.desc = desc
         self.spec = spec
         self.cal = cal
+        self.async_scheduling = async_scheduling
+        """The engine builds the next step while this one runs (vLLM's async scheduling, on by
+        default): a step takes max(GPU, host) instead of GPU + host."""
         digest = calibration_digest or cal.digest()
         self.source = f"described: {desc.label()} on {spec.id} (LLM calibration {cal.id} {digest})"
         self.basis: dict[str, Any] = {
             "workload": desc.label(), "model_type": desc.model_type, "gpu": spec.id, "gpu_name": spec.name,
             "llm_calibration": {"id": cal.id, "version": cal.version, "digest": digest},
             "step_time": "cascade.llm.describe.step_time_ns at each step's shape (LLM-operator rows at "
-                         "vLLM 0.24 CUDA-graph layer times, plus the documented per-step overhead)"}
+                         "vLLM 0.24 CUDA-graph layer times, plus the documented per-step overhead; "
+                         + ("the host's share hidden behind the GPU's by async scheduling)" if async_scheduling
+                            else "the host's share added: synchronous scheduling)")}
         self.rows_timed = 0
         self._tg = _grid(max(max_tokens, max_seqs), _T_EXACT, _T_PER_OCTAVE)
         self._bg = _grid(max_seqs, _B_EXACT, _B_PER_OCTAVE)
@@ -99,8 +105,8 @@ class DescribedStepCost:
         if decode_batch:
             total += float(self._decode_ns(np.array([float(decode_batch)]),
                                            np.array([decode_context / decode_batch]))[0])
-        total += float(d.overhead_ns(self.desc, self.spec, tokens, seqs))
-        return total
+        total += float(d.gpu_overhead_ns(self.desc, self.spec, tokens, seqs))
+        return float(self._with_host(np.asarray([total]), np.asarray([float(seqs)]))[0])
 
     def decode_steps_ns(self, decode_batch: np.ndarray, decode_context: np.ndarray) -> np.ndarray:
         """Pure-decode steps, one per entry: the batch and the sum of its contexts."""
@@ -111,9 +117,15 @@ class DescribedStepCost:
         if not live.any():
             return out
         bl = b[live]
-        out[live] = (self._interp_many(self._lin, bl) + self._interp_many(self._head, bl)
-                     + self._decode_ns(bl, ctx[live] / bl) + d.overhead_ns(self.desc, self.spec, bl, bl))
+        gpu = (self._interp_many(self._lin, bl) + self._interp_many(self._head, bl)
+               + self._decode_ns(bl, ctx[live] / bl) + d.gpu_overhead_ns(self.desc, self.spec, bl, bl))
+        out[live] = self._with_host(gpu, bl)
         return out
+
+    def _with_host(self, gpu: np.ndarray, seqs: np.ndarray) -> np.ndarray:
+        """Step wall time from its GPU time and its sequences' host work."""
+        host = d.host_ns(seqs)
+        return np.asarray(np.maximum(gpu, host) if self.async_scheduling else gpu + host, dtype=float)
 
     # ---- the tabulated parts ------------------------------------------------------------
     def _timed(self, rows: list[dict[str, Any]]) -> np.ndarray:

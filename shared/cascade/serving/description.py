@@ -198,7 +198,8 @@ def describe_serving(config: dict[str, Any], spec: GPUSpec, *, quant: str = "bf1
                      max_num_batched_tokens: int = 8192, max_num_seqs: int = 256,
                      gpu_memory_utilization: float = 0.9, block_size: int = 16,
                      num_gpu_blocks_override: int | None = None, label: str = "",
-                     typical_prompt: int = 1024, typical_batch: int = 64) -> DescribedServing:
+                     typical_prompt: int = 1024, typical_batch: int = 64,
+                     async_scheduling: bool = True) -> DescribedServing:
     """The step-time source, KV cache and basis of ``config`` on ``spec``.
 
     ``typical_prompt`` / ``typical_batch`` shape the step whose rows the expected kernel error
@@ -215,7 +216,8 @@ def describe_serving(config: dict[str, Any], spec: GPUSpec, *, quant: str = "bf1
                               "head_dim", field="head_dim")
     desc = describe_model(config, quant=quant, moe_quant=moe_quant, kv_dtype=kv_dtype, tp=tp, ep=ep)
     cal = load_llm_calibration(calibration)
-    cost = DescribedStepCost(desc, spec, cal, max_tokens=max_num_batched_tokens, max_seqs=max_num_seqs)
+    cost = DescribedStepCost(desc, spec, cal, max_tokens=max_num_batched_tokens, max_seqs=max_num_seqs,
+                             async_scheduling=async_scheduling)
     if label:
         cost.basis["config"] = label
     kv = described_kv(desc, spec, gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,

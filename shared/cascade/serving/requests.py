@@ -387,6 +387,11 @@ def scheduler_limits(req: ScenarioRequest) -> tuple[int, int]:
     return (int(getattr(settings, "max_num_batched_tokens", 8192)), int(getattr(settings, "max_num_seqs", 256)))
 
 
+def async_scheduling(req: ScenarioRequest) -> bool:
+    """Whether the request's scheduler builds the next step while one runs (vLLM's default)."""
+    return bool(getattr(getattr(req.scheduler, "settings", None), "async_scheduling", True))
+
+
 # ---- running and the answer -------------------------------------------------------------------
 
 def compute(req: ScenarioRequest, scenario: Scenario, model: StepTimeModel | StepTimeSource, kv: KVConfig,

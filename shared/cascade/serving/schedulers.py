@@ -30,6 +30,12 @@ class Vllm(msgspec.Struct, frozen=True, kw_only=True, tag="vllm", tag_field="kin
     with budget for all of it."""
     long_prefill_token_threshold: Annotated[int, msgspec.Meta(ge=0)] = 0
     """Cap on one request's prefill tokens per step (0 = no cap)."""
+    async_scheduling: bool = True
+    """vLLM's async scheduling (on by default in current vLLM; off in the 0.12 series and with
+    pipeline parallelism): the next step is built while this one runs, so a request arriving
+    during a step joins the step after the next, and a step's host work (scheduling, input
+    preparation, output processing) hides behind the GPU's (a described model's step costs
+    max(GPU, host), not GPU + host). A traced step law keeps the host time it measured."""
 
 
 class Static(msgspec.Struct, frozen=True, kw_only=True, tag="static", tag_field="kind"):

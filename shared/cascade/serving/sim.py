@@ -77,6 +77,8 @@ class Replica:
         "index",
         "kv_area",
         "kv_max",
+        "last_end",
+        "last_start",
         "num_blocks",
         "plan",
         "preemptions",
@@ -101,6 +103,10 @@ class Replica:
         self.busy_ns = 0.0
         self.preemptions = 0
         self.steps_log: list[tuple[float, float, int, int, int]] = []
+        self.last_start = -math.inf
+        """Start and end of the replica's last finished step (async scheduling: a request that
+        arrived between them came after the next step was already built)."""
+        self.last_end = -math.inf
 
 
 @dataclass
@@ -145,6 +151,9 @@ class SimOutcome:
 
 class SchedulerImpl(Protocol):
     truncatable: bool
+    lookahead: bool
+    """The next step is built while this one runs (vLLM's async scheduling): a request that
+    arrives during a step joins the step after the next."""
 
     def schedule(self, rep: Replica, t: float) -> _Plan | None: ...
 
@@ -248,6 +257,8 @@ class Simulation:
                 if b != rep.version or done is None:
                     continue
                 rep.plan = None
+                rep.last_start = done.starts[done.k - 1]
+                rep.last_end = t
                 sched.complete(rep, done, t)
                 self.push(t, PRIO_SCHEDULE, _EV_SCHEDULE, a, 0)
             elif kind == _EV_SCHEDULE:
@@ -282,6 +293,8 @@ class Simulation:
             # steps starting before t are under way; the first step always is (it began when
             # the plan was made, possibly at this very instant)
             keep = max(1, bisect_left(plan.starts, t))
+            if self.sched.lookahead:  # async scheduling: the step after the current one is built already
+                keep += 1
             if keep < plan.k:
                 plan.k = keep
                 del plan.ends[keep:]
@@ -363,6 +376,7 @@ class VllmScheduler:
     def __init__(self, cfg: Vllm, sim: Simulation) -> None:
         self.cfg = cfg
         self.sim = sim
+        self.lookahead = cfg.async_scheduling
 
     def schedule(self, rep: Replica, t: float) -> _Plan | None:
         sim = self.sim
@@ -416,11 +430,19 @@ class VllmScheduler:
             budget -= nt
             i += 1
         admitted = False
+        deferred = False
         if not preempted:
             max_seqs = cfg.max_num_seqs
             chunked = cfg.enable_chunked_prefill
+            # async scheduling: this step was built while the last one ran, so whoever arrived
+            # during that one waits for the next (unless nothing else would run: an idle engine
+            # builds a step at once)
+            late = rep.last_start if self.lookahead and sched else math.inf
             while waiting and budget > 0 and len(running) < max_seqs:
                 rid = waiting[0]
+                if late < sim.arrival[rid] <= rep.last_end:
+                    deferred = True
+                    break
                 nt = ntok[rid] - comp[rid]
                 if not chunked and nt > budget:
                     break
@@ -464,7 +486,7 @@ class VllmScheduler:
             ext.decode_batch[0] = min(ext.decode_batch[0], nb)
         cost = sim.cost
         used = rep.num_blocks - free
-        if preempted or admitted or ptok or nb != len(running) or not sim.fast_forward:
+        if preempted or admitted or deferred or ptok or nb != len(running) or not sim.fast_forward:
             d = cost.mixed_step_ns(chunks, nb, bctx)
             return _Plan(sched, [t], [t + d], False, used)
         # Pure decode of every running request: extend while nothing can change.
@@ -563,6 +585,7 @@ class StaticScheduler:
     """Fixed batches run to completion (see :class:`cascade.serving.schedulers.Static`)."""
 
     truncatable = False
+    lookahead = False
 
     def __init__(self, cfg: Static, sim: Simulation) -> None:
         self.cfg = cfg

@@ -128,7 +128,7 @@ async def stream_ids(bus: Any, run: dict[str, Any]) -> list[int]:
     from nats.js.errors import ServiceUnavailableError
 
     from cascade.platform import subjects
-    from services.api.routes.runs import run_event_data, sim_event_data
+    from cascade.platform.runevents import run_event_data, sim_event_data
 
     filters = [subjects.run_events(run["id"]), *(subjects.sim_events(s) for s in run["sim_ids"])]
     info = await bus.jsm.add_consumer(subjects.EVENTS_STREAM, config=jsapi.ConsumerConfig(

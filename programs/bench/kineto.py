@@ -27,9 +27,9 @@ def run(args: argparse.Namespace) -> int:
     import msgspec
     import numpy as np
 
-    from cascade.engine import ops
+    from cascade import opfamilies as ops
+    from cascade.traces.chrome import read_chrome_trace
     from cascade.traces.kinetogen import KinetoTruth, write_kineto_trace
-    from cascade.traces.timeline import read_chrome_trace
 
     folder = args.dir or Path(tempfile.gettempdir()) / "cascade-bench-kineto"
     folder.mkdir(parents=True, exist_ok=True)

@@ -114,7 +114,8 @@ def load(path: Path = TABLE) -> KernelTable:
 
 def step_ms(table: KernelTable, targets: tuple[str, ...] = TARGETS) -> dict[str, dict[str, float]]:
     """Per target: the predicted step (``all``) and each op family's share, ms."""
-    from cascade.engine import ops, predict_many
+    from cascade import opfamilies as ops
+    from cascade.engine import predict_many
 
     preds = predict_many(table, list(targets), model="analytical")
     fam = np.asarray(ops.FAMILIES, dtype=object)[ops.families(table["op"], table["name"])]

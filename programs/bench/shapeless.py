@@ -82,7 +82,8 @@ def family_ratios(source: str = "SM70_V100_SXM2",
                   targets: tuple[str, ...] = ("SM80_A100", "SM90_H100")
                   ) -> dict[str, dict[str, float]]:
     """Per kernel family (and ``all``): source time / predicted target time, by target."""
-    from cascade.engine import ops, predict_many
+    from cascade import opfamilies as ops
+    from cascade.engine import predict_many
 
     table = shapeless_resnet_table()
     preds = predict_many(table, list(targets), source=source)

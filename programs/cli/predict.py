@@ -290,7 +290,7 @@ class _IpcSpool:
 
 
 def _reasons(flags: Any) -> dict[str, int]:
-    from cascade.engine.perf import describe_flags
+    from cascade.engine.extrapolation import describe_flags
 
     return {} if flags is None else describe_flags(flags)
 

@@ -370,8 +370,8 @@ async def wait_rank_files(folder: Path, before: dict[Path, tuple[int, int]], ran
 
 def import_ranks(files: list[Path]) -> tuple[Any, int, str, list[str]]:
     """Every rank's trace as one kernel table: (table, stream stride, device, warnings)."""
+    from cascade.traces.chrome import read_chrome_trace
     from cascade.traces.ranks import merge_rank_timelines
-    from cascade.traces.timeline import read_chrome_trace
 
     timelines = [read_chrome_trace(p) for p in files]
     table, stride = merge_rank_timelines(timelines)

@@ -1,26 +1,22 @@
 """The api application factory.
 
 :func:`create_app` builds the aiohttp application: typed ``AppKey`` state,
-error/auth/metrics middlewares, and every route module found in
-``services/api/routes/``. A route module defines ``routes: web.RouteTableDef``
-and optionally ``setup(app)`` (sync: called now; async: run at startup; async
-generator: added to ``cleanup_ctx``) and ``openapi: list[dict]`` extra
-operations. Adding an endpoint means adding a module, never editing this file.
+error/auth/metrics middlewares, and the route modules of :data:`ROUTES`. A route module
+defines ``routes: web.RouteTableDef`` (handlers only: bodies in ``services.api.schemas``,
+logic in the library or a small module of the api) and, where it needs app state, a sync
+``setup(app)``; adding a route module means listing it here.
 """
 
 from __future__ import annotations
 
-import importlib
-import inspect
-import pkgutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-import services.api.routes as routes_pkg
 from cascade.platform.bus import Bus
 from cascade.platform.runtime import new_registry
 from cascade.platform.settings import Settings
@@ -36,18 +32,39 @@ from services.api.keys import (
     STORAGE,
 )
 from services.api.openapi import build_openapi, route_defs_of
+from services.api.routes import configs, health, runs, scenarios, signin, traces, ui, v1
+
+
+@dataclass(frozen=True)
+class RouteModule:
+    """One route module: its routes and what it installs on the app before they serve."""
+
+    module: ModuleType
+    routes: web.RouteTableDef
+    setup: Callable[[web.Application], None] | None = None
+
+    @property
+    def name(self) -> str:
+        """The module's short name: the routes' default OpenAPI tag and operation-id prefix."""
+        return self.module.__name__.rsplit(".", 1)[-1]
+
+
+#: Every route module, in the order its setup runs and its routes are added.
+ROUTES: tuple[RouteModule, ...] = (
+    RouteModule(configs, configs.routes, configs.setup),
+    RouteModule(health, health.routes, health.setup),
+    RouteModule(runs, runs.routes, runs.setup),
+    RouteModule(scenarios, scenarios.routes, scenarios.setup),
+    RouteModule(signin, signin.routes, signin.setup),
+    RouteModule(traces, traces.routes, traces.setup),
+    RouteModule(ui, ui.routes),
+    RouteModule(v1, v1.routes, v1.setup),
+)
 
 
 def route_modules() -> list[ModuleType]:
-    """Every module of ``services.api.routes`` that defines ``routes`` (sorted by name)."""
-    found = []
-    for info in sorted(pkgutil.iter_modules(routes_pkg.__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{routes_pkg.__name__}.{info.name}")
-        if isinstance(getattr(module, "routes", None), web.RouteTableDef):
-            found.append(module)
-    return found
+    """The modules of :data:`ROUTES`, in order."""
+    return [r.module for r in ROUTES]
 
 
 def create_app(
@@ -78,24 +95,11 @@ def create_app(
         app[SERVICE_STATUS] = service_status
 
     defs: list[tuple[str, str, Any, str]] = []
-    extra: list[dict[str, Any]] = []
-    names: list[str] = []
-    for module in route_modules():
-        short = module.__name__.rsplit(".", 1)[-1]
-        table: web.RouteTableDef = module.routes
-        app.add_routes(table)
-        defs.extend(route_defs_of(short, table))
-        extra.extend(getattr(module, "openapi", []) or [])
-        names.append(short)
-        setup = getattr(module, "setup", None)
-        if setup is None:
-            continue
-        if inspect.isasyncgenfunction(setup):
-            app.cleanup_ctx.append(setup)
-        elif inspect.iscoroutinefunction(setup):
-            app.on_startup.append(setup)
-        else:
-            setup(app)
-    app[ROUTE_MODULES] = names
-    app[OPENAPI] = build_openapi(defs, extra, auth_enabled=bool(settings.api_tokens))
+    for route in ROUTES:
+        app.add_routes(route.routes)
+        defs.extend(route_defs_of(route.name, route.routes))
+        if route.setup is not None:
+            route.setup(app)
+    app[ROUTE_MODULES] = [route.name for route in ROUTES]
+    app[OPENAPI] = build_openapi(defs, auth_enabled=bool(settings.api_tokens))
     return app

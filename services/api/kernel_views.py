@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from cascade.kerneltable import KernelTable
 from cascade.platform.bundlecache import bundle_kernels, fetch_bundle
 from cascade.platform.state import TraceRecord
 from cascade.platform.storage import Storage
+from services.api.schemas.traces import TraceTotals
 
 #: Bundles whose kernel views one api process keeps.
 MAX_VIEWS = 8
@@ -32,13 +34,13 @@ class KernelView:
     """One bundle's kernels as columns, with cached orders for paging."""
 
     def __init__(self, table: KernelTable, columns: list[str], family: np.ndarray,
-                 summary: dict[str, Any]) -> None:
+                 summary: TraceTotals) -> None:
         self.size = len(table)
         self.columns = [*columns, "family"]
         self.data: dict[str, np.ndarray] = {c: np.asarray(table[c]) for c in columns}
         self.data["family"] = family
         self.summary = summary
-        """Totals for charts (:func:`services.api.routes.traces.trace_summary`)."""
+        """Totals for charts (:func:`services.api.trace_views.view_extras`; ``trace_id`` empty)."""
         self._search: np.ndarray | None = None
         self._orders: OrderedDict[tuple[str, str, str], np.ndarray] = OrderedDict()
 
@@ -95,7 +97,8 @@ class KernelViews:
     """The kernel views of ready bundles, loaded once per bundle hash (most recent kept)."""
 
     def __init__(self, storage: Storage, cache_dir: Path, *, columns: tuple[str, ...],
-                 build: Any, max_views: int = MAX_VIEWS) -> None:
+                 build: Callable[[KernelTable], tuple[np.ndarray, TraceTotals]],
+                 max_views: int = MAX_VIEWS) -> None:
         self.storage = storage
         self.cache_dir = cache_dir
         self.wanted = columns

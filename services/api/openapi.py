@@ -3,8 +3,7 @@
 Each route contributes its method, path (with ``{params}``), summary (from
 :func:`services.api.http.doc` or the handler docstring's first line), request
 and response schemas (msgspec Struct types -> JSON Schema), and bearer security
-for writes. A route module may add or refine operations with a module-level
-``openapi: list[dict]`` of ``{"path", "method", ...operation fields}``.
+for writes.
 """
 
 from __future__ import annotations
@@ -107,7 +106,6 @@ def _summary(handler: Any, meta: dict[str, Any]) -> tuple[str, str]:
 
 def build_openapi(
     route_defs: Iterable[tuple[str, str, Any, str]],
-    extra: Iterable[dict[str, Any]] = (),
     *,
     auth_enabled: bool = True,
 ) -> dict[str, Any]:
@@ -188,10 +186,6 @@ def build_openapi(
                 name: {"description": text, "required": True, "schema": schema}
                 for name, (text, schema) in named.items()}}
         paths.setdefault(path, {})[method] = op
-    for item in extra:
-        item = dict(item)
-        path, method = item.pop("path"), str(item.pop("method")).lower()
-        paths.setdefault(path, {}).setdefault(method, {}).update(item)
     for name, keywords in SCHEMA_EXTRAS.items():
         if name in components:
             components[name] = {**components[name], **keywords}

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from cascade.engine.accelsim import AccelSimConfig, KernelStatistics, SimulatedKernel
-from cascade.engine.perf import FLAGS_DTYPE
+from cascade.engine.extrapolation import FLAGS_DTYPE
 from cascade.errors import CancelledRunError, JobTimeoutError
 from cascade.platform.accelsim import (
     AccelSimGPUConfig,

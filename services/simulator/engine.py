@@ -18,7 +18,8 @@ import msgspec
 import numpy as np
 
 from cascade.engine import predict
-from cascade.engine.perf import FLAGS_DTYPE, REGIMES
+from cascade.engine.extrapolation import FLAGS_DTYPE
+from cascade.engine.perf import REGIMES
 from cascade.engine.registry import model_name
 from cascade.engine.replay import replay
 from cascade.gpus import GPURegistry, GPUSpec, default_registry

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import numpy as np
 
-from cascade.engine.perf import FLAGS_DTYPE
+from cascade.engine.extrapolation import FLAGS_DTYPE
 from cascade.errors import (
     AccelSimError,
     CancelledRunError,

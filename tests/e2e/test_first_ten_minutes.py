@@ -213,5 +213,5 @@ def test_readme_first_ten_minutes(up: Up, tmp_path: Path) -> None:
     assert status == 200 and detail["run"]["state"] == "completed"  # type: ignore[index]
     # the imported trace's sims are request models now, beside the sample's
     status, listed = _request(f"{up.url}/v1/models")
-    assert len(listed["data"]) == 6  # type: ignore[index]
+    assert len([m for m in listed["data"] if m["cascade_source"] == "traced"]) == 6  # type: ignore[index]
     assert up.proc is not None and pid_alive(up.proc.pid)

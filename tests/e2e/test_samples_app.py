@@ -122,7 +122,8 @@ async def test_first_start_answers_on_the_sample(settings: Settings, own_bus: Bu
     configs = ["SM90_H100", "SM90_H200", "SM80_A100"]
     async with api(settings, own_bus, storage) as client:
         assert (await client.get("/readyz")).status == 200
-        models = [m["id"] for m in (await (await client.get("/v1/models")).json())["data"]]
+        models = [m["id"] for m in (await (await client.get("/v1/models")).json())["data"]
+                  if m["cascade_source"] == "traced"]  # the described models follow them
         assert models == sorted(f"cascade/{SYNTHETIC_TRACE_ID}/{c}" for c in configs)
         est = await client.post("/v1/completions", json={
             "model": f"cascade/{SYNTHETIC_TRACE_ID}/SM90_H100", "prompt": "Hello, my name is",
@@ -156,7 +157,8 @@ async def test_absent_with_samples_false(settings: Settings, own_bus: Bus, stora
         models = (await (await client.get("/v1/models")).json())["data"]
     assert not [t for t in traces if t["id"] in (RECORDED_TRACE_ID, SYNTHETIC_TRACE_ID)]
     assert not [r for r in runs if r["id"] in (RECORDED_RUN_ID, SYNTHETIC_RUN_ID)]
-    assert models == []  # nothing simulated at start either
+    # nothing simulated at start either: only the described models (no trace) are listed
+    assert [m for m in models if m["cascade_source"] != "described"] == []
     kv = await own_bus.kv(subjects.KV_TRACES)
     assert await kv.get(RECORDED_TRACE_ID, TraceRecord) is None
 

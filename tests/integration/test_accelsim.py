@@ -26,7 +26,7 @@ from cascade.engine.accelsim import (
     AccelSimOutputParser,
     parse_accelsim_output,
 )
-from cascade.engine.perf import NOT_SIMULATED
+from cascade.engine.extrapolation import NOT_SIMULATED
 from cascade.errors import AccelSimError, JobTimeoutError, ValidationError
 from cascade.kerneltable import KernelTable
 from cascade.platform.accelsim import (

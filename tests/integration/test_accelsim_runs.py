@@ -30,7 +30,7 @@ import aiohttp
 import numpy as np
 import pytest
 
-from cascade.engine.perf import NOT_SIMULATED
+from cascade.engine.extrapolation import NOT_SIMULATED
 from cascade.platform import subjects
 from cascade.platform.runstore import read_kernels, read_result
 from cascade.platform.state import RunRecord, SimRecord

@@ -12,7 +12,7 @@ import pytest
 from cascade.calibration import Calibration, ResidualTable, load_calibration
 from cascade.calibration.accuracy import calibrated_in, describe, expected_accuracy
 from cascade.engine import predict, predict_many
-from cascade.engine.perf import (
+from cascade.engine.extrapolation import (
     BOUND_ONLY,
     SHAPE_OUTSIDE,
     SOURCE_UNCALIBRATED,

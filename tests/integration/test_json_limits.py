@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from cascade.errors import TraceFormatError
+from cascade.traces.chrome import read_chrome_trace
 from cascade.traces.jsonstream import JsonLimits, iter_chrome_json, use_limits
-from cascade.traces.timeline import import_timeline, read_chrome_trace
+from cascade.traces.timeline import import_timeline
 from tests.support.paths import REPO
 
 MiB = 1 << 20
@@ -211,7 +212,7 @@ def test_cli_predict_on_wrong_types_ends_in_one_line(tmp_path: Path) -> None:
 ])
 def test_jsonl_wrong_types_name_line_and_field(tmp_path: Path, line: str, expected: str,
                                                got: str) -> None:
-    from cascade.traces.timeline import import_cascade_jsonl
+    from cascade.traces.cascadetimeline import import_cascade_jsonl
 
     path = tmp_path / "k.jsonl"
     path.write_text('{"name": "ok", "duration_ns": 5}\n' + line + "\n")
@@ -222,7 +223,7 @@ def test_jsonl_wrong_types_name_line_and_field(tmp_path: Path, line: str, expect
 
 
 def test_jsonl_huge_line_is_refused_without_reading_it_whole(tmp_path: Path) -> None:
-    from cascade.traces.timeline import import_cascade_jsonl
+    from cascade.traces.cascadetimeline import import_cascade_jsonl
 
     path = tmp_path / "k.jsonl"
     with path.open("w") as fh:

@@ -19,7 +19,8 @@ from cascade.gpus import GPURegistry, builtin_specs, default_registry
 from cascade.gpus.registry import suggest_gpus
 from cascade.kerneltable import KernelTable
 from cascade.traces.inputs import LoadedTrace, load_kernel_table, load_trace, source_of_trace
-from cascade.traces.timeline import read_nsys_sqlite, timeline_device
+from cascade.traces.nsys import read_nsys_sqlite
+from cascade.traces.timeline import timeline_device
 from programs.cli.importer import source_gpu_for
 from tests.support.paths import REPO
 

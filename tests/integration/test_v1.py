@@ -296,7 +296,7 @@ async def test_tokenizer_json_counts_exactly(bus: Bus, bus_settings: Settings, s
 
 
 def test_approximate_tokens_rule() -> None:
-    from services.api.routes.v1 import approximate_tokens
+    from cascade.serving.prompts import approximate_tokens
 
     assert approximate_tokens("Hello, my name is") == 5
     assert approximate_tokens("x" * 400) == 100
@@ -310,7 +310,8 @@ def test_approximate_tokens_rule() -> None:
 def test_fast_prompt_counter_matches_the_generic_checks(prompt: object) -> None:
     """The msgspec fast path counts exactly what the generic checks count, and fails the same way."""
     from cascade.errors import ValidationError
-    from services.api.routes.v1 import PromptCounter, _count_prompts, count_prompt_json
+    from cascade.serving.prompts import PromptCounter, count_prompt_json
+    from cascade.serving.prompts import count_prompts as _count_prompts
 
     counter = PromptCounter("")
 

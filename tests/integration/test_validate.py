@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from cascade.calibration import Calibration, load_calibration
-from cascade.engine import perf
+from cascade.engine import convmath
 from cascade.errors import TraceFormatError, UnknownGPUError, ValidationError
 from cascade.fitting.fit import compass_search, heldout_mask
 from cascade.fitting.measured import discover, load_neusight, load_vidur, pairs
@@ -368,7 +368,7 @@ def test_cli_calibrate_fits_and_records_provenance_contexts_and_menus(small_data
     assert all(r["count"] > 0 for r in cal.metrics["heldout_shapes"])  # type: ignore[union-attr]
     assert "leave_one_gpu_out" not in cal.metrics
     assert set(cal.transfer) == {"kernel", "neusight", "kernelbench"} and cal.transfer["kernelbench"].conv is not None
-    assert cal.window_simt and set(cal.window_simt) <= set(perf.WINDOW_KINDS)
+    assert cal.window_simt and set(cal.window_simt) <= set(convmath.WINDOW_KINDS)
     e2e_rows = cal.metrics["end_to_end"]
     assert {r["dataset"] for r in e2e_rows} == {"kernelbench"}  # type: ignore[index, union-attr]
     assert not any("without it" in r["variant"] for r in e2e_rows)  # type: ignore[index, union-attr]
@@ -414,7 +414,7 @@ def test_leave_one_tp_degree_out_scores_only_the_degree_the_fit_never_saw(tmp_pa
 
 
 def test_residual_cells_group_gemm_shapes_and_skip_other_kernels() -> None:
-    from cascade.engine.perf import residual_cells
+    from cascade.engine.extrapolation import residual_cells
     from cascade.engine.workload import workload_of
     from cascade.kerneltable import KernelTable
 
@@ -432,8 +432,8 @@ def test_residual_table_lookup_and_scaled_model_applies_it_across_architectures_
 
     from cascade.calibration import ResidualTable
     from cascade.engine.base import ModelContext
+    from cascade.engine.extrapolation import residual_cells
     from cascade.engine.models import ScaledConfig, ScaledModel
-    from cascade.engine.perf import residual_cells
     from cascade.engine.workload import workload_of
     from cascade.kerneltable import KernelTable
 
@@ -520,7 +520,7 @@ def test_discover_reads_the_vidur_and_neusight_repository_layouts(tmp_path: Path
 
 
 def test_cli_predict_applies_the_targets_residual_grid_unless_told_not_to(tmp_path: Path) -> None:
-    from cascade.engine.perf import residual_cells
+    from cascade.engine.extrapolation import residual_cells
     from cascade.engine.workload import workload_of
 
     trace = tmp_path / "k.csv"

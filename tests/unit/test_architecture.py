@@ -197,3 +197,39 @@ def test_nothing_starts_the_cli_by_the_old_module_name() -> None:
     stale = [str(file.relative_to(REPO)) for file in MODULES.values()
              if '"-m", "cascade"' in file.read_text() or "-m cascade up" in file.read_text()]
     assert stale == []
+
+
+#: Lines an api route module may have: handlers only (bodies in ``services.api.schemas``, logic
+#: in the library or a small module of the api).
+MAX_ROUTE_MODULE_LINES = 400
+
+
+def test_api_route_modules_hold_handlers_only() -> None:
+    routes = REPO / "services" / "api" / "routes"
+    long = {str(file.relative_to(REPO)): n for file in sorted(routes.glob("*.py"))
+            if (n := len(file.read_text().splitlines())) > MAX_ROUTE_MODULE_LINES}
+    assert long == {}
+
+
+#: Lines a library or service module may have (programs are exempt).
+MAX_MODULE_LINES = 800
+
+
+def test_library_and_service_modules_stay_short_and_trace_readers_skip_the_engine() -> None:
+    """No module of ``shared/cascade`` or ``services`` over :data:`MAX_MODULE_LINES` lines; the
+    trace readers (``cascade.traces``) import nothing of ``cascade.engine`` (the op families they
+    need are ``cascade.opfamilies``), not even for annotations."""
+    long = {str(file.relative_to(REPO)): n for name, file in sorted(MODULES.items())
+            if not name.startswith("programs")
+            and (n := len(file.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert long == {}
+    engine = []
+    for name, file in sorted(MODULES.items()):
+        if name == "cascade.traces" or name.startswith("cascade.traces."):
+            for node in ast.walk(ast.parse(file.read_text(), str(file))):
+                targets = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                           [f"{node.module}.{a.name}" for a in node.names]
+                           if isinstance(node, ast.ImportFrom) else [])
+                engine += [f"{name} -> {t}" for t in targets
+                           if t == "cascade.engine" or t.startswith("cascade.engine.")]
+    assert engine == []

@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cascade.engine import (
+    extrapolation,
     get_model,
     model_names,
     perf,
@@ -17,12 +18,12 @@ from cascade.engine import (
 )
 from cascade.engine.accelsim import parse_accelsim_output
 from cascade.engine.base import ModelContext
-from cascade.engine.ops import FAMILIES, family_of, k_split_of, tensor_path_of, tile_of
 from cascade.engine.perf import roofline_ns
 from cascade.engine.registry import MODELS
 from cascade.errors import DuplicateNameError, TraceFormatError, UnknownNameError, ValidationError
 from cascade.gpus import default_registry
 from cascade.kerneltable import KernelTable
+from cascade.opfamilies import FAMILIES, family_of, k_split_of, tensor_path_of, tile_of
 from tests.support.paths import SHARED_DATA
 
 DATA = SHARED_DATA
@@ -116,8 +117,8 @@ def test_half_gemms_without_tensor_cores_run_at_the_fp32_fma_rate() -> None:
     t = KernelTable.from_rows(gemm_rows(m=4096, n=4096, k=4096, duration_ns=0.7e6))
     p = predict(t, "SM60_P100_PCIE_16GB", source="A100", model="scaled")
     assert p.predicted_ns[0] >= 2 * 4096**3 / p100.simt_flops("fp32") * 1e9
-    assert p.flags[0] & perf.OFF_TENSOR  # and says so
-    assert not predict(t, "H100", source="A100", model="scaled").flags[0] & perf.OFF_TENSOR
+    assert p.flags[0] & extrapolation.OFF_TENSOR  # and says so
+    assert not predict(t, "H100", source="A100", model="scaled").flags[0] & extrapolation.OFF_TENSOR
 
 def test_h100_faster_than_a100_on_large_fp16_gemm_by_about_peak_ratio() -> None:
     t = KernelTable.from_rows(gemm_rows(m=8192, n=8192, k=8192, duration_ns=4.2e6))

@@ -10,7 +10,7 @@ from typing import Any
 import nats.js.errors
 
 from cascade.platform.bus import BusStats
-from services.api.routes.runs import _EventFeed
+from cascade.platform.runevents import EventFeed as _EventFeed
 
 
 def _msg(seq: int) -> Any:

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cascade import opfamilies
 from cascade.calibration import Calibration, ResolvedParams
-from cascade.engine import ops
 from cascade.engine.perf import family_fixed_mult, memory_ns
 from cascade.engine.workload import workload_of
 from cascade.fitting.fit import FitConfig, fit_sets
@@ -94,7 +94,7 @@ def test_family_fixed_multiplies_only_its_family() -> None:
     p = ResolvedParams(simt_eff=0.8, tensor_eff=0.7, bw_eff=0.6, family_bw={}, calibrated=True,
                        family_fixed={"norm": 1.5})
     mult = family_fixed_mult(w, p)
-    assert list(mult) == [1.5 if f == ops.FAMILIES.index("norm") else 1.0 for f in w.family]
+    assert list(mult) == [1.5 if f == opfamilies.FAMILIES.index("norm") else 1.0 for f in w.family]
     assert mult[0] == 1.5 and mult[1] == 1.0
 
 

@@ -15,11 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cascade.engine import ops
+from cascade import opfamilies
 from cascade.errors import TraceFormatError
+from cascade.traces.chrome import read_chrome_trace
 from cascade.traces.jsonstream import iter_chrome_json
 from cascade.traces.opshapes import op_work
-from cascade.traces.timeline import import_timeline, read_chrome_trace
+from cascade.traces.timeline import import_timeline
 from tests.support.paths import SHARED_DATA, TEST_DATA
 
 DATA = TEST_DATA
@@ -430,7 +431,7 @@ def test_fuzz_reader_gives_trace_format_error_or_a_table(events: list[Any], cut:
 
 
 def read_chrome_trace_bytes(body: bytes) -> Any:
-    from cascade.traces.timeline import _ChromeReader
+    from cascade.traces.chrome import _ChromeReader
 
     reader = _ChromeReader("<fuzz>")
     for key, value, line in iter_chrome_json(io.BytesIO(body), name="<fuzz>", read_bytes=64):
@@ -447,8 +448,8 @@ def test_real_h100_traces_have_shapes_on_gemm_time(name: str) -> None:
     tl = read_chrome_trace(path)
     t = tl.table
     assert tl.device == "NVIDIA H100 80GB HBM3" and tl.device_sm == 90
-    fam = ops.families(t["op"], t["name"])
-    gemm_class = np.isin(fam, [ops.GEMM, ops.ATTENTION]) & (t["op"] != "memcpy")
+    fam = opfamilies.families(t["op"], t["name"])
+    gemm_class = np.isin(fam, [opfamilies.GEMM, opfamilies.ATTENTION]) & (t["op"] != "memcpy")
     shaped = gemm_class & (t["m"] > 0) & (t["n"] > 0) & (t["k"] > 0) & (t["flops"] > 0)
     dur = t["duration_ns"]
     share = dur[shaped].sum() / dur[gemm_class].sum()

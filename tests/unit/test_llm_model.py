@@ -140,9 +140,9 @@ def test_predict_sends_llm_rows_to_the_llm_model_with_its_provenance() -> None:
     assert "validate --llm" in b200.provenance.accuracy.basis
     a100 = predict(table, "SM80_A100", source="SM90_H100")
     assert (a100.predicted_ns > table["duration_ns"]).all()
-    from cascade.engine import perf
+    from cascade.engine import extrapolation
 
-    assert a100.flags is not None and a100.flags[0] & perf.SOFTWARE_FALLBACK and a100.flags[2] & perf.SOFTWARE_FALLBACK
+    assert a100.flags is not None and a100.flags[0] & extrapolation.SOFTWARE_FALLBACK and a100.flags[2] & extrapolation.SOFTWARE_FALLBACK
     assert "Marlin" in " ".join(a100.extrapolation_reasons)
     # the FP8 decode attention runs as BF16 FlashAttention 2 there: at most the BF16 cache's
     # bandwidth cost, never the CUDA-core multiply-adds of an emulation
@@ -175,7 +175,7 @@ def test_an_attention_row_without_a_phase_is_refused_by_name() -> None:
 def test_a_traced_fp8_attention_kernel_runs_on_an_a100s_bf16_tensor_cores_not_its_cuda_cores() -> None:
     """A B200 trace's FP8 TRT-LLM attention and MXFP4 GEMM kernels (no shapes) on an A100: what
     its software runs there (BF16 FlashAttention 2, Marlin), flagged, never 180x slower."""
-    from cascade.engine import perf
+    from cascade.engine import extrapolation
 
     rows = [{"name": "fmhaSm100aKernel_QkvE4m3OBfloat16H128PagedKvCausalP64VarSeqQ128Kv128PersistentContext",
              "duration_ns": 400_000.0},
@@ -190,8 +190,8 @@ def test_a_traced_fp8_attention_kernel_runs_on_an_a100s_bf16_tensor_cores_not_it
     # B200's FP4 units to the A100's BF16 ones a Marlin GEMM runs on, at least by the bandwidths'
     peaks = B200.tensor_flops("fp4") / A100.tensor_flops("bf16")
     assert B200.bandwidth_bps / A100.bandwidth_bps < ratio[1] <= peaks * 1.05, (ratio, peaks)
-    assert a100.flags is not None and (a100.flags & perf.SOFTWARE_FALLBACK).all()
-    assert not (a100.flags & perf.OFF_TENSOR).any()
+    assert a100.flags is not None and (a100.flags & extrapolation.SOFTWARE_FALLBACK).all()
+    assert not (a100.flags & extrapolation.OFF_TENSOR).any()
 
 
 def test_an_nvlink_sharp_all_reduce_runs_as_nccl_where_the_switch_cannot_reduce() -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from cascade.gpus import GPURegistry, builtin_specs, default_registry, spec_from_mapping
+from cascade.gpus import GPURegistry, GPUSpec, builtin_specs, default_registry, spec_from_mapping
 from cascade.gpus.spec import check_consistency
 
 NEW = ("SM103_B300", "SM100_GB200", "SM103_GB300", "SM120_RTXPRO6000_SERVER", "SM120_RTXPRO6000_WS")
@@ -19,7 +19,15 @@ DRIVER_NAMES = {
     "NVIDIA RTX PRO 6000 Blackwell Server Edition": "SM120_RTXPRO6000_SERVER",
     "NVIDIA RTX PRO 6000 Blackwell Workstation Edition": "SM120_RTXPRO6000_WS",
     "NVIDIA A100-PG509-200": "SM80_A100_SXM_40GB",  # an OEM part name in real traces (issue 45)
+    "NVIDIA H800": "SM90_H800",
+    "NVIDIA H20": "SM90_H20",
+    "NVIDIA A800-SXM4-80GB": "SM80_A800",
+    "Tesla V100S-PCIE-32GB": "SM70_V100S_PCIE",
+    "NVIDIA A30": "SM80_A30",
 }
+#: Rented / owned boards the catalogue lacked, each with the catalogued sibling it is checked against.
+RENTED = {"SM90_H800": "SM90_H100", "SM90_H20": "SM90_H100", "SM80_A800": "SM80_A100",
+          "SM70_V100S_PCIE": "SM70_V100_PCIE_32GB", "SM80_A30": "SM80_A100_PCIE_80GB"}
 NVLINK_BOARDS = ("SM80_A100", "SM80_A100_SXM_40GB", "SM90_H100", "SM90_H200", "SM90_GH200", "SM100_B200",
                  "SM103_B300", "SM100_GB200", "SM103_GB300")
 
@@ -120,3 +128,63 @@ def test_interconnect_fields_are_bounded_and_consistent() -> None:
         check_consistency(msgspec.structs.replace(h100, nvlink_gen=0))
     with pytest.raises(ValueError, match="nvls"):
         check_consistency(msgspec.structs.replace(h100, nvlink_domain=0))
+
+
+@pytest.mark.parametrize(("spec_id", "sibling_id"), sorted(RENTED.items()))
+def test_rented_boards_load_consistent_with_sources(spec_id: str, sibling_id: str) -> None:
+    reg = default_registry()
+    spec, sibling = reg.get(spec_id), reg.get(sibling_id)
+    check_consistency(spec)
+    assert spec.sources and spec.id == spec_id
+    assert (spec.arch, spec.sm_version) == (sibling.arch, sibling.sm_version)
+
+
+def test_h800_is_an_h100_sxm_with_nvlink_and_fp64_cut() -> None:
+    reg = default_registry()
+    h800, h100 = reg.get("SM90_H800"), reg.get("SM90_H100")
+    assert h800.tensor_tflops["bf16"] == h100.tensor_tflops["bf16"]
+    assert h800.tensor_tflops["fp8"] == h100.tensor_tflops["fp8"]
+    assert (h800.sms, h800.fp32_tflops, h800.memory_bandwidth_gbps) == (h100.sms, h100.fp32_tflops,
+                                                                         h100.memory_bandwidth_gbps)
+    assert h800.nvlink_gen == h100.nvlink_gen and h800.nvlink_gbps == 200 < h100.nvlink_gbps
+    assert h800.fp64_tflops < h100.fp64_tflops / 10
+    assert reg.resolve("NVIDIA H800 PCIe") is not h800  # the PCIe board (114 SMs) is another GPU
+
+
+def test_h20_trades_tensor_throughput_for_memory_bandwidth() -> None:
+    reg = default_registry()
+    h20, h100 = reg.get("SM90_H20"), reg.get("SM90_H100")
+    assert h20.tensor_tflops["bf16"] < 0.2 * h100.tensor_tflops["bf16"]
+    assert h20.tensor_tflops["fp8"] == 2 * h20.tensor_tflops["bf16"]
+    assert h20.memory_bandwidth_gbps > h100.memory_bandwidth_gbps and h20.memory_gb > h100.memory_gb
+    assert h20.sms < h100.sms and h20.nvlink_gbps == h100.nvlink_gbps
+    assert "NVIDIA H20-3e" not in reg  # the 141 GB HBM3e board is another GPU, not an alias
+
+
+def test_a800_is_an_a100_sxm_except_nvlink() -> None:
+    reg = default_registry()
+    a800, a100 = msgspec.to_builtins(reg.get("SM80_A800")), msgspec.to_builtins(reg.get("SM80_A100"))
+    differ = {k for k in a100 if a800[k] != a100[k]}
+    assert differ == {"id", "name", "aliases", "sources", "nvlink_gbps"}
+    assert a800["nvlink_gbps"] == 200 < a100["nvlink_gbps"]
+
+
+def test_v100s_is_a_faster_clocked_v100_pcie() -> None:
+    reg = default_registry()
+    v100s, v100 = reg.get("SM70_V100S_PCIE"), reg.get("SM70_V100_PCIE_32GB")
+    assert (v100s.sms, v100s.memory_gb, v100s.l2_mb) == (v100.sms, v100.memory_gb, v100.l2_mb)
+    for field in ("boost_clock_mhz", "fp32_tflops", "fp64_tflops", "memory_bandwidth_gbps"):
+        assert getattr(v100s, field) > getattr(v100, field), field
+    assert v100s.tensor_tflops["fp16"] > v100.tensor_tflops["fp16"]
+
+
+def test_a30_is_about_half_an_a100_at_the_same_rate_per_sm() -> None:
+    reg = default_registry()
+    a30, a100 = reg.get("SM80_A30"), reg.get("SM80_A100_PCIE_80GB")
+
+    def per_sm_clock(spec: GPUSpec) -> float:
+        return spec.tensor_tflops["fp16"] * 1e12 / (spec.sms * spec.boost_clock_mhz * 1e6)
+
+    assert a30.sms * 2 < a100.sms * 1.1 and a30.memory_bandwidth_gbps < a100.memory_bandwidth_gbps / 2
+    assert per_sm_clock(a30) == pytest.approx(per_sm_clock(a100), rel=0.01)
+    assert a30.tensor_tflops["int8"] == 2 * a30.tensor_tflops["fp16"]

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from cascade.calibration import load_calibration
-from cascade.engine import perf
+from cascade.engine import convmath, crossgpu, extrapolation, perf
 from cascade.engine.models import ScaledConfig
 from cascade.engine.predict import predict
 from cascade.engine.workload import workload_of
@@ -196,8 +196,8 @@ def test_convolutions_take_the_path_cudnn_takes_on_each_architecture() -> None:
     # a kernel whose name says it ran FP32 on an Ampere source stays FP32 there
     named = KernelTable.from_rows([{**conv, "name": "sm80_scudnn_128x64_relu_interior_nn_v1"}])
     w = workload_of(named)
-    moved_named = perf.cudnn_math(w, named["name"], a100, measured=True)[1]
-    moved_plain = perf.cudnn_math(workload_of(t), t["name"], a100, measured=True)[1]
+    moved_named = convmath.cudnn_math(w, named["name"], a100, measured=True)[1]
+    moved_plain = convmath.cudnn_math(workload_of(t), t["name"], a100, measured=True)[1]
     assert not moved_named[0] and moved_plain[0]
 
 
@@ -228,16 +228,16 @@ def test_the_bracket_is_physics_alone() -> None:
     rows = [{"name": "big_gemm", "dtype": "fp16", "m": 8192, "n": 8192, "k": 8192, "op": "linear"},
             {"name": "stream", "dtype": "fp16", "op": "elementwise", "bytes": 4e9, "flops": 1e9}]
     w = workload_of(KernelTable.from_rows(rows))
-    lo, hi = perf.ratio_bracket(w, w, a100, h100)
-    s = perf.ACHIEVABLE_SPREAD
+    lo, hi = crossgpu.ratio_bracket(w, w, a100, h100)
+    s = crossgpu.ACHIEVABLE_SPREAD
     rb = a100.bandwidth_bps / h100.bandwidth_bps
     rc = a100.tensor_flops("fp16") / h100.tensor_flops("fp16")
     assert lo[0] == pytest.approx(min(rc, rc * h100.sms / a100.sms, rb) / s)
     assert hi[0] == pytest.approx(max(rc, rc * h100.sms / a100.sms, rb) * s)
-    lo2, hi2 = perf.ratio_bracket(w, w, a100, t4)
+    lo2, hi2 = crossgpu.ratio_bracket(w, w, a100, t4)
     assert hi2[0] > hi[0] and lo2[1] <= a100.bandwidth_bps / t4.bandwidth_bps <= hi2[1]
     # the fixed time: a short kernel may sit at the launch ratio, a long one may not
-    low, high = perf.bracket_ns(np.array([3_000.0, 3e6]), 2_000.0, 2_400.0, np.array([0.6, 0.6]),
+    low, high = crossgpu.bracket_ns(np.array([3_000.0, 3e6]), 2_000.0, 2_400.0, np.array([0.6, 0.6]),
                                 np.array([0.7, 0.7]))
     assert low[0] <= 3_000 * 1.2 <= high[0] and low[1] == pytest.approx(2_400 + (3e6 - 2_000) * 0.6)
 
@@ -348,7 +348,7 @@ def test_a_chain_of_kernels_moves_its_intermediates_through_l2_where_they_fit() 
         got = predict(table, dst, source=src, model="scaled", config=cfg).predicted_ns[0]
         assert abs(got / measured[dst] - 1.0) < 0.25, (src, dst, got, measured[dst])
     # the hit fraction: none where the set is many times the L2, half at its size, all well under it
-    h = perf.l2_hit_fraction(np.array([3.2e7, t4.l2_bytes, 1e5]), t4)
+    h = crossgpu.l2_hit_fraction(np.array([3.2e7, t4.l2_bytes, 1e5]), t4)
     assert h[0] < 0.01 and h[1] == pytest.approx(0.5) and h[2] > 0.99
     # not a chain: one kernel over the same bytes streams them from DRAM on every GPU
     one = KernelTable.from_rows([{**gelu, "kernels": 1, "duration_ns": measured[l40s.id]}])
@@ -467,9 +467,9 @@ def test_window_kernels_meet_the_cuda_cores_address_arithmetic_roof() -> None:
     ops_ = ["conv", "elementwise", "conv", "conv", "elementwise", "conv", "elementwise", "elementwise"]
     t = KernelTable.from_rows([{"name": n, "op": o, "dtype": "fp32", "bytes": 1e6, "duration_ns": 1e5}
                                for n, o in zip(names, ops_, strict=True)])
-    kinds = perf.window_kinds(workload_of(t), names)
+    kinds = convmath.window_kinds(workload_of(t), names)
     expect = ["depthwise", "pool", "conv", None, None, "conv", None, "pool"]
-    assert [perf.WINDOW_KINDS[k - 1] if k else None for k in kinds] == expect
+    assert [convmath.WINDOW_KINDS[k - 1] if k else None for k in kinds] == expect
 
 
 def test_a_whole_trace_quotes_the_end_to_end_figure_widened_for_what_nothing_covers() -> None:
@@ -485,7 +485,7 @@ def test_a_whole_trace_quotes_the_end_to_end_figure_widened_for_what_nothing_cov
     row = _e2e_row(cal, "neusight-e2e", "calibrated", "scaled", "all")
     assert row is not None and tight.total_pct == row["mean_pct"] and "end-to-end protocol" in tight.total_basis
     both = predict(KernelTable.from_rows([covered, odd]), "SM90_H100", source="SM80_A100")
-    assert both.flags is not None and both.flags[1] & perf.SHAPE_OUTSIDE and not both.flags[0]
+    assert both.flags is not None and both.flags[1] & extrapolation.SHAPE_OUTSIDE and not both.flags[0]
     wide = both.provenance.accuracy
     ops = _e2e_row(cal, "kernelbench", e2e.LOGO_VARIANT, "scaled", "all")  # the fit never saw the target
     assert ops is not None and wide.total_pct is not None and tight.total_pct is not None
@@ -502,7 +502,7 @@ def test_a_whole_trace_quotes_the_end_to_end_figure_widened_for_what_nothing_cov
     conv = {"name": "volta_scudnn_128x64_relu_interior_nn_v1", "op": "conv", "dtype": "fp32", "flops": 2.0e10,
             "bytes": 6.0e7, "duration_ns": 900_000.0}
     mixed = predict(KernelTable.from_rows([covered, conv]), "SM75_T4", source="SM70_V100_PCIE_32GB")
-    assert mixed.flags is not None and mixed.flags[1] & perf.WINDOW and not mixed.flags[0] & perf.WINDOW
+    assert mixed.flags is not None and mixed.flags[1] & extrapolation.WINDOW and not mixed.flags[0] & extrapolation.WINDOW
     conv_row = _e2e_row(cal, "kernelbench", e2e.LOGO_VARIANT, "scaled", "conv")
     plain = predict(KernelTable.from_rows([covered]), "SM75_T4", source="SM70_V100_PCIE_32GB").provenance.accuracy
     got = mixed.provenance.accuracy
@@ -535,15 +535,15 @@ def test_a_batched_sgemm_whose_library_tiles_no_data_shows_is_flagged_and_widens
         p = predict(table, target, source=v100, calibration=calibration,  # type: ignore[arg-type]
                     model="scaled", config=ScaledConfig(measurement="neusight"))
         assert p.flags is not None
-        return [int(f) & perf.UNSEEN_TILES for f in p.flags]
+        return [int(f) & extrapolation.UNSEEN_TILES for f in p.flags]
 
     assert not cal.tiles_seen("pascal", "simt_batched") and cal.tiles_seen("ampere", "simt_batched")
-    assert flags("SM60_P100_PCIE_16GB") == [perf.UNSEEN_TILES, 0]
+    assert flags("SM60_P100_PCIE_16GB") == [extrapolation.UNSEEN_TILES, 0]
     assert flags("SM80_A100_PCIE_80GB") == [0, 0] and flags(v100) == [0, 0]
     # as in leave-one-GPU-out without the A100: no Ampere-family tiles, so its bmm is flagged
     no_ampere = replace(cal, tiles={a: t for a, t in cal.tiles.items() if a != "ampere"},
                         tile_menus={a: t for a, t in cal.tile_menus.items() if a != "ampere"})
-    assert flags("SM80_A100_PCIE_80GB", no_ampere) == [perf.UNSEEN_TILES, 0]
+    assert flags("SM80_A100_PCIE_80GB", no_ampere) == [extrapolation.UNSEEN_TILES, 0]
     # the flagged share widens the whole trace's figure (the linear alone: none)
     one = predict(KernelTable.from_rows([linear]), "SM60_P100_PCIE_16GB", source=v100,
                   model="scaled", config=ScaledConfig(measurement="neusight")).provenance.accuracy
@@ -590,7 +590,7 @@ def test_the_kernelbench_transfer_is_fitted_on_kernelbench_and_holds_for_a_gpu_l
     fitted = e2e.fit_transfer(ops, bare, reg)
     assert fitted.transfer == recorded and recorded.conv == 0.5
     # the window kernels' CUDA-core work per byte: what was recorded, every kind of it
-    assert fitted.window_simt == cal.window_simt and set(cal.window_simt) == set(perf.WINDOW_KINDS)
+    assert fitted.window_simt == cal.window_simt and set(cal.window_simt) == set(convmath.WINDOW_KINDS)
     before = e2e._operator_mape(ops, bare, reg, None)
     after = e2e._operator_mape(ops, cal, reg, None)
     assert after < before - 5.0
@@ -622,9 +622,9 @@ def test_a_work_only_fp32_convolution_runs_where_pytorchs_cudnn_puts_it() -> Non
     on_v100 = predict(table, v100.id, model="analytical")
     # faster than the FP32 CUDA cores allow at all: the TF32 path, flagged as moved there
     assert on_a100.predicted_ns[0] < 0.8 * fp32_roof[a100.id]
-    assert on_a100.flags is not None and on_a100.flags[0] & perf.TF32_CONV
+    assert on_a100.flags is not None and on_a100.flags[0] & extrapolation.TF32_CONV
     assert on_v100.predicted_ns[0] >= fp32_roof[v100.id]
-    assert on_v100.flags is not None and not on_v100.flags[0] & perf.TF32_CONV
+    assert on_v100.flags is not None and not on_v100.flags[0] & extrapolation.TF32_CONV
     # the scaled model's target side, from the V100's own model time (no deviation to carry)
     timed = KernelTable.from_rows([{**conv, "name": "aten::convolution", "duration_ns": on_v100.predicted_ns[0]}])
     scaled = predict(timed, a100.id, source=v100.id, model="scaled", config=ScaledConfig(measurement="kernel"))
@@ -634,17 +634,17 @@ def test_a_work_only_fp32_convolution_runs_where_pytorchs_cudnn_puts_it() -> Non
     pinned = KernelTable.from_rows([{**conv, "name": "ampere_scudnn_128x64_relu_interior_nn_v1"}])
     same = predict(pinned, a100.id, source=a100.id, model="analytical")
     assert same.predicted_ns[0] >= fp32_roof[a100.id]
-    assert same.flags is not None and not same.flags[0] & perf.TF32_CONV
+    assert same.flags is not None and not same.flags[0] & extrapolation.TF32_CONV
     other = predict(pinned, "SM90_H100", source=a100.id, model="analytical")
-    assert other.flags is not None and other.flags[0] & perf.TF32_CONV
+    assert other.flags is not None and other.flags[0] & extrapolation.TF32_CONV
     # with its shapes (an implicit GEMM) or without, a convolution on another GPU, or from its
     # work alone, runs whichever algorithm cuDNN picks there: flagged, and quoted at the
     # single-operator figure for convolutions, not the transformers' whole-model one
     for p in (on_a100, on_v100, scaled):
-        assert p.flags is not None and p.flags[0] & perf.WINDOW
+        assert p.flags is not None and p.flags[0] & extrapolation.WINDOW
         assert "convolution and pooling kernels" in p.provenance.accuracy.total_basis
     same_gpu = predict(timed, v100.id, source=v100.id, model="scaled", config=ScaledConfig(measurement="kernel"))
-    assert same_gpu.flags is not None and not same_gpu.flags[0] & perf.WINDOW
+    assert same_gpu.flags is not None and not same_gpu.flags[0] & extrapolation.WINDOW
 
 
 def test_a_whole_resnet50_step_from_its_work_alone_follows_physics() -> None:
@@ -652,7 +652,7 @@ def test_a_whole_resnet50_step_from_its_work_alone_follows_physics() -> None:
     ``op_work``) on a V100 and an A100 SXM4 from its work alone: ResNet-50's textbook FLOPs,
     TF32 convolutions on the A100 only, memory-bound families at the bandwidth ratio, the whole
     step between what FP32 and bandwidth allow and what the TF32 peak would."""
-    from cascade.engine import ops
+    from cascade import opfamilies
     from programs.bench.resnet50 import load
 
     table = load()
@@ -663,10 +663,10 @@ def test_a_whole_resnet50_step_from_its_work_alone_follows_physics() -> None:
     v100, a100 = reg.get("SM70_V100_SXM2"), reg.get("SM80_A100_SXM_40GB")
     pv = predict(table, v100.id, model="analytical")
     pa = predict(table, a100.id, model="analytical")
-    fam = np.asarray(ops.FAMILIES, dtype=object)[ops.families(table["op"], table["name"])]
+    fam = np.asarray(opfamilies.FAMILIES, dtype=object)[opfamilies.families(table["op"], table["name"])]
     conv = np.char.find(table["name"].astype(str), "convolution") >= 0
     assert pa.flags is not None and pv.flags is not None
-    assert np.all(pa.flags[conv] & perf.TF32_CONV) and not np.any(pv.flags & perf.TF32_CONV)
+    assert np.all(pa.flags[conv] & extrapolation.TF32_CONV) and not np.any(pv.flags & extrapolation.TF32_CONV)
     bw = a100.bandwidth_bps / v100.bandwidth_bps
     for f in ("elementwise", "norm"):
         r = pv.predicted_ns[fam == f].sum() / pa.predicted_ns[fam == f].sum()
@@ -783,7 +783,7 @@ def _outclasses(hi: GPUSpec, lo: GPUSpec) -> bool:
     as a share of a whole wave, whose bytes grow with the SMs, so a board with more SMs on the same
     bandwidth (GB200's 152 SMs to the B200's 148 at 8 TB/s; the A40's 84 to the A10's 72 at 696
     vs 600 GB/s) may run such a kernel up to about a wave's share slower; no such pair is held to
-    never-slower here (a known limit of the tail-wave charge, in ACCURACY.md)."""
+    never-slower here (a known limit of the tail-wave charge, in docs/ACCURACY.md)."""
     def per_sm(spec: GPUSpec, peak: float) -> float:
         return peak / spec.sms
 

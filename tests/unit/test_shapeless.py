@@ -6,62 +6,64 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cascade.engine import ops, predict
-from cascade.engine.perf import INFERRED_BLEND, INFERRED_FROM_NAME, LAUNCH, REGIMES, TF32_CONV
+from cascade import opfamilies
+from cascade.engine import predict
+from cascade.engine.extrapolation import INFERRED_BLEND, INFERRED_FROM_NAME, TF32_CONV
+from cascade.engine.perf import LAUNCH, REGIMES
 from cascade.gpus import get_gpu
 from cascade.kerneltable import KernelTable
 from programs.bench.shapeless import family_ratios, shapeless_resnet_table
 
 
 @pytest.mark.parametrize(("name", "family", "dtype", "cls"), [
-    ("volta_scudnn_128x64_relu_interior_nn_v1", "gemm", "fp32", ops.COMPUTE_CLASS),
-    ("volta_h884gemm_256x128_ldg8_nn", "gemm", "fp16", ops.COMPUTE_CLASS),
-    ("turing_s1688gemm_128x128_ldg8_nn", "gemm", "fp16", ops.COMPUTE_CLASS),
+    ("volta_scudnn_128x64_relu_interior_nn_v1", "gemm", "fp32", opfamilies.COMPUTE_CLASS),
+    ("volta_h884gemm_256x128_ldg8_nn", "gemm", "fp16", opfamilies.COMPUTE_CLASS),
+    ("turing_s1688gemm_128x128_ldg8_nn", "gemm", "fp16", opfamilies.COMPUTE_CLASS),
     # the same MMA letters on Ampere are TF32 (FP32 matmul / convolution with TF32 allowed)
     ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4>"
-     "(cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4::Params)", "gemm", "tf32", ops.COMPUTE_CLASS),
-    ("cutlass_80_tensorop_f16_s1688gemm_f16_128x128_32x3_nn_align8", "gemm", "fp16", ops.COMPUTE_CLASS),
-    ("turing_fp16_s1688gemm_fp16_128x128_ldg8_f2f_tn", "gemm", "fp16", ops.COMPUTE_CLASS),
+     "(cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4::Params)", "gemm", "tf32", opfamilies.COMPUTE_CLASS),
+    ("cutlass_80_tensorop_f16_s1688gemm_f16_128x128_32x3_nn_align8", "gemm", "fp16", opfamilies.COMPUTE_CLASS),
+    ("turing_fp16_s1688gemm_fp16_128x128_ldg8_f2f_tn", "gemm", "fp16", opfamilies.COMPUTE_CLASS),
     ("sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "gemm", "bf16",
-     ops.COMPUTE_CLASS),
+     opfamilies.COMPUTE_CLASS),
     ("sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n_tilesize128x128x128", "gemm", "fp8",
-     ops.COMPUTE_CLASS),
+     opfamilies.COMPUTE_CLASS),
     ("void implicit_convolve_sgemm<float, float, 128, 5, 5, 3, 3, 3, 1, false, false, true>",
-     "gemm", "fp32", ops.COMPUTE_CLASS),
+     "gemm", "fp32", opfamilies.COMPUTE_CLASS),
     ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 512, true, 1>", "norm", "fp32",
-     ops.MEMORY_CLASS),
+     opfamilies.MEMORY_CLASS),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>",
-     "elementwise", "fp32", ops.MEMORY_CLASS),
+     "elementwise", "fp32", opfamilies.MEMORY_CLASS),
     ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<c10::Half>>", "reduce", "fp16",
-     ops.MEMORY_CLASS),
+     opfamilies.MEMORY_CLASS),
     ("void at::native::unrolled_elementwise_kernel<at::native::FillFunctor<long>>",
-     "elementwise", "", ops.MEMORY_CLASS),
+     "elementwise", "", opfamilies.MEMORY_CLASS),
     ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float>", "softmax",
-     "fp32", ops.MEMORY_CLASS),
+     "fp32", opfamilies.MEMORY_CLASS),
     ("void at::native::indexSelectLargeIndex<c10::BFloat16, long>", "embedding", "bf16",
-     ops.MEMORY_CLASS),
-    ("void cask_cudnn::computeOffsetsKernel<false, false>", "other", "", ops.BLEND_CLASS),
+     opfamilies.MEMORY_CLASS),
+    ("void cask_cudnn::computeOffsetsKernel<false, false>", "other", "", opfamilies.BLEND_CLASS),
 ])
 def test_kernel_name_families(name: str, family: str, dtype: str, cls: int) -> None:
-    code = ops.family_of("", name)
-    assert ops.FAMILIES[code] == family
-    assert ops.dtype_of_name(name) == dtype
-    assert ops.work_class(np.asarray([code]))[0] == cls
+    code = opfamilies.family_of("", name)
+    assert opfamilies.FAMILIES[code] == family
+    assert opfamilies.dtype_of_name(name) == dtype
+    assert opfamilies.work_class(np.asarray([code]))[0] == cls
 
 
 def test_shapeless_long_kernels_are_never_launch_bound_and_flagged() -> None:
     table = shapeless_resnet_table()
     names = table["name"]
-    fam = ops.families(table["op"], names)
+    fam = opfamilies.families(table["op"], names)
     long = table["duration_ns"] > 10_000
     for target in ("SM80_A100", "SM90_H100"):
         p = predict(table, target, source="SM70_V100_SXM2")
         assert p.flags is not None
         assert not np.any(p.regime[long] == LAUNCH), target
-        compute = long & ((fam == ops.GEMM) | (fam == ops.ATTENTION))
-        memory = long & np.isin(fam, [ops.NORM, ops.ELEMENTWISE, ops.REDUCE, ops.MEMCPY])
+        compute = long & ((fam == opfamilies.GEMM) | (fam == opfamilies.ATTENTION))
+        memory = long & np.isin(fam, [opfamilies.NORM, opfamilies.ELEMENTWISE, opfamilies.REDUCE, opfamilies.MEMCPY])
         assert np.all(p.flags[compute | memory] & INFERRED_FROM_NAME)
-        assert np.all(p.flags[long & (fam == ops.OTHER)] & INFERRED_BLEND)
+        assert np.all(p.flags[long & (fam == opfamilies.OTHER)] & INFERRED_BLEND)
         assert set(np.asarray(REGIMES)[p.regime[memory]]) <= {"memory", "latency"}
         cudnn = compute & (np.char.find(names.astype(str), "cudnn") >= 0)
         assert cudnn.any() and np.all(p.flags[cudnn] & TF32_CONV)

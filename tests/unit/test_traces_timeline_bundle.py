@@ -13,15 +13,13 @@ import pytest
 from cascade.errors import TraceFormatError, ValidationError
 from cascade.tableio import write_table
 from cascade.traces.bundle import BundleBuilder, load_bundle, write_bundle
+from cascade.traces.cascadetimeline import import_cascade_jsonl
+from cascade.traces.chrome import import_chrome_trace
 from cascade.traces.folder import parse_trace_folder
 from cascade.traces.generate import TraceSpec, write_trace_folder
-from cascade.traces.timeline import (
-    import_cascade_jsonl,
-    import_chrome_trace,
-    import_nsys_sqlite,
-    import_timeline,
-    parse_step_name,
-)
+from cascade.traces.nsys import import_nsys_sqlite
+from cascade.traces.timeline import import_timeline
+from cascade.traces.timelinecore import parse_step_name
 from tests.support.paths import SHARED_DATA
 
 REAL = SHARED_DATA / "traces" / \

@@ -8,9 +8,9 @@ import pytest
 from cascade.errors import ValidationError
 from cascade.gpus import default_registry
 from cascade.kerneltable import KernelTable
+from cascade.runs.summary import RecordedReference, ReferenceRow, config_results, with_reference
 from services.api.routes.configs import _checked_fields
-from services.api.routes.runs import with_reference
-from services.api.routes.traces import trace_summary
+from services.api.trace_views import trace_summary
 
 
 def test_trace_summary_totals_by_family_step_and_mix() -> None:
@@ -64,15 +64,20 @@ def test_valid_spec_passes() -> None:
 
 
 def test_recorded_figures_fill_results_without_files() -> None:
-    ref = {"kernel_model": "accel-sim", "configs": [
-        {"config": "A", "real_e2e_ms": 10.0, "simulated_e2e_ms": 11.0, "error_pct": 10.0, "counterfactual": False},
-        {"config": "B", "real_e2e_ms": None, "simulated_e2e_ms": 9.0, "error_pct": None, "counterfactual": True}]}
-    empty = {"config": "A", "predicted_e2e_ms": None, "counterfactual": True}
+    import msgspec
+
+    rows = {"hardware": "", "note": ""}
+    ref = RecordedReference(badge="", title="", simulator="", kernel_model="accel-sim", caveats=[], configs=[
+        ReferenceRow(config="A", real_e2e_ms=10.0, simulated_e2e_ms=11.0, error_pct=10.0, counterfactual=False, **rows),
+        ReferenceRow(config="B", real_e2e_ms=None, simulated_e2e_ms=9.0, error_pct=None, counterfactual=True, **rows)])
+    empty = config_results("A", [], {})  # no result files
+    assert empty.predicted_e2e_ms is None and empty.counterfactual is True
     a = with_reference(empty, ref)
-    assert (a["predicted_e2e_ms"], a["baseline_e2e_ms"], a["error_pct"], a["counterfactual"]) == (11.0, 10.0, 10.0, False)
-    b = with_reference(dict(empty, config="B"), ref)
-    assert b["counterfactual"] is True and b["baseline_e2e_ms"] is None and b["predicted_e2e_ms"] == 9.0
-    real = {"config": "A", "predicted_e2e_ms": 12.5, "counterfactual": True}
+    assert (a.predicted_e2e_ms, a.baseline_e2e_ms, a.error_pct, a.counterfactual) == (11.0, 10.0, 10.0, False)
+    assert a.recorded is True and a.model == "accel-sim"
+    b = with_reference(config_results("B", [], {}), ref)
+    assert b.counterfactual is True and b.baseline_e2e_ms is None and b.predicted_e2e_ms == 9.0
+    real = msgspec.structs.replace(empty, predicted_e2e_ms=12.5)
     assert with_reference(real, ref) is real  # a result of its own wins
 
 

@@ -1,6 +1,6 @@
-"""api route modules, discovered by :func:`services.api.app.create_app`.
+"""api route modules, listed in :data:`services.api.app.ROUTES`.
 
-Each module defines ``routes = web.RouteTableDef()`` and decorates handlers
-with it (plus :func:`services.api.http.doc` for OpenAPI details). Optional:
-``setup(app)`` and ``openapi: list[dict]``. See ``health.py`` for an example.
+Each module defines ``routes = web.RouteTableDef()`` and decorates its handlers with it (plus
+:func:`services.api.http.doc` for OpenAPI details), and optionally a sync ``setup(app)``. See
+``health.py`` for an example.
 """

@@ -22,7 +22,7 @@ figure that matches a prediction's situation, and says which one it picked:
    and the basis says so; with no measurement at all the estimate is ``None``.
 
 Which kernels a prediction extrapolates to is per kernel: see
-:func:`cascade.engine.perf.extrapolation_flags`.
+:func:`cascade.engine.extrapolation.extrapolation_flags`.
 """
 
 from __future__ import annotations

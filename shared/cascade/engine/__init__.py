@@ -3,7 +3,9 @@
 Modules: :mod:`~cascade.engine.base` (what models share), :mod:`~cascade.engine.models`,
 :mod:`~cascade.engine.analytical`, :mod:`~cascade.engine.accelsim` (the models, each beside its
 config), :mod:`~cascade.engine.registry` (models by name, the tagged union of their configs),
-:mod:`~cascade.engine.perf` (roofline physics, regimes, extrapolation flags),
+:mod:`~cascade.engine.perf` (roofline physics, regimes), :mod:`~cascade.engine.extrapolation`
+(extrapolation flags), :mod:`~cascade.engine.convmath` (convolutions and window kernels per GPU),
+:mod:`~cascade.engine.crossgpu` (what a measured time allows on another GPU),
 :mod:`~cascade.engine.predict` and :mod:`~cascade.engine.replay`.
 """
 

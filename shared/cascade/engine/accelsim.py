@@ -5,7 +5,7 @@ written, and yields a :class:`SimulatedKernel` when a kernel's statistics block 
 (``kernel_name`` .. ``gpu_sim_insn`` .. ``gpu_total_sim_rate``). Cycles become times at the
 core clock of ``-gpgpu_clock_domains``. :func:`predictions_from_simulation` maps simulated
 kernels onto a kernel table; rows Accel-Sim did not simulate use the ``analytical`` model and
-carry the :data:`cascade.engine.perf.NOT_SIMULATED` extrapolation bit.
+carry the :data:`cascade.engine.extrapolation.NOT_SIMULATED` extrapolation bit.
 
 Running the simulator (subprocess, process group, cancel, timeout) is platform work, in
 :mod:`cascade.platform.accelsim`; this module does no I/O.
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import msgspec
 import numpy as np
 
-from cascade.engine import perf
+from cascade.engine import extrapolation, perf
 from cascade.engine.analytical import AnalyticalConfig, AnalyticalModel
 from cascade.engine.base import ModelContext, ModelOutput, model_column
 from cascade.engine.workload import Workload
@@ -408,14 +408,14 @@ def predictions_from_simulation(table: KernelTable, w: Workload, target: GPUSpec
                                 sims: Sequence[SimulatedKernel],
                                 listed_ids: Sequence[int] = ()) -> ModelOutput:
     """Simulated durations per table row; rows Accel-Sim did not simulate use ``analytical``
-    and carry :data:`cascade.engine.perf.NOT_SIMULATED` in their flags."""
+    and carry :data:`cascade.engine.extrapolation.NOT_SIMULATED` in their flags."""
     n = len(table)
     match = rows_of_simulated(table, sims, listed_ids)
     durations = np.array([s.duration_ns for s in sims], dtype=np.float64)
     pred = np.where(match >= 0, durations[np.maximum(match, 0)] if len(sims) else np.nan, np.nan)
     names = model_column(n, AccelSimModel.name)
     regime = np.full(n, perf.COMPUTE, dtype=np.int8)
-    flags = np.zeros(n, dtype=perf.FLAGS_DTYPE)
+    flags = np.zeros(n, dtype=extrapolation.FLAGS_DTYPE)
     missing = match < 0
     if missing.any():
         sub_ctx = ModelContext(ctx.source, ctx.calibration, AnalyticalConfig(), ctx.archs)
@@ -423,7 +423,7 @@ def predictions_from_simulation(table: KernelTable, w: Workload, target: GPUSpec
         pred = np.where(missing, out.predicted_ns, pred)
         regime = np.where(missing, out.regime, regime).astype(np.int8)
         names[missing] = "analytical"
-        base = out.flags if out.flags is not None else np.zeros(n, dtype=perf.FLAGS_DTYPE)
-        flags = np.where(missing, base | perf.NOT_SIMULATED, 0).astype(perf.FLAGS_DTYPE)
+        base = out.flags if out.flags is not None else np.zeros(n, dtype=extrapolation.FLAGS_DTYPE)
+        flags = np.where(missing, base | extrapolation.NOT_SIMULATED, 0).astype(extrapolation.FLAGS_DTYPE)
         pred = np.where(missing, np.maximum(pred, perf.roofline_ns(w, target)), pred)
     return ModelOutput(pred, regime, names, flags=flags)

@@ -16,7 +16,7 @@ import numpy as np
 
 from cascade.calibration import Calibration
 from cascade.calibration.accuracy import calibrated_in
-from cascade.engine import perf
+from cascade.engine import convmath, extrapolation, perf
 from cascade.engine.base import ModelContext, ModelOutput, model_column
 from cascade.engine.workload import Workload
 from cascade.gpus.accelsim import fp32_lanes_per_sm
@@ -134,18 +134,18 @@ def analytical_ns(table: KernelTable, w: Workload, spec: GPUSpec, ctx: ModelCont
 def target_work(w: Workload, names: np.ndarray, target: GPUSpec, source: GPUSpec | None
                 ) -> tuple[Workload, np.ndarray]:
     """The kernels' work as ``target`` runs it, for a model with no measured time to scale (the
-    same move the scaled model makes on its target side, :func:`cascade.engine.perf.target_math`):
+    same move the scaled model makes on its target side, :func:`cascade.engine.convmath.target_math`):
     a tensor kernel of a dtype ``target`` has no tensor cores for on its CUDA cores
     (:func:`cascade.engine.perf.on_spec`, flagged ``OFF_TENSOR``), and FP32 convolutions on TF32
-    tensor cores where PyTorch's cuDNN puts them (:func:`cascade.engine.perf.cudnn_math`, flagged
+    tensor cores where PyTorch's cuDNN puts them (:func:`cascade.engine.convmath.cudnn_math`, flagged
     ``TF32_CONV``). A name that pins a convolution to FP32 CUDA-core math (``scudnn``) is kept
     only where ``source``, the GPU the trace ran on, is of ``target``'s SM design: on another
     design cuDNN picks that GPU's own kernels. Returns the workload and the flag bits."""
     on = perf.on_spec(w, target)
-    flags = np.where(w.tensor & ~on.tensor, perf.OFF_TENSOR, 0).astype(perf.FLAGS_DTYPE)
+    flags = np.where(w.tensor & ~on.tensor, extrapolation.OFF_TENSOR, 0).astype(extrapolation.FLAGS_DTYPE)
     same_design = source is not None and source.sm_version == target.sm_version
-    moved, charged = perf.cudnn_math(on, names, target, measured=same_design)
-    flags |= np.where(charged & ~w.tensor, perf.TF32_CONV, 0).astype(perf.FLAGS_DTYPE)
+    moved, charged = convmath.cudnn_math(on, names, target, measured=same_design)
+    flags |= np.where(charged & ~w.tensor, extrapolation.TF32_CONV, 0).astype(extrapolation.FLAGS_DTYPE)
     return moved, flags
 
 
@@ -174,12 +174,12 @@ class AnalyticalModel:
         pred = np.maximum(pred, np.where(missing, perf.roofline_ns(w_t, target), perf.roofline_ns(w, target)))
         # instruction features carry no shape: only the target's own calibration matters
         fitted = calibrated_in(ctx.calibration, target.id, cfg.measurement)
-        flags = np.full(len(w), 0 if fitted else perf.TARGET_UNCALIBRATED, dtype=perf.FLAGS_DTYPE)
-        flags |= np.where(missing, moved, 0).astype(perf.FLAGS_DTYPE)
+        flags = np.full(len(w), 0 if fitted else extrapolation.TARGET_UNCALIBRATED, dtype=extrapolation.FLAGS_DTYPE)
+        flags |= np.where(missing, moved, 0).astype(extrapolation.FLAGS_DTYPE)
         if missing.any():  # a convolution or pooling window from its work: whichever algorithm cuDNN picks there
             names = table["name"]
-            window = (perf.window_kinds(w, names) > 0) | perf.convolution_kernels(w, names)
-            flags |= np.where(missing & window, perf.WINDOW, 0).astype(perf.FLAGS_DTYPE)
+            window = (convmath.window_kinds(w, names) > 0) | convmath.convolution_kernels(w, names)
+            flags |= np.where(missing & window, extrapolation.WINDOW, 0).astype(extrapolation.FLAGS_DTYPE)
         # which rows the instruction features predicted, and which their work (FLOPs, bytes,
         # shapes: the figure the end-to-end protocol measures for a prediction from the work alone)
         names = model_column(len(w), self.name)

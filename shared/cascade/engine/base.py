@@ -39,13 +39,13 @@ class ModelOutput:
     model: np.ndarray
     """Per-kernel name of the model that produced the row (auto mixes models)."""
     flags: np.ndarray | None = None
-    """Per-kernel extrapolation bits (:func:`cascade.engine.perf.extrapolation_flags`);
+    """Per-kernel extrapolation bits (:func:`cascade.engine.extrapolation.extrapolation_flags`);
     None: the model flags nothing (``roofline`` is a bound, not a calibrated estimate)."""
     counts: dict[str, int] | None = None
     """Kernels per model in ``model`` (None: count them from ``model``)."""
     bracket: tuple[np.ndarray, np.ndarray] | None = None
     """Per kernel, the least and most target time its work allows from its measured source
-    time (:func:`cascade.engine.perf.bracket_ns`), NaN where no bracket holds it (a GEMM the
+    time (:func:`cascade.engine.crossgpu.bracket_ns`), NaN where no bracket holds it (a GEMM the
     fit covers, no measured time); None: the model keeps none."""
 
 

@@ -16,7 +16,7 @@ from typing import Annotated
 import msgspec
 import numpy as np
 
-from cascade.engine import perf
+from cascade.engine import extrapolation, perf
 from cascade.engine.base import ModelContext, ModelOutput, model_column, source_durations
 from cascade.engine.workload import Workload
 from cascade.gpus.spec import GPUSpec
@@ -46,7 +46,7 @@ class LlmModel:
         rows = llm_model.llm_rows(table)
         pred = np.full(n, np.nan)
         regime = np.zeros(n, dtype=np.int8)
-        flags = np.zeros(n, dtype=perf.FLAGS_DTYPE)
+        flags = np.zeros(n, dtype=extrapolation.FLAGS_DTYPE)
         if rows.any():
             idx = np.flatnonzero(rows)
             sub = llm_model.canonical_ops(table.take(idx))
@@ -70,16 +70,16 @@ class LlmModel:
             reg = np.where(compute >= memory, 0, 1)
             reg = np.where(out > 3 * tgt.roofline_ns + target.launch_overhead_ns, 2, reg)  # latency-bound
             regime[idx] = reg
-            f = np.zeros(len(idx), dtype=perf.FLAGS_DTYPE)
-            f |= np.where(~tgt.own, perf.TARGET_UNCALIBRATED, 0).astype(perf.FLAGS_DTYPE)
-            f |= np.where(~src_fitted, perf.SOURCE_UNCALIBRATED, 0).astype(perf.FLAGS_DTYPE)
-            f |= np.where(tgt.distance > 1.0, perf.SHAPE_OUTSIDE, 0).astype(perf.FLAGS_DTYPE)
-            f |= np.where(tgt.note != "", perf.SOFTWARE_FALLBACK, 0).astype(perf.FLAGS_DTYPE)
+            f = np.zeros(len(idx), dtype=extrapolation.FLAGS_DTYPE)
+            f |= np.where(~tgt.own, extrapolation.TARGET_UNCALIBRATED, 0).astype(extrapolation.FLAGS_DTYPE)
+            f |= np.where(~src_fitted, extrapolation.SOURCE_UNCALIBRATED, 0).astype(extrapolation.FLAGS_DTYPE)
+            f |= np.where(tgt.distance > 1.0, extrapolation.SHAPE_OUTSIDE, 0).astype(extrapolation.FLAGS_DTYPE)
+            f |= np.where(tgt.note != "", extrapolation.SOFTWARE_FALLBACK, 0).astype(extrapolation.FLAGS_DTYPE)
             flags[idx] = f
         rest = ~rows
         if rest.any():  # not an LLM operator: bound only (auto never sends such rows here)
             pred[rest] = perf.roofline_ns(w, target)[rest] + target.launch_overhead_ns
-            flags[rest] |= perf.BOUND_ONLY
+            flags[rest] |= extrapolation.BOUND_ONLY
             regime[rest] = 3
         return ModelOutput(pred, regime, model_column(n, self.name), flags, {self.name: n}, None)
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from cascade.calibration import Calibration, measurement_context
 from cascade.calibration.accuracy import calibrated_in
-from cascade.engine import perf
+from cascade.engine import convmath, crossgpu, extrapolation, perf
 from cascade.engine.analytical import AnalyticalConfig, AnalyticalModel, has_features
 from cascade.engine.base import (
     KernelModel,
@@ -81,7 +81,7 @@ class ScaledConfig(msgspec.Struct, frozen=True, kw_only=True, tag="scaled", tag_
     of a measurement kind it was fitted on)."""
     bracket: bool = True
     """Keep every measured kernel's target/source ratio inside the bracket its work allows
-    (:func:`cascade.engine.perf.ratio_bracket`: between its path's compute ratio and the
+    (:func:`cascade.engine.crossgpu.ratio_bracket`: between its path's compute ratio and the
     bandwidth ratio, widened by launch latency for short kernels)."""
     cudnn_tf32: bool = True
     """The target runs FP32 convolutions as PyTorch's default (``torch.backends.cudnn.allow_tf32``
@@ -170,7 +170,7 @@ class ScaledModel:
     shrinks a kernel's measured deviation from the model before carrying it over (same SM
     design: carried in full, so source == target reproduces the measured times). Window
     kernels (convolutions, pooling) meet a third roof on each GPU, their address arithmetic
-    on the CUDA cores (:func:`cascade.engine.perf.with_simt_roof`). Rows without a source time
+    on the CUDA cores (:func:`cascade.engine.convmath.with_simt_roof`). Rows without a source time
     use the target model alone.
     """
 
@@ -204,23 +204,23 @@ class ScaledModel:
         # on the target, fp32 convolutions as PyTorch runs them there (TF32 from Ampere on)
         # fp32 convolutions as PyTorch's cuDNN runs them on each GPU (TF32 from Ampere on)
         names = table["name"]
-        w_conv, conv_src = perf.cudnn_math(w, names, src, measured=True)
-        w_src, inferred = perf.infer_shapeless_work(w_conv, t_src, src, ps, fs)
-        w_tgt, tf32 = perf.target_math(perf.measured_work(w, w_src, conv_src), names, src, target,
+        w_conv, conv_src = convmath.cudnn_math(w, names, src, measured=True)
+        w_src, inferred = crossgpu.infer_shapeless_work(w_conv, t_src, src, ps, fs)
+        w_tgt, tf32 = convmath.target_math(convmath.measured_work(w, w_src, conv_src), names, src, target,
                                        cudnn_tf32=cfg.cudnn_tf32)
         # FP32 convolutions with shapes: each GPU's cuDNN algorithm at its fitted cost
-        w_src, w_tgt, algo = perf.conv_algorithm_costs(w_src, w_tgt, names, table["op"], src, target, cal)
+        w_src, w_tgt, algo = convmath.conv_algorithm_costs(w_src, w_tgt, names, table["op"], src, target, cal)
         src_tiles = perf.target_tiles(w_src, src, cal, src, rule_of=target.arch if src.arch != target.arch else None)
         tgt_tiles = perf.target_tiles(w_tgt, target, cal, src)
         ms = perf.kernel_times(w_src, src, ps, cal, fs, src_tiles)
         mt = perf.kernel_times(w_tgt, target, pt, cal, ft, tgt_tiles)
         # window kernels: a roof of their own, and flagged, on another GPU (names read only then)
-        windows = perf.window_kinds(w, names) if src.id != target.id else np.zeros(len(w), dtype=np.int8)
+        windows = convmath.window_kinds(w, names) if src.id != target.id else np.zeros(len(w), dtype=np.int8)
         if cal.window_simt:
-            per_byte = perf.window_flops_per_byte(windows, cal.window_simt)
+            per_byte = convmath.window_flops_per_byte(windows, cal.window_simt)
             if per_byte.any():
-                ms = perf.with_simt_roof(ms, w_src, per_byte, src, ps, cal)
-                mt = perf.with_simt_roof(mt, w_tgt, per_byte, target, pt, cal)
+                ms = convmath.with_simt_roof(ms, w_src, per_byte, src, ps, cal)
+                mt = convmath.with_simt_roof(mt, w_tgt, per_byte, target, pt, cal)
         tr = cal.transfer_for(cfg.measurement)
         ag = cfg.alpha_gemm if cfg.alpha_gemm is not None else tr.gemm
         am = cfg.alpha_gemm if cfg.alpha_gemm is not None else tr.gemm_memory
@@ -235,7 +235,7 @@ class ScaledModel:
         # fraction carries over as a streaming kernel's does (no GEMM tile fit covers it)
         alpha = np.where(perf.streams_weights(w), ao, alpha)
         if tr.conv is not None and src.sm_version != target.sm_version:  # cuDNN's choice of algorithm is the GPU's
-            alpha = np.where(perf.convolutions(w, names), tr.conv, alpha)
+            alpha = np.where(convmath.convolutions(w, names), tr.conv, alpha)
         if cal.conv_algos is not None and src.sm_version != target.sm_version:  # deviation from its algorithm
             alpha = np.where(algo, cal.conv_algos.alpha, alpha)
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -243,34 +243,34 @@ class ScaledModel:
         pred = np.where(np.isfinite(pred), pred, mt.total_ns)
         if src.id != target.id:  # a few blocks in flight: the clock ratio, not the bandwidth's
             single = table["kernels"] <= 1
-            slow = perf.starved(w_src, inferred, single, t_src, fs, ms)
-            pred = np.where(slow, perf.starved_ns(w_src, t_src, fs, ft, ms, mt, src, target), pred)
+            slow = crossgpu.starved(w_src, inferred, single, t_src, fs, ms)
+            pred = np.where(slow, crossgpu.starved_ns(w_src, t_src, fs, ft, ms, mt, src, target), pred)
             kernels = table["kernels"]
-            chain = perf.chained(w_src, inferred, kernels, t_src, fs, src, target)
-            pred = np.where(chain, perf.chain_ns(w_src, kernels, t_src, fs, ft, src, target), pred)
+            chain = crossgpu.chained(w_src, inferred, kernels, t_src, fs, src, target)
+            pred = np.where(chain, crossgpu.chain_ns(w_src, kernels, t_src, fs, ft, src, target), pred)
         grid = cal.residual_table(cfg.measurement, target) if src.arch != target.arch else None
         cells: dict[float, np.ndarray] = {}
         if grid is not None and cfg.residuals:
-            cells[grid.width] = perf.residual_cells(w, grid.width)
+            cells[grid.width] = extrapolation.residual_cells(w, grid.width)
             pred = pred * np.exp(grid.lookup(cells[grid.width]))
         pred = np.maximum(pred, perf.roofline_ns(w_tgt, target))
-        flags = perf.extrapolation_flags(w, target, src, cal, cfg.measurement, cells)
+        flags = extrapolation.extrapolation_flags(w, target, src, cal, cfg.measurement, cells)
         if src.id != target.id:  # (a window kernel, any convolution: the target's own algorithm, quoted as such)
-            window = (windows > 0) | perf.convolution_kernels(w, names)
-            flags |= inferred | tf32 | np.where(window, perf.WINDOW, 0).astype(perf.FLAGS_DTYPE)
+            window = (windows > 0) | convmath.convolution_kernels(w, names)
+            flags |= inferred | tf32 | np.where(window, extrapolation.WINDOW, 0).astype(extrapolation.FLAGS_DTYPE)
         measured = np.isfinite(t_src) & (t_src > 0)
         bracket = None
         if src.id == target.id:  # identity: the measured times, exactly
             pred = np.where(measured, t_src, pred)
         elif cfg.bracket:  # physics first: inside what the kernel's work allows
-            lo, hi = perf.ratio_bracket(w_src, w_tgt, src, target, cal.globals.sustained_clock_scale)
-            low, high = perf.bracket_ns(t_src, fs, ft, lo, hi, perf.latency_ratios(src, target))
-            held = measured & perf.bracket_applies(w, flags, t_src, ms.total_ns)
+            lo, hi = crossgpu.ratio_bracket(w_src, w_tgt, src, target, cal.globals.sustained_clock_scale)
+            low, high = crossgpu.bracket_ns(t_src, fs, ft, lo, hi, crossgpu.latency_ratios(src, target))
+            held = measured & crossgpu.bracket_applies(w, flags, t_src, ms.total_ns)
             # the target's roofline stays the floor (the work as counted cannot run faster)
             roof = perf.roofline_ns(w_tgt, target)
             pred = np.maximum(np.where(held, np.clip(pred, low, high), pred), roof)
             bracket = (np.where(held, low, np.nan), np.where(held, np.maximum(high, roof), np.nan))
-        regime = perf.never_launch_bound(mt.regime, mt, t_src, fs)
+        regime = crossgpu.never_launch_bound(mt.regime, mt, t_src, fs)
         return ModelOutput(pred, regime, model_column(len(w), self.name), flags, {self.name: len(w)}, bracket)
 
 
@@ -295,7 +295,7 @@ class AutoModel:
         n = len(w)
         pred = np.full(n, np.nan)
         regime = np.zeros(n, dtype=np.int8)
-        flags = np.zeros(n, dtype=perf.FLAGS_DTYPE)
+        flags = np.zeros(n, dtype=extrapolation.FLAGS_DTYPE)
         counts: dict[str, int] = {}
         names = model_column(n, "")
         low = np.full(n, np.nan)
@@ -318,9 +318,9 @@ class AutoModel:
             sub_ctx = ModelContext(ctx.source, ctx.calibration, sub_cfg, ctx.archs)
             if mask.all():  # one model for every row: its output as it is
                 out = model.predict(table, w, target, sub_ctx)
-                whole = np.zeros(n, dtype=perf.FLAGS_DTYPE) if out.flags is None else out.flags
+                whole = np.zeros(n, dtype=extrapolation.FLAGS_DTYPE) if out.flags is None else out.flags
                 if name == "roofline":
-                    whole = whole | perf.BOUND_ONLY
+                    whole = whole | extrapolation.BOUND_ONLY
                 return ModelOutput(out.predicted_ns, out.regime, out.model, whole, {name: n}, out.bracket)
             idx = np.flatnonzero(mask)
             out = model.predict(table.take(idx), _take_workload(w, idx), target, sub_ctx)
@@ -331,7 +331,7 @@ class AutoModel:
             if out.bracket is not None:
                 low[idx], high[idx] = out.bracket
             if name == "roofline":
-                flags[idx] |= perf.BOUND_ONLY
+                flags[idx] |= extrapolation.BOUND_ONLY
             counts[name] = len(idx)
         return ModelOutput(pred, regime, names, flags, counts, (low, high))
 

@@ -17,12 +17,11 @@ from cascade.calibration.accuracy import (
     widen_total,
 )
 from cascade.engine.base import ModelContext, ModelOutput
-from cascade.engine.perf import (
+from cascade.engine.extrapolation import (
     BOUND_ONLY,
     INFERRED_BLEND,
     INFERRED_FROM_NAME,
     OFF_TENSOR,
-    REGIMES,
     SHAPE_OUTSIDE,
     TARGET_UNCALIBRATED,
     TF32_CONV,
@@ -30,6 +29,7 @@ from cascade.engine.perf import (
     WINDOW,
     describe_flags,
 )
+from cascade.engine.perf import REGIMES
 from cascade.engine.registry import get_model
 from cascade.engine.workload import Workload, workload_of
 from cascade.gpus.registry import GPURegistry, default_registry
@@ -70,7 +70,7 @@ class Prediction:
     """Name of the model that produced each row."""
     provenance: PredictionProvenance
     flags: np.ndarray | None = None
-    """Per-kernel extrapolation bits (:data:`cascade.engine.perf.EXTRAPOLATION_REASONS`);
+    """Per-kernel extrapolation bits (:data:`cascade.engine.extrapolation.EXTRAPOLATION_REASONS`);
     None when the model flags nothing."""
     counts: Mapping[str, int] | None = None
     """Kernels per model that predicted them (what the accuracy estimate was read for)."""

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cascade.engine import ops
+from cascade import opfamilies
 from cascade.kerneltable import DTYPES, KernelTable
 
 #: dtypes with tensor-core paths (on GPUs that have them).
@@ -18,7 +18,7 @@ class Workload:
     """Columnar per-kernel work, all arrays of the table's length."""
 
     family: np.ndarray
-    """Family code (see :data:`cascade.engine.ops.FAMILIES`)."""
+    """Family code (see :data:`cascade.opfamilies.FAMILIES`)."""
     dtype: np.ndarray
     """Math dtype strings ('' -> treated as fp16 for tensor kernels, fp32 otherwise)."""
     dtype_code: np.ndarray
@@ -54,7 +54,7 @@ class Workload:
     @property
     def is_gemm(self) -> np.ndarray:
         """GEMM-like kernels with known shape."""
-        return (self.family == ops.GEMM) & np.isfinite(self.m) & np.isfinite(self.n) & np.isfinite(self.k)
+        return (self.family == opfamilies.GEMM) & np.isfinite(self.m) & np.isfinite(self.n) & np.isfinite(self.k)
 
 
 def _dims(table: KernelTable, col: str) -> np.ndarray:
@@ -66,12 +66,12 @@ def workload_of(table: KernelTable) -> Workload:
     """Derive the work of every kernel (fills FLOPs/bytes from GEMM dims where missing)."""
     n = len(table)
     names = table["name"]
-    fam = ops.families(table["op"], names)
-    tile_a, tile_b, path, k_split = ops.name_hints(names)
+    fam = opfamilies.families(table["op"], names)
+    tile_a, tile_b, path, k_split = opfamilies.name_hints(names)
     dtype = np.asarray(table["dtype"], dtype=object).copy()
     unknown = dtype == ""
     if unknown.any():  # what the kernel's name says (cuBLAS / cuDNN / CUTLASS / xmma)
-        dtype[unknown] = ops.name_dtypes(names[unknown])
+        dtype[unknown] = opfamilies.name_dtypes(names[unknown])
         unknown = dtype == ""
     if unknown.any():
         dtype[unknown & (path == 1)] = "fp16"
@@ -79,16 +79,16 @@ def workload_of(table: KernelTable) -> Workload:
     # fp32 operands on a kernel the name puts on tensor cores run as TF32 (the only tensor
     # path for fp32 inputs): peak and efficiency are TF32's, not the SIMT FP32 ones.
     dtype[(dtype == "fp32") & (path == 1)] = "tf32"
-    dt_u, dt_c = ops.factorize(dtype)
+    dt_u, dt_c = opfamilies.factorize(dtype)
     dtype_code = np.asarray([DTYPES.index(d) if d in DTYPES else DTYPES.index("fp32") for d in dt_u],
                             dtype=np.int8)[dt_c] if n else np.zeros(0, dtype=np.int8)
     is_tensor_dtype = np.isin(dtype_code, [DTYPES.index(d) for d in TENSOR_DTYPES])
-    matmul_like = (fam == ops.GEMM) | (fam == ops.ATTENTION)
+    matmul_like = (fam == opfamilies.GEMM) | (fam == opfamilies.ATTENTION)
     tensor = np.where(path >= 0, path == 1, is_tensor_dtype & matmul_like)
     batch = _dims(table, "batch")
     batch = np.where(np.isnan(batch), 1.0, batch)
     m, nn, k = _dims(table, "m"), _dims(table, "n"), _dims(table, "k")
-    esize = ops.dtype_bytes(dtype, 2.0) if n else np.zeros(0)
+    esize = opfamilies.dtype_bytes(dtype, 2.0) if n else np.zeros(0)
     flops = table["flops"].astype(np.float64).copy()
     gemm_flops = 2.0 * batch * m * nn * k
     flops = np.where(np.isnan(flops) & np.isfinite(gemm_flops), gemm_flops, flops)

@@ -45,7 +45,7 @@ import numpy as np
 
 from cascade.calibration import Calibration, Transfer
 from cascade.calibration.accuracy import OPERATOR_LOGO_VARIANT, WORK_MODEL
-from cascade.engine import perf
+from cascade.engine import convmath
 from cascade.engine.models import RooflineConfig, ScaledConfig
 from cascade.engine.predict import predict
 from cascade.errors import TraceFormatError, UnknownGPUError
@@ -55,7 +55,7 @@ from cascade.kerneltable import KernelTable
 
 #: KernelBench operators are scored where the target's measured time is at least this (ms).
 KERNELBENCH_MIN_MS = 0.1
-#: KernelBench ``family`` -> the kernel table's ``op`` (what :func:`cascade.engine.ops.family_of`
+#: KernelBench ``family`` -> the kernel table's ``op`` (what :func:`cascade.opfamilies.family_of`
 #: reads): scans and losses are reductions, pooling a memory-bound window op.
 KERNELBENCH_OPS: dict[str, str] = {
     "gemm": "matmul", "gemv": "gemv", "conv": "conv", "norm": "norm", "softmax": "softmax",
@@ -449,17 +449,17 @@ def _operator_mape(ops: OperatorSet, cal: Calibration, reg: GPURegistry, leave_o
 def fit_transfer(ops: OperatorSet, cal: Calibration, reg: GPURegistry, *,
                  leave_out: str | None = None, context: str = KERNELBENCH_CONTEXT) -> KernelBenchFit:
     """The transfer exponents of ``context`` (GEMMs, convolutions, every other kernel) and the
-    window kernels' FP32 FLOPs per byte (:data:`cascade.engine.perf.WINDOW_KINDS`) that make the
+    window kernels' FP32 FLOPs per byte (:data:`cascade.engine.convmath.WINDOW_KINDS`) that make the
     operator protocol's mean error into uncalibrated targets least: coordinate descent over
     :data:`TRANSFER_GRID` and :data:`WINDOW_GRID`, two passes, from what ``cal`` has. ``leave_out``:
     fitted on the pairs between the other GPUs only (leave one GPU out)."""
     start = cal.transfer_for(context)
     cur = {"gemm": start.gemm, "other": start.other, "conv": start.other if start.conv is None else start.conv}
-    cur.update({f"window:{k}": float(cal.window_simt.get(k, 0.0)) for k in perf.WINDOW_KINDS})
+    cur.update({f"window:{k}": float(cal.window_simt.get(k, 0.0)) for k in convmath.WINDOW_KINDS})
 
     def make(values: dict[str, float]) -> KernelBenchFit:
         tr = Transfer(gemm=values["gemm"], gemm_memory=values["gemm"], other=values["other"], conv=values["conv"])
-        return KernelBenchFit(transfer=tr, window_simt={k: values[f"window:{k}"] for k in perf.WINDOW_KINDS
+        return KernelBenchFit(transfer=tr, window_simt={k: values[f"window:{k}"] for k in convmath.WINDOW_KINDS
                                                         if values[f"window:{k}"] > 0})
 
     for _ in range(2):

@@ -12,7 +12,7 @@ never saw; the closest tests the data allow:
 
 ``python -m cascade.fitting.extrapolate [--data DIR] [--evals N] [--largest Q]`` prints,
 per left-out block, data set, family and GPU pair, the count and MAPE / median / p90 of
-``roofline`` and ``scaled`` (markdown, as in ``ACCURACY.md``); the TP run adds the per-layer
+``roofline`` and ``scaled`` (markdown, as in ``docs/ACCURACY.md``); the TP run adds the per-layer
 sums (:mod:`cascade.fitting.layers`, family ``layer``) beside the per-operator rows, and the
 repeatability floor of the operators whose work is the same at every degree
 (:mod:`cascade.fitting.repeat`, family ``same work``).

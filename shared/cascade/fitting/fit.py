@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import msgspec
 import numpy as np
 
+from cascade import opfamilies
 from cascade.calibration import (
     Calibration,
     Globals,
@@ -25,10 +26,10 @@ from cascade.calibration import (
     Transfer,
     measurement_context,
 )
-from cascade.engine import ops
 from cascade.engine.base import ModelContext
+from cascade.engine.extrapolation import residual_cells
 from cascade.engine.models import ScaledConfig, ScaledModel
-from cascade.engine.perf import kernel_times, launch_waves, residual_cells, target_tiles, tile_key
+from cascade.engine.perf import kernel_times, launch_waves, target_tiles, tile_key
 from cascade.engine.workload import Workload, workload_of
 from cascade.fitting.measured import MeasuredSet, Pair, pairs
 from cascade.gpus.registry import GPURegistry, default_registry
@@ -49,7 +50,7 @@ _FAMILY_PARAMS = ("norm", "embedding", "elementwise")
 
 
 class FitConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """Which physical terms the fitted model has (the comparisons in ``ACCURACY.md``):
+    """Which physical terms the fitted model has (the comparisons in ``docs/ACCURACY.md``):
     ``cascade calibrate`` and ``cascade validate --shift`` take them as options and record
     them in the calibration's ``command``."""
 
@@ -58,46 +59,46 @@ class FitConfig(msgspec.Struct, frozen=True, kw_only=True):
     l2_reuse: bool = False
     """A fitted share of L2 that a rerun operator's bytes find resident (``Globals.l2_resident``,
     :func:`cascade.engine.perf.memory_ns`). Off: tried, the fit drives the share to 0
-    (ACCURACY.md)."""
+    (docs/ACCURACY.md)."""
     family_fixed: bool = False
     """A fitted multiplier of each GPU's fixed per-kernel time per op family (norm,
     embedding, elementwise; ``SpecParams.family_fixed``), on per-kernel (``kernel``) data.
-    Off: tried, worse on the shifted-shape protocol (ACCURACY.md)."""
+    Off: tried, worse on the shifted-shape protocol (docs/ACCURACY.md)."""
 
     tile_reuse: bool = True
     """A fitted operand-traffic cost of small SIMT GEMM tiles (``Globals.tile_reuse``,
     :func:`cascade.engine.perf.tile_reuse_factor`): with it the least-time tile choice of a
-    GPU whose library's tiles are unknown no longer favours the smallest tiles (ACCURACY.md,
+    GPU whose library's tiles are unknown no longer favours the smallest tiles (docs/ACCURACY.md,
     session 8)."""
 
     tensor_tile_reuse: bool = True
     """The same operand-traffic cost for tensor-core tiles, fitted apart
     (``Globals.tensor_tile_reuse``): small tensor tiles feed fewer MMAs per byte of shared
-    memory read (ACCURACY.md, session 10)."""
+    memory read (docs/ACCURACY.md, session 10)."""
 
     tile_latency: bool = True
     """A fitted exposed start of each wave of tensor-core GEMM tiles (``Globals.tile_latency``,
-    in DRAM latencies): short-K GEMMs (ACCURACY.md, session 10)."""
+    in DRAM latencies): short-K GEMMs (docs/ACCURACY.md, session 10)."""
 
     launch_waves: bool = True
     """A fitted wave quantisation of non-GEMM kernels whose grid and block size are known
-    (``Globals.launch_waves``; Vidur's RMSNorm rows carry vLLM's launch shape): ACCURACY.md,
+    (``Globals.launch_waves``; Vidur's RMSNorm rows carry vLLM's launch shape): docs/ACCURACY.md,
     session 11."""
 
     warp_fill: bool = False
     """A SIMT GEMM tile of fewer warps than its SM has schedulers, alone on its SM, runs at warps /
     schedulers of the SM's rate (``Globals.warp_fill`` = 1, not fitted). Off: tried, no gain on
-    the shifted-shape protocol and worse leave-one-GPU-out (ACCURACY.md, session 12)."""
+    the shifted-shape protocol and worse leave-one-GPU-out (docs/ACCURACY.md, session 12)."""
 
     simt_step: bool = False
     """A fitted least time per K step of a SIMT GEMM tile on its SM, per GPU (``SpecParams.simt_step``,
     in DRAM latencies): under-filled SGEMM grids are latency bound. Off: tried, the fit drives it
-    towards 0 (ACCURACY.md, session 12)."""
+    towards 0 (docs/ACCURACY.md, session 12)."""
 
     gemm_stream: bool = True
     """GEMMs in per-kernel (``kernel``) times stream their operands at the spec's achievable
     DRAM fraction (``Globals.gemm_stream`` = 1, not fitted) instead of the ``bw_eff`` they
-    share there with elementwise kernels (ACCURACY.md, session 9)."""
+    share there with elementwise kernels (docs/ACCURACY.md, session 9)."""
 
     floor_prior: float = 0.05
     """Weight of a pull of each GPU's fitted harness floor (the fixed per-call time of a
@@ -317,7 +318,7 @@ def _initial(sets: Sequence[MeasuredSet], config: FitConfig | None = None) -> tu
                 add(("spec", sid, "simt_step"), float(np.log(2.0)))
         add(("spec", sid, "bw_eff"), _logit(0.7))
         for fam in _FAMILY_PARAMS:
-            if np.any(w.family == ops.FAMILIES.index(fam)):
+            if np.any(w.family == opfamilies.FAMILIES.index(fam)):
                 add(("spec", sid, "family_bw", fam), 0.0)
                 if config.family_fixed and s.measurement == "kernel":
                     add(("spec", sid, "family_fixed", fam), 0.0)
@@ -426,7 +427,7 @@ def _residual_tables(all_pairs: Sequence[Pair], cal: Calibration, archs: dict[st
                      min_rows: int = RESIDUAL_MIN_ROWS) -> dict[str, dict[str, ResidualTable]]:
     """Per (measurement kind, target GPU): the median log(measured / predicted) of every fit
     row (never a held-out or excluded one) of the cross-architecture GEMM pairs into it, in
-    cells of the shape grid (:func:`cascade.engine.perf.residual_cells`)."""
+    cells of the shape grid (:func:`cascade.engine.extrapolation.residual_cells`)."""
     model = ScaledModel()
     acc: dict[tuple[str, str], tuple[list[np.ndarray], list[np.ndarray]]] = {}
     for pair in all_pairs:

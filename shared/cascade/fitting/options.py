@@ -12,26 +12,26 @@ if TYPE_CHECKING:
 
 #: The model's on / off switches (``store_true`` options) and what each one does.
 _SWITCHES: tuple[tuple[str, str], ...] = (
-    ("--no-split-k", "fit and score without split-K GEMMs (the comparison in ACCURACY.md)"),
+    ("--no-split-k", "fit and score without split-K GEMMs (the comparison in docs/ACCURACY.md)"),
     ("--l2-reuse", "fit a share of L2 that a rerun operator's bytes find resident (tried, rejected: "
-                   "the fit drives it to 0; ACCURACY.md)"),
+                   "the fit drives it to 0; docs/ACCURACY.md)"),
     ("--family-fixed", "fit a multiplier of the fixed per-kernel time per op family and GPU (tried, "
-                       "rejected: worse on the shifted-shape protocol; ACCURACY.md)"),
+                       "rejected: worse on the shifted-shape protocol; docs/ACCURACY.md)"),
     ("--no-tile-reuse", "fit and score without the operand-traffic cost of small SIMT GEMM tiles "
-                        "(the comparison in ACCURACY.md)"),
+                        "(the comparison in docs/ACCURACY.md)"),
     ("--no-tensor-tile-reuse", "fit and score without the operand-traffic cost of small tensor-core "
-                               "GEMM tiles (the comparison in ACCURACY.md, session 10)"),
+                               "GEMM tiles (the comparison in docs/ACCURACY.md, session 10)"),
     ("--no-tile-latency", "fit and score without the exposed start of each wave of tensor-core GEMM "
-                          "tiles (the comparison in ACCURACY.md, session 10)"),
+                          "tiles (the comparison in docs/ACCURACY.md, session 10)"),
     ("--no-launch-waves", "fit and score without the wave quantisation of non-GEMM kernels whose grid "
-                          "and block size are known (the comparison in ACCURACY.md, session 11)"),
+                          "and block size are known (the comparison in docs/ACCURACY.md, session 11)"),
     ("--warp-fill", "a lone SIMT GEMM tile of fewer warps than its SM's schedulers runs at warps / "
-                    "schedulers of the SM's rate (tried, rejected; ACCURACY.md, session 12)"),
+                    "schedulers of the SM's rate (tried, rejected; docs/ACCURACY.md, session 12)"),
     ("--simt-step", "fit a least time per K step of a SIMT GEMM tile on its SM, per GPU (tried, "
-                    "rejected: the fit drives it towards 0; ACCURACY.md, session 12)"),
+                    "rejected: the fit drives it towards 0; docs/ACCURACY.md, session 12)"),
     ("--no-gemm-stream", "fit and score with GEMMs' DRAM traffic at the fitted bandwidth fraction of "
                          "the per-kernel context instead of the spec's achievable fraction (the "
-                         "comparison in ACCURACY.md)"),
+                         "comparison in docs/ACCURACY.md)"),
 )
 
 
@@ -42,7 +42,7 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--floor-prior", type=float, default=None, metavar="WEIGHT",
                    help="weight of the pull of each GPU's benchmark-harness floor towards the other "
                         "GPUs' (the harness's fixed time is host-side); 0 turns it off "
-                        "(default: FitConfig's; ACCURACY.md)")
+                        "(default: FitConfig's; docs/ACCURACY.md)")
 
 
 def fit_config(args: argparse.Namespace) -> FitConfig:

@@ -3,7 +3,7 @@
 ``python -m cascade.fitting.report [CALIBRATION.json]`` prints, for the held-out
 shapes and for every leave-one-GPU-out refit, per (dataset, family, GPU pair) the
 count, MAPE, median and p90 absolute percentage error of each model; these are
-the tables of ``ACCURACY.md``.
+the tables of ``docs/ACCURACY.md``.
 """
 
 from __future__ import annotations

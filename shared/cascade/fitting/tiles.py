@@ -7,7 +7,7 @@ uncalibrated architecture gets) picks over :data:`cascade.engine.perf.TILE_CANDI
 several values of the tile operand-traffic cost (``Globals.tile_reuse``). No timing is used.
 
 ``python -m cascade.fitting.tiles [--data DIR] [--calibration FILE]`` prints the table quoted
-in ACCURACY.md: the rule without the term (c = 0) and with the calibration's own c, both
+in docs/ACCURACY.md: the rule without the term (c = 0) and with the calibration's own c, both
 with the calibration's other fitted globals (smallest tile area, wave quantisation).
 """
 

@@ -421,7 +421,7 @@ def overhead_ns(desc: ModelDescription, spec: GPUSpec, tokens: np.ndarray | floa
       :data:`SAMPLER_FIXED_NS`;
     - the host: :data:`STEP_HOST_NS` + :data:`STEP_HOST_PER_SEQUENCE_NS` per sequence.
     """
-    return gpu_overhead_ns(desc, spec, tokens, sequences) + host_ns(sequences)
+    return np.asarray(gpu_overhead_ns(desc, spec, tokens, sequences) + host_ns(sequences), dtype=np.float64)
 
 
 def host_ns(sequences: np.ndarray | float) -> np.ndarray:

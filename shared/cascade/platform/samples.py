@@ -21,6 +21,7 @@ import msgspec
 
 from cascade.errors import ConflictError, NotFoundError, TraceFormatError, ValidationError
 from cascade.kerneltable import KernelTable
+from cascade.runs.summary import RecordedReference, ReferenceRow
 from cascade.tableio import read_table
 
 #: The repository's ``samples/`` folder (shared/cascade/platform/samples.py -> parents[3] / "samples").
@@ -423,3 +424,19 @@ def refuse_rerun(run_id: str, root: str | Path | None = None) -> None:
             ref = load_reference(info.name, root=root)
             if not ref.rerunnable:
                 raise ConflictError(ref.rerun_refusal, state="recorded")
+
+
+def recorded_reference(run_id: str, root: str | Path | None = None) -> RecordedReference | None:
+    """The published figures of the sample whose recorded reference run is ``run_id`` (None for
+    any other run)."""
+    info = next((s for s in list_samples(root) if s.recorded_run_id == run_id and s.has_reference), None)
+    if info is None:
+        return None
+    ref = load_reference(info.name, root=root)
+    return RecordedReference(
+        badge=ref.badge, title=ref.title, simulator=ref.simulator, kernel_model=ref.kernel_model,
+        caveats=ref.caveats,
+        configs=[ReferenceRow(config=r.config, hardware=r.hardware, real_e2e_ms=r.real_mean_e2e_ms,
+                              simulated_e2e_ms=r.simulated_mean_e2e_ms, error_pct=r.error_pct,
+                              counterfactual=r.counterfactual, note=r.note)
+                 for r in ref.results])

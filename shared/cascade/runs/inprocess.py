@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from cascade.engine import predict
-from cascade.engine.perf import FLAGS_DTYPE, REGIMES
+from cascade.engine.extrapolation import FLAGS_DTYPE
+from cascade.engine.perf import REGIMES
 from cascade.engine.replay import StepTimes, replay
 from cascade.gpus import GPUSpec
 from cascade.kerneltable import KernelTable

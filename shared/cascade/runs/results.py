@@ -25,7 +25,7 @@ import msgspec
 import numpy as np
 
 from cascade.calibration.accuracy import AccuracyEstimate
-from cascade.engine.perf import FLAGS_DTYPE
+from cascade.engine.extrapolation import FLAGS_DTYPE
 from cascade.errors import ValidationError
 from cascade.kerneltable import KernelTable
 
@@ -214,7 +214,7 @@ class SimResult(msgspec.Struct, frozen=True, kw_only=True):
     extrapolated: int = 0
     """Kernels whose prediction the model flagged as extrapolated."""
     extrapolation: dict[str, int] = {}
-    """Kernels per extrapolation reason (:data:`cascade.engine.perf.EXTRAPOLATION_REASONS`)."""
+    """Kernels per extrapolation reason (:data:`cascade.engine.extrapolation.EXTRAPOLATION_REASONS`)."""
     accuracy: AccuracyEstimate | None = None
     """The calibration's measured error for this source/target situation and its basis."""
     wall_s: float = 0.0
@@ -239,7 +239,7 @@ MAX_ACCELSIM_KERNELS = 2000
 
 
 def _family_names(table: KernelTable) -> np.ndarray:
-    from cascade.engine.ops import FAMILIES, families
+    from cascade.opfamilies import FAMILIES, families
 
     codes = families(table["op"], table["name"])
     return np.asarray(FAMILIES, dtype=object)[codes.astype(np.int64)] if len(codes) else np.zeros(0, object)
@@ -420,7 +420,7 @@ def kernels_with_predictions(
 ) -> KernelTable:
     """The bundle's table plus the prediction columns (what ``kernels.npz`` holds);
     ``extrapolation`` holds each kernel's extrapolation bits
-    (:data:`cascade.engine.perf.EXTRAPOLATION_REASONS`, 0 = inside the calibration)."""
+    (:data:`cascade.engine.extrapolation.EXTRAPOLATION_REASONS`, 0 = inside the calibration)."""
     cols = dict(table.as_dict())
     cols["predicted_ns"] = np.asarray(predicted_ns, dtype=np.float64)
     cols["regime"] = np.asarray(regime, dtype=object)

@@ -7,7 +7,10 @@ the precision and the TP / EP split into a :class:`DescribedServing` (the
 :class:`~cascade.serving.described.DescribedStepCost` the simulator asks for step times, the
 KV cache vLLM would size on that GPU, the model's context window and the
 :class:`ServingBasis` that says where the figures come from, with the LLM kernel model's
-expected error for the model's rows on that GPU).
+expected error for the model's rows on that GPU). Cheaper, with nothing timed:
+:func:`described_footprint` (weights and KV cache per GPU, whether vLLM would start) and
+:func:`checkpoint_quant` (the precision a checkpoint's ``quantization_config`` names), for
+callers that choose a TP or a precision before building one.
 
 The example configs under ``cascade/serving/model_configs/`` carry the published
 architecture figures of their models (no weights, no tokenizer); :data:`EXAMPLE_CONFIGS`
@@ -208,8 +211,7 @@ def describe_serving(config: dict[str, Any], spec: GPUSpec, *, quant: str = "bf1
     from cascade.llm.describe import describe_model, step_table
     from cascade.llm.model import expected_error, load_llm_calibration
 
-    inner = config.get("text_config")
-    fields = inner if isinstance(inner, dict) and "hidden_size" not in config else config
+    fields = _text_config(config)
     heads, hidden = fields.get("num_attention_heads"), fields.get("hidden_size")
     if fields.get("head_dim") is None and isinstance(heads, int) and isinstance(hidden, int) and 0 < hidden < heads:
         raise ValidationError(f"hidden_size {hidden} / num_attention_heads {heads} leaves no head dimension; give "
@@ -231,10 +233,7 @@ def describe_serving(config: dict[str, Any], spec: GPUSpec, *, quant: str = "bf1
     batch = max(1, min(typical_batch, max_num_seqs))
     table = step_table(desc, prefill=[(prompt, 0)], decode_contexts=np.full(batch, prompt + 1))
     err = expected_error(cal, table, None, spec)
-    context = config.get("max_position_embeddings")
-    if isinstance(config.get("text_config"), dict) and "hidden_size" not in config:
-        context = config["text_config"].get("max_position_embeddings", context)
-    context_tokens = int(context) if isinstance(context, int) and not isinstance(context, bool) and context > 1 else None
+    context_tokens = context_tokens_of(config)
     basis = ServingBasis(
         kind="described", workload=desc.label(), gpu=spec.id, gpu_name=spec.name, gpu_memory_gb=spec.memory_gb,
         step_model=cost.source,
@@ -244,6 +243,81 @@ def describe_serving(config: dict[str, Any], spec: GPUSpec, *, quant: str = "bf1
                                                   cells=err.cells, basis=err.basis),
         kv_cache_tokens=kv_tokens, weights_gib_per_gpu=weights, context_tokens=context_tokens)
     return DescribedServing(cost=cost, kv=kv, context_tokens=context_tokens, basis=basis)
+
+
+def _text_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The fields a description reads: the config's, or its ``text_config``'s (a multimodal
+    config)."""
+    inner = config.get("text_config")
+    return inner if isinstance(inner, dict) and "hidden_size" not in config else config
+
+
+def context_tokens_of(config: dict[str, Any]) -> int | None:
+    """The model's context window (``max_position_embeddings``, the text config's where the
+    config nests one), or None when the config does not say."""
+    context = config.get("max_position_embeddings")
+    if _text_config(config) is not config:
+        context = config["text_config"].get("max_position_embeddings", context)
+    return int(context) if isinstance(context, int) and not isinstance(context, bool) and context > 1 else None
+
+
+def checkpoint_quant(config: dict[str, Any]) -> tuple[str, str | None]:
+    """(linear layers' dtype, experts' dtype or None for the same) a checkpoint serves in, from
+    its ``quantization_config`` (bf16 where it names none): ``mxfp4`` -> MXFP4 experts beside
+    BF16 attention (gpt-oss, as vLLM serves it); FP8 with ``weight_block_size`` -> fp8-block;
+    other FP8 -> fp8; NVFP4 (ModelOpt) -> fp4; 4-bit AWQ / GPTQ -> int4."""
+    qc = _text_config(config).get("quantization_config", config.get("quantization_config"))
+    if not isinstance(qc, dict):
+        return "bf16", None
+    method = str(qc.get("quant_method", "")).lower()
+    algo = str(qc.get("quant_algo", "")).lower()
+    if method == "mxfp4":
+        return "bf16", "mxfp4"
+    if method == "fp8":
+        return ("fp8-block" if qc.get("weight_block_size") else "fp8"), None
+    if method == "modelopt" and "fp4" in algo:
+        return "fp4", None
+    if method == "modelopt" and "fp8" in algo:
+        return "fp8", None
+    if method in ("awq", "gptq") and qc.get("bits") == 4:
+        return "int4", None
+    return "bf16", None
+
+
+class DescribedFootprint(msgspec.Struct, frozen=True, kw_only=True):
+    """What a described model takes on one GPU of its engine, as vLLM sizes it (no step timed)."""
+
+    weight_bytes_per_gpu: int
+    kv_cache_tokens: int
+    """Tokens the KV cache holds (0: the weights and reserve leave no room for one block)."""
+    context_tokens: int | None
+    """max_position_embeddings."""
+
+    @property
+    def fits(self) -> bool:
+        """vLLM would start with its defaults: the KV cache holds one request of the whole
+        context window (of at least one block where the config names no window)."""
+        return self.kv_cache_tokens >= (self.context_tokens or 1)
+
+
+def described_footprint(config: dict[str, Any], spec: GPUSpec, *, quant: str = "bf16",
+                        moe_quant: str | None = None, kv_dtype: str = "bf16", tp: int = 1, ep: int = 1,
+                        max_num_batched_tokens: int = 8192, max_num_seqs: int = 256,
+                        gpu_memory_utilization: float = 0.9, block_size: int = 16) -> DescribedFootprint:
+    """The weights and KV cache of ``config`` on one GPU of a ``tp``-way engine of ``spec``,
+    from the description alone (cheap: nothing is timed). ValidationError names a config field
+    or setting (``tp``, ``ep``, ``quant``) that cannot be described."""
+    from cascade.llm.describe import describe_model
+
+    desc = describe_model(config, quant=quant, moe_quant=moe_quant, kv_dtype=kv_dtype, tp=tp, ep=ep)
+    kv = described_kv(desc, spec, gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
+                      max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs)
+    try:
+        tokens = kv.num_blocks() * kv.block_size
+    except ValidationError:
+        tokens = 0
+    return DescribedFootprint(weight_bytes_per_gpu=desc.weight_bytes_per_gpu(), kv_cache_tokens=tokens,
+                              context_tokens=context_tokens_of(config))
 
 
 def traced_basis(*, workload: str, spec_id: str, spec: GPUSpec | None, step_model: str, kv: KVConfig,

@@ -187,6 +187,20 @@ def parse_prefix(tokens: list[bytes]) -> tuple[int, int, int, int]:
     return int(tokens[0]), int(tokens[1]), int(tokens[2]), int(tokens[3])
 
 
+def fourth_space(line: bytes) -> int:
+    """Index of the space that ends a raw line's ``cta_x cta_y cta_z warp`` prefix (-1: none)."""
+    p = line.find(b" ")
+    if p < 0:
+        return -1
+    p = line.find(b" ", p + 1)
+    if p < 0:
+        return -1
+    p = line.find(b" ", p + 1)
+    if p < 0:
+        return -1
+    return line.find(b" ", p + 1)
+
+
 def parse_instruction_line(
     line: str | bytes,
     *,

@@ -24,6 +24,9 @@ is capped and cleared when full):
   (invariant under 128-byte shifts), so a distinct line costs a few dict
   lookups plus the footprint sampler's per-line update.
 
+The address features and the last two caches live in :mod:`cascade.traces.addresses`, the
+dependency chains in :mod:`cascade.traces.depchains`.
+
 The line offsets keep the insertion order of :func:`units_touched`, so the
 sampler sees every request's lines in the same order as the plain
 computation; ``tests/unit/test_traces_reference.py`` checks that the features are
@@ -38,31 +41,20 @@ from __future__ import annotations
 import lzma
 import math
 import re
-from array import array
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from functools import reduce
-from itertools import accumulate
-from operator import or_
+from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, Any, NamedTuple
+from typing import IO, Any
 
 import msgspec
 
 from cascade.errors import TraceFormatError, TruncatedStreamError
 from cascade.kerneltable import KernelTable
 from cascade.traces import opcodes as oc
-from cascade.traces.header import SPACE_WINDOW_BYTES, KernelHeader, parse_header
-from cascade.traces.lines import LINE_FORM, FieldError, parse_prefix, parse_tokens
-from cascade.traces.memory import (
-    LINE_SHIFT,
-    SECTOR_SHIFT,
-    LineSampler,
-    bank_conflict_wavefronts,
-    lane_addresses,
-    strided_span,
-    units_touched,
-)
+from cascade.traces.addresses import CACHE_MAX, NOT_KEPT, AddressFeatures
+from cascade.traces.depchains import DependencyChains
+from cascade.traces.header import KernelHeader, parse_header
+from cascade.traces.lines import LINE_FORM, FieldError, fourth_space, parse_prefix, parse_tokens
 
 XZ_MAGIC = b"\xfd7zXZ\x00"
 #: Text processed per step; memory stays a small multiple of this.
@@ -71,13 +63,6 @@ DEFAULT_CHUNK_BYTES = 4 << 20
 MAX_LINE_BYTES = 1 << 20
 #: Blocks whose warps get the (order-dependent) dependency-chain analysis.
 DEP_SAMPLE_BLOCKS = 16
-_CACHE_MAX = 1 << 17
-#: Decoded address patterns kept (each ~0.7 KB: key text, 32 offsets as an int64 array).
-_PATTERN_MAX = 1 << 16
-#: Pattern lookups per hit-rate window (see KernelTraceParser._fast_memory).
-_PATTERN_WINDOW = 8192
-#: _fast_memory's answer for a pattern it does not keep (the caller takes the plain path).
-_NOT_KEPT = -99
 _PREFIX = re.compile(rb"^\d+ \d+ \d+ \d+(?= )", re.MULTILINE)
 _PREFIX_SP = re.compile(rb"^\d+ \d+ \d+ \d+ ", re.MULTILINE)
 _FULL = 0xFFFFFFFF
@@ -158,7 +143,6 @@ class KernelTraceParser:
         # per-line records
         self._cache: dict[bytes, tuple[str, int, int]] = {}
         self._agg: dict[tuple[str, int, int], int] = {}
-        self._regcache: dict[bytes, tuple[int, tuple[int, ...]]] = {}
         self._heads: dict[bytes, tuple[str, int, int, int, int, int]] = {}
         self._inst_lines = 0
         # warps
@@ -168,31 +152,9 @@ class KernelTraceParser:
         self._w_max = 0
         self._raw_warps: dict[bytes, list[int]] = {}
         self._raw_exits: list[tuple[bytes, int]] = []
-        self._raw_dep: dict[bytes, list[Any]] = {}
         self._raw_prefixes: tuple[bytes, ...] = ()
-        # dependency chains
-        self._depth: dict[int, int] = {}
-        self._chain = 0
-        self._chains: list[int] = []
-        # memory
-        self._gmem_requests = 0
-        self._gmem_ld = 0
-        self._gmem_st = 0
-        self._gmem_atom = 0
-        self._smem_acc = 0
-        self._smem_conf = 0
-        self._smem_extent = 0
-        self._local_bytes = 0
-        self._bank_cache: dict[tuple[int, int, int, int], int] = {}
-        self._patterns: dict[tuple[int, int, int, bytes], _Pattern] = {}
-        self._pattern_ids = 0
-        self._pat_lookups = 0
-        self._pat_hits = 0
-        self._pat_admit = True
-        self._bank_fast: dict[int, int] = {}
-        self._gcache: dict[int, tuple[int, tuple[int, ...] | None]] = {}
-        self._shmem_base = -1
-        self._sampler = LineSampler()
+        self._deps = DependencyChains()
+        self._mem = AddressFeatures()
 
     # ---- input -----------------------------------------------------------------------------
     def feed(self, data: bytes) -> None:
@@ -335,7 +297,8 @@ class KernelTraceParser:
             self._header_lines, file=self.file, source_sm=self.source_sm, warnings=self.warnings
         )
         self._lineinfo = self._header.lineinfo
-        self._shmem_base = self._header.shmem_base
+        self._mem.shmem_base = self._header.shmem_base
+        self._mem.local_base = self._header.local_base
         blocks = self._header.blocks
         if blocks > 0:
             self._block_stride = max(1, blocks // DEP_SAMPLE_BLOCKS)
@@ -369,7 +332,7 @@ class KernelTraceParser:
                     self._check_prefix(seg[0])
                 counter.update(seg)
                 if self._dep_on:
-                    self._dep_chain(seg)
+                    self._deps.warp_lines(seg, self._prefixed, self._lineinfo)
                 i += take
                 self._remaining -= take
                 if not self._remaining:
@@ -465,13 +428,11 @@ class KernelTraceParser:
         self._w_sum += count
         self._w_sq += float(count) * count
         self._w_max = max(self._w_max, count)
-        self._depth = {}
-        self._chain = 0
+        self._deps.begin_warp()
 
     def _end_warp(self) -> None:
         if self._dep_on:
-            self._chains.append(self._chain)
-            self._depth = {}
+            self._deps.end_warp()
 
     # ---- raw traces ------------------------------------------------------------------------
     def _body_raw(self, lines: list[bytes], base: int) -> None:
@@ -512,30 +473,8 @@ class KernelTraceParser:
             pos = buf.find(b" EXIT", pos + 5)
         sel = [ln for ln in lines if ln.startswith(self._raw_prefixes)]
         if sel:
-            self._raw_dep_chain(sel)
+            self._deps.raw_lines(sel, self._lineinfo)
         self._retire_raw_warps()
-
-    def _raw_dep_chain(self, sel: list[bytes]) -> None:
-        states = self._raw_dep
-        for line in sel:
-            p = _fourth_space(line)
-            if p < 0:
-                continue
-            key = line[:p]
-            st = states.get(key)
-            if st is None:
-                st = states[key] = [{}, 0]
-            r = self._regs_of(line[p + 1 :])
-            depth: dict[int, int] = st[0]
-            d = 1
-            for s in r[1]:
-                x = depth.get(s)
-                if x is not None and x >= d:
-                    d = x + 1
-            dest = r[0]
-            if dest >= 0 and dest != 255:
-                depth[dest] = d
-            st[1] = max(st[1], d)
 
     def _retire_raw_warps(self) -> None:
         if not self._raw_exits:
@@ -561,9 +500,7 @@ class KernelTraceParser:
     def _retire(self, key: bytes, count: int) -> None:
         del self._raw_warps[key]
         self._begin_warp(count)
-        dep = self._raw_dep.pop(key, None)
-        if dep is not None:
-            self._chains.append(dep[1])
+        self._deps.retire_raw(key)
 
     # ---- per distinct line -----------------------------------------------------------------
     def _count_lines(
@@ -580,7 +517,7 @@ class KernelTraceParser:
                 total += c
                 rest = line
                 if prefixed:
-                    p = _fourth_space(line)
+                    p = fourth_space(line)
                     if p < 0:
                         raise _BadLine("a 'tb_x tb_y tb_z warp' prefix", line)
                     rest = line[p + 1 :]
@@ -602,7 +539,7 @@ class KernelTraceParser:
             raise TraceFormatError(
                 self.file, base + idx + 1 if idx >= 0 else None, bad.expected, _t(bad.line)
             ) from None
-        if len(cache) > _CACHE_MAX:
+        if len(cache) > CACHE_MAX:
             cache.clear()
         self._inst_lines += total
 
@@ -624,11 +561,11 @@ class KernelTraceParser:
         else:
             p = rest.find(b" 0x")
             head = (opcode, mask, info.mem, width, mode, mask.bit_count())
-            if p > 0 and len(self._heads) < _CACHE_MAX:
+            if p > 0 and len(self._heads) < CACHE_MAX:
                 self._heads[rest[:p]] = head
-            cls = self._fast_memory(head, rest[p + 1 :], c, base) if p > 0 else None
-            if cls is None or cls == _NOT_KEPT:
-                cls = self._memory(info.mem, mask, width, mode, base, addr, c)
+            cls = self._mem.fast_memory(head, rest[p + 1 :], c, base) if p > 0 else None
+            if cls is None or cls == NOT_KEPT:
+                cls = self._mem.memory(info.mem, mask, width, mode, base, addr, c)
             rec = (opcode, mask, cls)
         self._agg[rec] = self._agg.get(rec, 0) + c
         return rec
@@ -639,10 +576,10 @@ class KernelTraceParser:
         """A memory line whose fields up to the address mode were seen before: parse the tail."""
         opcode, mask, mem, width, mode, _n = head
         if mode:
-            cls = self._fast_memory(head, tail, c)
+            cls = self._mem.fast_memory(head, tail, c)
             if cls is None:
                 return self._reparse(full, c)
-            if cls != _NOT_KEPT:
+            if cls != NOT_KEPT:
                 rec = (opcode, mask, cls)
                 self._agg[rec] = self._agg.get(rec, 0) + c
                 return rec
@@ -669,7 +606,7 @@ class KernelTraceParser:
                     raise ValueError
         except (ValueError, IndexError):
             return self._reparse(full, c)
-        cls = self._memory(mem, mask, width, mode, base, addr, c)
+        cls = self._mem.memory(mem, mask, width, mode, base, addr, c)
         rec = (opcode, mask, cls)
         self._agg[rec] = self._agg.get(rec, 0) + c
         return rec
@@ -677,278 +614,9 @@ class KernelTraceParser:
     def _reparse(self, full: bytes, c: int) -> tuple[str, int, int]:
         rest = full
         if self._prefixed:
-            p = _fourth_space(full)
+            p = fourth_space(full)
             rest = full[p + 1 :]
         return self._new_line(rest, c, full)
-
-    def _pattern(self, mode: int, n: int, width: int, rest: bytes) -> _Pattern | None:
-        """Validate and decode what follows the base address of a mode 1/2 line (None if bad)."""
-        t = rest.split()
-        try:
-            stride = 0
-            deltas: list[int] = []
-            if mode == 1:
-                stride = int(t[0])
-                used = 1
-                offs: Sequence[int] = range(0, n * stride, stride) if stride else (0,) * n
-            else:
-                used = n - 1 if n > 0 else 0
-                deltas = list(map(int, t[:used]))
-                if len(deltas) != used:
-                    return None
-                try:
-                    offs = array("q", accumulate(deltas, initial=0))
-                except OverflowError:  # beyond 64 bits: nonsense, but the general path takes it
-                    offs = tuple(accumulate(deltas, initial=0))
-            if len(t) > used:
-                int(t[used])
-                if len(t) > used + 1 and t[used + 1] != b"STORE_DATA":
-                    return None
-        except (ValueError, IndexError):
-            return None
-        self._pattern_ids += 1
-        wide = mode == 1 and abs(stride) <= 1 << SECTOR_SHIFT
-        # lanes aligned to a power-of-two width <= a sector never straddle a sector or a line
-        aligned = 0 < width <= 1 << SECTOR_SHIFT and not width & (width - 1) and not (
-            (stride if mode == 1 else reduce(or_, deltas, 0)) & (width - 1))
-        span = (n - 1) * stride
-        return _Pattern(self._pattern_ids, offs, max(offs) if offs else 0, stride, n, width, wide,
-                        aligned, min(0, span), max(0, span) + width - 1)
-
-    def _fast_memory(  # noqa: C901 - one inlined hot path per memory-op shape, kept flat for speed
-        self, head: tuple[str, int, int, int, int, int], tail: bytes, c: int, check: int = -1
-    ) -> int | None:
-        """Address features of a mode 1/2 memory line from its cached address pattern.
-
-        ``tail`` starts at the base address. The pattern (what follows the
-        base: stride or deltas, immediate) is decoded once per distinct text;
-        bank conflicts are cached per pattern and base modulo 4, the sectors
-        and relative lines of a global access per pattern and base modulo 128
-        (they are invariant under shifts by those). Patterns are only kept
-        while they are reused: when fewer than 1 in 4 lookups of a window hit,
-        only 1 in 16 new patterns is decoded and stored, the others return
-        ``_NOT_KEPT`` and take the plain path, so unique address lists
-        (gathers) cost no memory and no extra time. Returns the class override
-        as :meth:`_memory` does, or None when the line needs the general path
-        (``check``: the base the full parse found, to confirm this split of
-        the line agrees).
-        """
-        _op, _mask, mem, width, mode, n = head
-        if not mode:
-            return None
-        q = tail.find(b" ")
-        if q < 0:
-            return None
-        try:
-            base = int(tail[:q], 16)
-        except ValueError:
-            return None
-        if check >= 0 and base != check:
-            return None
-        key = (mode, n, width, tail[q:])
-        pat = self._patterns.get(key)
-        self._pat_lookups += 1
-        if pat is None:
-            if not self._pat_admit and self._pat_lookups & 15:
-                return _NOT_KEPT
-            pat = self._pattern(mode, n, width, tail[q:])
-            if pat is None:
-                return None
-            if len(self._patterns) >= _PATTERN_MAX:
-                self._patterns.clear()
-            self._patterns[key] = pat
-        else:
-            self._pat_hits += 1
-        if self._pat_lookups >= _PATTERN_WINDOW:
-            self._pat_admit = self._pat_hits * 4 >= self._pat_lookups
-            self._pat_lookups = self._pat_hits = 0
-        cls = -1
-        space = _STATIC_SPACE[mem]
-        store = mem in _STORES
-        if space < 0:
-            if space == -1:  # generic
-                space = self._space(base)
-                if mem != oc.MEM_ATOM_GENERIC:
-                    if space == 1:
-                        cls = oc.ST_SHARED if store else oc.LD_SHARED
-                    elif space == 2:
-                        cls = oc.LOCAL
-            elif self._space(base) == 1 or base < SPACE_WINDOW_BYTES:  # LDGSTS into shared
-                space = 1
-                store = True
-                cls = oc.ST_SHARED
-            else:
-                space = 0
-        if space == 0:
-            self._gmem_requests += c
-            if pat.strided:  # strided_span's arithmetic: every unit between is touched
-                lo = base + pat.lo
-                hi = base + pat.hi
-                sectors = (hi >> SECTOR_SHIFT) - (lo >> SECTOR_SHIFT) + 1
-                lines: object = range(lo >> LINE_SHIFT, (hi >> LINE_SHIFT) + 1)
-            else:
-                gkey = (pat.pid << 7) | (base & 127)
-                g = self._gcache.get(gkey)
-                if g is None:
-                    g = _global_units(base & 127, pat)
-                    if len(self._gcache) >= _CACHE_MAX:
-                        self._gcache.clear()
-                    self._gcache[gkey] = g
-                sectors, rel = g
-                if rel is None:
-                    lines = units_touched([base + o for o in pat.offs], width, LINE_SHIFT)
-                elif len(rel) == 1:
-                    lines = ((base >> LINE_SHIFT) + rel[0],)
-                else:
-                    l0 = base >> LINE_SHIFT
-                    lines = {l0 + r for r in rel}
-            if mem in _ATOMICS:
-                self._gmem_atom += sectors * c
-            elif store:
-                self._gmem_st += sectors * c
-            else:
-                self._gmem_ld += sectors * c
-            self._sampler.access(lines, c)
-        elif space == 1:
-            self._smem_acc += c
-            bkey = (pat.pid << 2) | (base & 3)
-            extra = self._bank_fast.get(bkey)
-            if extra is None:
-                r = base & 3
-                extra = bank_conflict_wavefronts([r + o for o in pat.offs], width)
-                if len(self._bank_fast) >= _CACHE_MAX:
-                    self._bank_fast.clear()
-                self._bank_fast[bkey] = extra
-            self._smem_conf += extra * c
-            hi = base + pat.maxoff + width
-            sb = self._shmem_base
-            if sb >= 0 and hi > sb:
-                hi -= sb
-            if hi < SPACE_WINDOW_BYTES and hi > self._smem_extent:
-                self._smem_extent = hi
-        else:
-            self._local_bytes += n * width * c
-        return cls
-
-    def _space(self, addr: int) -> int:
-        """0 global, 1 shared, 2 local for a generic address."""
-        h = self._header
-        assert h is not None
-        if h.shmem_base >= 0 and h.shmem_base <= addr < h.shmem_base + SPACE_WINDOW_BYTES:
-            return 1
-        if h.local_base >= 0 and h.local_base <= addr < h.local_base + SPACE_WINDOW_BYTES:
-            return 2
-        return 0
-
-    def _memory(
-        self, mem: int, mask: int, width: int, mode: int, base: int, addr: object, c: int
-    ) -> int:
-        """Address features of one distinct memory line seen ``c`` times; returns a class override."""
-        n = mask.bit_count()
-        cls = -1
-        space = 0
-        store = mem in (oc.MEM_ST_GLOBAL, oc.MEM_ST_GENERIC, oc.MEM_ST_SHARED, oc.MEM_ST_LOCAL)
-        atomic = mem in (oc.MEM_ATOM_GLOBAL, oc.MEM_ATOM_GENERIC, oc.MEM_ATOM_SHARED)
-        if mem in (oc.MEM_LD_SHARED, oc.MEM_ST_SHARED, oc.MEM_ATOM_SHARED):
-            space = 1
-        elif mem in (oc.MEM_LD_LOCAL, oc.MEM_ST_LOCAL):
-            space = 2
-        elif mem in (oc.MEM_LD_GENERIC, oc.MEM_ST_GENERIC, oc.MEM_ATOM_GENERIC):
-            space = self._space(base)
-            if space == 1 and not atomic:
-                cls = oc.ST_SHARED if store else oc.LD_SHARED
-            elif space == 2 and not atomic:
-                cls = oc.LOCAL
-        elif mem == oc.MEM_LDGSTS:
-            h = self._header
-            assert h is not None
-            if self._space(base) == 1 or base < SPACE_WINDOW_BYTES:
-                space = 1
-                store = True
-                cls = oc.ST_SHARED
-        if space == 0:
-            self._gmem_requests += c
-            span = strided_span(base, addr, n, width, SECTOR_SHIFT) if mode == 1 else None  # type: ignore[arg-type]
-            if span is not None:
-                sectors = span[1] - span[0] + 1
-                lspan = strided_span(base, addr, n, width, LINE_SHIFT)  # type: ignore[arg-type]
-                assert lspan is not None
-                lines: object = range(lspan[0], lspan[1] + 1)
-            else:
-                addrs = lane_addresses(mode, base, addr, n)
-                sectors = len(units_touched(addrs, width, SECTOR_SHIFT))
-                lines = units_touched(addrs, width, LINE_SHIFT)
-            if atomic:
-                self._gmem_atom += sectors * c
-            elif store:
-                self._gmem_st += sectors * c
-            else:
-                self._gmem_ld += sectors * c
-            self._sampler.access(lines, c)
-        elif space == 1:
-            self._smem_acc += c
-            if mode == 1:
-                key = (base & 127, addr, n, width)
-                extra = self._bank_cache.get(key)  # type: ignore[arg-type]
-                if extra is None:
-                    extra = bank_conflict_wavefronts(lane_addresses(1, base & 127, addr, n), width)
-                    if len(self._bank_cache) < _CACHE_MAX:
-                        self._bank_cache[key] = extra  # type: ignore[index]
-                stride: int = addr  # type: ignore[assignment]
-                hi = max(base, base + (n - 1) * stride) + width
-            else:
-                addrs = lane_addresses(mode, base, addr, n)
-                extra = bank_conflict_wavefronts(addrs, width)
-                hi = max(addrs) + width
-            self._smem_conf += extra * c
-            h = self._header
-            assert h is not None
-            if h.shmem_base >= 0 and hi > h.shmem_base:
-                hi -= h.shmem_base
-            if hi < SPACE_WINDOW_BYTES and hi > self._smem_extent:
-                self._smem_extent = hi
-        else:
-            self._local_bytes += n * width * c
-        return cls
-
-    # ---- dependency chains -----------------------------------------------------------------
-    def _regs_of(self, rest: bytes) -> tuple[int, tuple[int, ...]]:
-        r = self._regcache.get(rest)
-        if r is None:
-            try:
-                parsed = parse_tokens(rest.split(), self._lineinfo)
-                r = (parsed[2], parsed[4])
-            except FieldError:
-                r = (-1, ())
-            if len(self._regcache) > _CACHE_MAX:
-                self._regcache.clear()
-            self._regcache[rest] = r
-        return r
-
-    def _dep_chain(self, seg: list[bytes]) -> None:
-        depth = self._depth
-        best = self._chain
-        regcache = self._regcache
-        prefixed = self._prefixed
-        for line in seg:
-            r = regcache.get(line)
-            if r is None:
-                rest = line
-                if prefixed:
-                    p = _fourth_space(line)
-                    rest = line[p + 1 :] if p >= 0 else line
-                r = self._regs_of(rest)
-                regcache[line] = r
-            d = 1
-            for s in r[1]:
-                x = depth.get(s)
-                if x is not None and x >= d:
-                    d = x + 1
-            dest = r[0]
-            if dest >= 0 and dest != 255:
-                depth[dest] = d
-            best = max(best, d)
-        self._chain = best
 
     # ---- result ----------------------------------------------------------------------------
     def _features(self) -> KernelFeatures:
@@ -957,8 +625,7 @@ class KernelTraceParser:
         if self._format == "trace":
             for key in list(self._raw_warps):
                 self._retire(key, self._raw_warps[key][0])
-            for st in self._raw_dep.values():
-                self._chains.append(st[1])
+            self._deps.finish_raw()
         counts = [0] * oc.N_CLASSES
         pred_off = partial = 0
         tensor_ops: Counter[str] = Counter()
@@ -984,13 +651,14 @@ class KernelTraceParser:
             self.warnings.append(f"{self.file}: {sum(unknown.values())} warp instructions with "
                                  f"unknown opcodes counted as other ({top})")
         kernel_id = h.kernel_id if h.kernel_id >= 0 else (self.kernel_id_hint or -1)
+        mem = self._mem
         smem = h.smem_bytes
-        if smem < 0 and self._smem_extent > 0:
-            smem = self._smem_extent
+        if smem < 0 and mem.smem_extent > 0:
+            smem = mem.smem_extent
         wn = self._w_n
         mean = self._w_sum / wn if wn else math.nan
         std = math.sqrt(max(0.0, self._w_sq / wn - mean * mean)) if wn else math.nan
-        l1, l2 = self._sampler.fractions()
+        l1, l2 = mem.sampler.fractions()
         row: dict[str, Any] = {
             "name": h.name, "kernel_id": kernel_id,
             "grid_x": h.grid[0], "grid_y": h.grid[1], "grid_z": h.grid[2],
@@ -1010,17 +678,17 @@ class KernelTraceParser:
             "insts_per_warp_mean": mean,
             "insts_per_warp_max": float(self._w_max) if wn else math.nan,
             "insts_per_warp_std": std,
-            "gmem_requests": float(self._gmem_requests),
-            "gmem_sectors": float(self._gmem_ld + self._gmem_st + self._gmem_atom),
-            "gmem_ld_sectors": float(self._gmem_ld),
-            "gmem_st_sectors": float(self._gmem_st),
-            "footprint_lines": self._sampler.footprint,
+            "gmem_requests": float(mem.gmem_requests),
+            "gmem_sectors": float(mem.gmem_ld + mem.gmem_st + mem.gmem_atom),
+            "gmem_ld_sectors": float(mem.gmem_ld),
+            "gmem_st_sectors": float(mem.gmem_st),
+            "footprint_lines": mem.sampler.footprint,
             "reuse_le_l1": l1,
             "reuse_le_l2": l2,
-            "smem_accesses": float(self._smem_acc),
-            "smem_bank_conflicts": float(self._smem_conf),
-            "local_bytes": float(self._local_bytes),
-            "dep_chain": (sum(self._chains) / len(self._chains)) if self._chains else math.nan,
+            "smem_accesses": float(mem.smem_acc),
+            "smem_bank_conflicts": float(mem.smem_conf),
+            "local_bytes": float(mem.local_bytes),
+            "dep_chain": self._deps.mean(),
         })
         return KernelFeatures(
             file=self.file,
@@ -1036,83 +704,11 @@ class KernelTraceParser:
         )
 
 
-class _Pattern(NamedTuple):
-    """A decoded address tail (what follows the base) of a mode 1/2 memory line."""
-
-    pid: int
-    """unique id (keys the per-base caches)"""
-    offs: Sequence[int]
-    """each active lane's offset from the base, in lane order"""
-    maxoff: int
-    """largest offset"""
-    stride: int
-    """mode 1 stride (0 for mode 2)"""
-    n: int
-    """active lanes"""
-    width: int
-    """bytes per lane"""
-    strided: bool
-    """mode 1 with |stride| <= one sector: sectors and lines are arithmetic"""
-    aligned: bool
-    """every offset a multiple of the width, a power of two <= one sector"""
-    lo: int
-    """mode 1: first byte of the access relative to the base"""
-    hi: int
-    """mode 1: last byte of the access relative to the base"""
-
-
-def _global_units(r: int, pat: _Pattern) -> tuple[int, tuple[int, ...] | None]:
-    """(sectors, line offsets from ``base >> 7`` in first-insertion order) for a base = r mod 128.
-
-    The insertion order is the one :func:`units_touched` inserts in, so a
-    set built from it iterates in the same order as that function's result
-    (the sampler's reuse times depend on it). None for the lines when a lane
-    spans more than one line (the caller uses :func:`units_touched`).
-    """
-    addrs = [r + o for o in pat.offs]
-    w = pat.width
-    if pat.aligned and not r % w:  # each lane's last byte is in its first byte's sector / line
-        return len({a >> SECTOR_SHIFT for a in addrs}), tuple(
-            dict.fromkeys([a >> LINE_SHIFT for a in addrs]))
-    sectors = len(units_touched(addrs, w, SECTOR_SHIFT))
-    if w > 1 << LINE_SHIFT:
-        return sectors, None
-    w1 = w - 1
-    rel = dict.fromkeys([a >> LINE_SHIFT for a in addrs])
-    rel.update(dict.fromkeys([(a + w1) >> LINE_SHIFT for a in addrs]))
-    return sectors, tuple(rel)
-
-
-_STORES = frozenset({oc.MEM_ST_GLOBAL, oc.MEM_ST_GENERIC, oc.MEM_ST_SHARED, oc.MEM_ST_LOCAL})
-_ATOMICS = frozenset({oc.MEM_ATOM_GLOBAL, oc.MEM_ATOM_GENERIC, oc.MEM_ATOM_SHARED})
-#: memory kind -> 0 global, 1 shared, 2 local, -1 generic (by address), -2 LDGSTS
-_STATIC_SPACE = {
-    oc.MEM_LD_GLOBAL: 0, oc.MEM_ST_GLOBAL: 0, oc.MEM_ATOM_GLOBAL: 0,
-    oc.MEM_LD_SHARED: 1, oc.MEM_ST_SHARED: 1, oc.MEM_ATOM_SHARED: 1,
-    oc.MEM_LD_LOCAL: 2, oc.MEM_ST_LOCAL: 2,
-    oc.MEM_LD_GENERIC: -1, oc.MEM_ST_GENERIC: -1, oc.MEM_ATOM_GENERIC: -1,
-    oc.MEM_LDGSTS: -2,
-}
-
-
 class _BadLine(Exception):
     def __init__(self, expected: str, line: bytes) -> None:
         self.expected = expected
         self.line = line
         super().__init__(expected)
-
-
-def _fourth_space(line: bytes) -> int:
-    p = line.find(b" ")
-    if p < 0:
-        return -1
-    p = line.find(b" ", p + 1)
-    if p < 0:
-        return -1
-    p = line.find(b" ", p + 1)
-    if p < 0:
-        return -1
-    return line.find(b" ", p + 1)
 
 
 def _index(lines: list[bytes], line: bytes) -> int:

@@ -17,7 +17,7 @@ import numpy as np
 
 from cascade.errors import ValidationError
 from cascade.kerneltable import KernelTable
-from cascade.traces.timeline import Timeline
+from cascade.traces.timelinecore import Timeline
 
 __all__ = ["RANK_STREAM_STRIDE", "merge_rank_timelines", "rank_of_stream", "rank_stream_stride"]
 

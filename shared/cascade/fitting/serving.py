@@ -22,6 +22,7 @@ Each aggregated (``mode`` = ``agg``) row becomes one closed-loop scenario:
   API server's defaults on 80 GB-class GPUs);
 - engine: vLLM's async scheduling where the row's ``backend_version`` turns it on by default
   (0.14 and later, or no version recorded: :data:`ASYNC_SCHEDULING_FROM`), else synchronous;
+  SGLang's and TensorRT-LLM's overlap schedulers (on by default) alike;
 - compared: the simulated mean TTFT and mean TPOT with ``silicon_ttft_ms`` /
   ``silicon_tpot_ms`` (the source does not say whether those are means or medians).
 
@@ -187,8 +188,11 @@ def _quants(row: Mapping[str, str], config: Mapping[str, Any]) -> tuple[str, str
 
 
 def async_scheduling_of(row: Mapping[str, str]) -> bool:
-    """Whether the row's vLLM ran with async scheduling (its version's default; none recorded:
-    the current default, on)."""
+    """Whether the row's engine built each step while the last one ran: vLLM by its version's
+    default (none recorded: the current default, on); SGLang's and TensorRT-LLM's overlap
+    schedulers are on by default."""
+    if (row.get("backend") or "vllm") != "vllm":
+        return True
     found = re.match(r"\s*(\d+)\.(\d+)", row.get("backend_version") or "")
     if not found:
         return True

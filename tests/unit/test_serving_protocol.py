@@ -1,0 +1,33 @@
+"""The serving protocol's reading of a measured row (`cascade validate --serving`): which
+engine scheduling each row ran with, and rows whose load never reached the engine."""
+
+from __future__ import annotations
+
+import pytest
+
+from cascade.fitting.serving import ServingRow, async_scheduling_of, flag_load_not_reached, score
+
+
+@pytest.mark.parametrize(("backend", "version", "overlap"), [
+    ("vllm", "0.12.0", False), ("vllm", "0.11.2", False), ("vllm", "0.14.0", True), ("vllm", "0.18.0", True),
+    ("vllm", "1.0.0rc1", True), ("vllm", "", True), ("sglang", "0.5.1.post1", True), ("trtllm", "1.1.0", True)])
+def test_each_row_runs_its_engines_default_scheduling(backend: str, version: str, overlap: bool) -> None:
+    assert async_scheduling_of({"backend": backend, "backend_version": version}) is overlap
+
+
+def _row(concurrency: int, tpot: float, *, isl: int = 1024, pred: float = 10.0) -> ServingRow:
+    return ServingRow(id=f"c{concurrency}-{isl}", backend="vllm", model="m", gpu="SM90_H100", quant="bf16",
+                      moe_quant="bf16", tp=4, ep=1, concurrency=concurrency, isl=isl, osl=1024, ttft_ms=100.0,
+                      tpot_ms=tpot, pred_ttft_ms=100.0, pred_tpot_ms=pred, roofline_ttft_ms=50.0,
+                      roofline_tpot_ms=5.0)
+
+
+def test_a_decode_faster_under_more_clients_marks_the_load_as_not_reached() -> None:
+    # TPOT 4.7 ms at 512 clients after 9.7 ms at 64: the engine never ran 512 at once
+    rows = flag_load_not_reached([_row(8, 4.7), _row(64, 9.7), _row(512, 4.7), _row(128, 12.0),
+                                  _row(512, 4.7, isl=8192)])
+    assert [r.load_not_reached for r in rows] == [False, False, True, False, False]
+    (s,) = score(rows)
+    assert s.n == 5 and s.n_load_not_reached == 1
+    # the plain MAPE counts every row; the "reached" one leaves the flagged row out
+    assert s.tpot_mape_pct_reached is not None and s.tpot_mape_pct_reached < s.tpot_mape_pct

@@ -14,6 +14,7 @@ an import hidden inside a function still counts. Layers (see ARCHITECTURE.md):
 from __future__ import annotations
 
 import ast
+import functools
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,8 +72,10 @@ def _owner(name: str) -> str | None:
     return name or None
 
 
+@functools.cache
 def _graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
-    """(internal module -> modules it imports, module -> external top-level packages)."""
+    """(internal module -> modules it imports, module -> external top-level packages); read when a
+    test first asks, not while the suite is collected."""
     internal: dict[str, set[str]] = defaultdict(set)
     external: dict[str, set[str]] = defaultdict(set)
     for module, file in MODULES.items():
@@ -87,8 +90,6 @@ def _graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
                     internal[module].add(owner)  # a package's own __init__ is not an edge
     return internal, external
 
-
-INTERNAL, EXTERNAL = _graph()
 
 
 def _cycles(nodes: list[str], edges: dict[str, set[str]]) -> list[list[str]]:
@@ -150,17 +151,17 @@ def _layer(module: str) -> str:
 
 def test_the_graph_is_read() -> None:
     assert len(MODULES) > 100
-    assert "cascade.platform.keys" in INTERNAL["cascade.platform.tracestore"]
-    assert "nats" in EXTERNAL["cascade.platform.bus.connection"]
+    assert "cascade.platform.keys" in _graph()[0]["cascade.platform.tracestore"]
+    assert "nats" in _graph()[1]["cascade.platform.bus.connection"]
 
 
 def test_no_module_imports_itself_round_a_cycle() -> None:
-    assert _cycles(sorted(MODULES), INTERNAL) == []
+    assert _cycles(sorted(MODULES), _graph()[0]) == []
 
 
 def test_no_cycle_between_packages() -> None:
     edges: dict[str, set[str]] = defaultdict(set)
-    for module, targets in INTERNAL.items():
+    for module, targets in _graph()[0].items():
         for target in targets:
             a, b = package_of(module), package_of(target)
             if a != b and b != "cascade":  # the root package's __init__ is only the version
@@ -171,7 +172,7 @@ def test_no_cycle_between_packages() -> None:
 @pytest.mark.parametrize("layer", ["domain", "platform", "services"])
 def test_each_layer_imports_only_what_it_may(layer: str) -> None:
     bad = []
-    for module, targets in sorted(INTERNAL.items()):
+    for module, targets in sorted(_graph()[0].items()):
         if _layer(module) != layer:
             continue
         for target in sorted(targets):
@@ -183,7 +184,7 @@ def test_each_layer_imports_only_what_it_may(layer: str) -> None:
                     t == "services" and package_of(target) != package_of(module))):
                 bad.append(f"{module} -> {target}")
         if layer == "domain":
-            bad += [f"{module} -> {lib}" for lib in sorted(EXTERNAL[module]) if lib in IO_LIBRARIES]
+            bad += [f"{module} -> {lib}" for lib in sorted(_graph()[1][module]) if lib in IO_LIBRARIES]
     assert bad == []
 
 
@@ -233,3 +234,23 @@ def test_library_and_service_modules_stay_short_and_trace_readers_skip_the_engin
                 engine += [f"{name} -> {t}" for t in targets
                            if t == "cascade.engine" or t.startswith("cascade.engine.")]
     assert engine == []
+
+
+def test_a_unit_test_starts_no_process() -> None:
+    """The unit tier's guard (``tests/unit/conftest.py``): a test here that starts a process, by
+    ``subprocess``, ``asyncio`` or ``multiprocessing``, fails naming the tier it belongs to."""
+    import asyncio
+    import multiprocessing
+    import subprocess
+    import sys
+
+    with pytest.raises(AssertionError, match="tests/integration"):
+        subprocess.run([sys.executable, "-c", "pass"], check=False)
+
+    async def child() -> None:
+        await asyncio.create_subprocess_exec(sys.executable, "-c", "pass")
+
+    with pytest.raises(AssertionError, match="tests/integration"):
+        asyncio.run(child())
+    with pytest.raises(AssertionError, match="tests/integration"):
+        multiprocessing.get_context("fork").Process(target=print).start()

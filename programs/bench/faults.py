@@ -1,7 +1,7 @@
 """`cascade bench faults`: SIGKILL parts of a real `cascade up` at random moments, count the damage.
 
 Starts the real command (this venv's interpreter, ``-m programs.cli up``) in a fresh
-temporary data directory on free ports, imports one generated Accel-Sim trace
+temporary data directory on free ports (the testbed's :class:`~programs.embedded.testbed.UpStack`), imports one generated Accel-Sim trace
 folder and runs it once without a fault (the timing reference), then repeats
 trials. Each trial imports a fresh copy of the folder through the real
 ``cascade import`` and runs it (configs x replicas, paced so a run lasts a few
@@ -41,14 +41,15 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
+
+if TYPE_CHECKING:
+    from programs.embedded.testbed import UpStack
 
 NAME = "faults"
 HELP = "SIGKILL services, simulators, nats-server and S3 mid-upload and mid-run; count lost and duplicated work"
@@ -134,102 +135,17 @@ class Trial(msgspec.Struct, kw_only=True):
 # --------------------------------------------------------------------------- the stack
 
 
-def _http_status(url: str, timeout: float = 1.0) -> int | None:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return int(resp.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
-    except (OSError, ValueError, ConnectionError):
-        return None
-    except Exception:  # noqa: BLE001 - http.client errors while a server restarts
-        return None
+def _trial_stack(workdir: Path, ack_wait_s: float) -> UpStack:
+    """One `cascade up` in ``workdir`` on free ports (the testbed's), with the trials' job
+    settings."""
+    from programs.embedded.testbed import UpStack
+
+    return UpStack(workdir, samples="false", job_ack_wait_s=f"{ack_wait_s:g}",
+                   job_max_deliver="5", reconcile_interval_s="5")
 
 
-class _Stack:
-    """One `cascade up` process in ``workdir`` on free ports."""
-
-    def __init__(self, workdir: Path, ack_wait_s: float) -> None:
-        from programs.embedded.stack import StackLayout, isolated_environment
-
-        env = isolated_environment(workdir / "data", samples="false", job_ack_wait_s=f"{ack_wait_s:g}",
-                                   job_max_deliver="5", reconcile_interval_s="5")
-        self.env = env
-        self.workdir = workdir
-        self.layout = StackLayout(workdir / "data")
-        self.base = f"http://127.0.0.1:{env['CASCADE_HTTP_PORT']}"
-        self.log = workdir / "cascade-up.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.token = ""
-
-    def start(self, timeout: float) -> float:
-        """Start `cascade up`; seconds until /readyz 200."""
-        from programs.embedded.stack import read_credentials
-
-        t0 = time.monotonic()
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "programs.cli", "up"], env=self.env,
-                                         stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        while not self.ready():
-            if self.proc.poll() is not None:
-                raise SystemExit(f"cascade up exited with {self.proc.returncode}; see {self.log}")
-            if time.monotonic() - t0 > timeout:
-                self.stop()
-                raise SystemExit(f"/readyz not 200 after {timeout:g} s; see {self.log}")
-            time.sleep(0.1)
-        creds = read_credentials(self.layout)
-        assert creds is not None
-        self.token = creds.api_token
-        return time.monotonic() - t0
-
-    def ready(self) -> bool:
-        """True when /readyz answers 200."""
-        return _http_status(f"{self.base}/readyz") == 200
-
-    def components(self) -> dict[str, Any]:
-        """``state.json``'s components by name (empty while it is being replaced)."""
-        from programs.embedded.stack import load_state
-
-        state = load_state(self.layout)
-        return {c.name: c for c in state.components} if state is not None else {}
-
-    def stop(self) -> int | None:
-        """SIGTERM `cascade up` and wait for it."""
-        proc = self.proc
-        if proc is None or proc.poll() is not None:
-            return proc.returncode if proc is not None else None
-        proc.send_signal(signal.SIGTERM)
-        try:
-            return proc.wait(120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            return proc.wait()
-
-    def api(self, method: str, path: str, body: object = None, *, timeout: float = 10.0) -> Any:
-        """One api call with the stack's token (raises on errors)."""
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.base + path, data=data, method=method, headers={
-            "Authorization": f"Bearer {self.token}", "Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return json.loads(resp.read() or b"null")
-
-    def try_api(self, method: str, path: str, body: object = None, *, timeout: float = 10.0) -> Any:
-        """:meth:`api`, or None while the api (or what it needs) is down."""
-        try:
-            return self.api(method, path, body, timeout=timeout)
-        except Exception:  # noqa: BLE001 - the api or a dependency is restarting
-            return None
-
-    def settings(self) -> Any:
-        """Settings reaching this stack's NATS and S3."""
-        from cascade.platform.settings import load_settings
-        from programs.embedded.stack import read_credentials
-
-        creds = read_credentials(self.layout)
-        assert creds is not None
-        return load_settings({}, nats_url=self.env["CASCADE_NATS_URL"],
-                             s3_endpoint=self.env["CASCADE_S3_ENDPOINT"],
-                             s3_access_key=creds.s3_access_key, s3_secret_key=creds.s3_secret_key)
+#: The stack ``cascade bench hostile`` runs against too.
+_Stack = _trial_stack
 
 
 # --------------------------------------------------------------------------- processes
@@ -271,7 +187,7 @@ def _kill(pid: int) -> bool:
 # --------------------------------------------------------------------------- work
 
 
-def _import(stack: _Stack, folder: Path, timeout: float, *,
+def _import(stack: UpStack, folder: Path, timeout: float, *,
             resume: bool = False) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "programs.cli", "import", str(folder), "--app", stack.base,
@@ -282,7 +198,7 @@ def _import(stack: _Stack, folder: Path, timeout: float, *,
 
 def _trace_id_of(folder: Path) -> str:
     """The trace id `cascade import` remembered for ``folder`` ("" before it made one)."""
-    from cascade.platform.client import IMPORT_STATE_NAME
+    from programs.client import IMPORT_STATE_NAME
 
     try:
         state = json.loads((folder / IMPORT_STATE_NAME).read_text())
@@ -293,7 +209,7 @@ def _trace_id_of(folder: Path) -> str:
     return ids[-1] if ids else ""
 
 
-def _finish_import(stack: _Stack, folder: Path, proc: subprocess.Popen[str], timeout: float,
+def _finish_import(stack: UpStack, folder: Path, proc: subprocess.Popen[str], timeout: float,
                    trial: Trial) -> str:
     """Wait for ``proc``; run the import again (it resumes) while it fails; the trace id."""
     deadline = time.monotonic() + timeout
@@ -311,7 +227,7 @@ def _finish_import(stack: _Stack, folder: Path, proc: subprocess.Popen[str], tim
                        resume=bool(_trace_id_of(folder)))
 
 
-def _trace_progress(stack: _Stack, trace_id: str) -> float | None:
+def _trace_progress(stack: UpStack, trace_id: str) -> float | None:
     if not trace_id:
         return None
     body = stack.try_api("GET", f"/api/traces/{trace_id}", timeout=2.0)
@@ -321,14 +237,14 @@ def _trace_progress(stack: _Stack, trace_id: str) -> float | None:
     return float(record.get("files_received") or 0) + float(record.get("kernels_prepared") or 0)
 
 
-def _start_run(stack: _Stack, trace_id: str, replicas: int, chunk_delay: float) -> str:
+def _start_run(stack: UpStack, trace_id: str, replicas: int, chunk_delay: float) -> str:
     run = stack.api("POST", "/api/runs", {
         "trace_id": trace_id, "configs": list(CONFIGS), "replicas": replicas,
         "options": {"chunk_delay_s": chunk_delay}})
     return str(run["id"])
 
 
-def _wait_run(stack: _Stack, run_id: str, timeout: float) -> str:
+def _wait_run(stack: UpStack, run_id: str, timeout: float) -> str:
     deadline = time.monotonic() + timeout
     state = ""
     while time.monotonic() < deadline:
@@ -344,7 +260,7 @@ def _wait_run(stack: _Stack, run_id: str, timeout: float) -> str:
 # --------------------------------------------------------------------------- one fault
 
 
-def _inject(stack: _Stack, fault: str, timeout: float,
+def _inject(stack: UpStack, fault: str, timeout: float,
             busy: frozenset[int] = frozenset()) -> tuple[list[int], Callable[[], bool]]:
     """SIGKILL ``fault``; returns the pids killed and a check "the killed part runs again".
 
@@ -362,27 +278,28 @@ def _inject(stack: _Stack, fault: str, timeout: float,
         killed = [p for p in victim if _kill(p)]
         return killed, lambda: True
     if fault == "stack":
-        comps = stack.components()
-        assert stack.proc is not None
-        pids = [stack.proc.pid] + [c.pid for c in comps.values() if c.pid]
-        orch = comps.get("orchestrator")
-        pids += _sim_processes(orch.pid if orch is not None else None)
-        killed = [p for p in pids if _kill(p)]
-        stack.proc.wait()
+        orch = stack.components().get("orchestrator")
+        killed = stack.crash(children=True,
+                             extra=_sim_processes(orch.pid if orch is not None else None))
         restarted: list[bool] = []
 
         def stack_back() -> bool:
+            from programs.embedded.testbed import StackNotUp
+
             if not restarted:
                 restarted.append(True)
-                stack.start(timeout)
+                try:
+                    stack.start(timeout)
+                except StackNotUp as exc:  # no stack to run more trials on
+                    raise SystemExit(str(exc)) from exc
             return True
 
         return killed, stack_back
-    comp = stack.components().get(fault)
+    comp = stack.kill(fault)
     if comp is None or not comp.pid:
         return [], lambda: True
     old, restarts = comp.pid, comp.restarts
-    killed = [old] if _kill(old) else []
+    killed = [old]
 
     def back() -> bool:
         now = stack.components().get(fault)
@@ -401,7 +318,7 @@ def _first_true(check: Callable[[], bool], deadline: float, interval: float = 0.
     return None
 
 
-def _recover(stack: _Stack, back: Callable[[], bool], progressed: Callable[[], bool], t_kill: float,
+def _recover(stack: UpStack, back: Callable[[], bool], progressed: Callable[[], bool], t_kill: float,
              timeout: float) -> tuple[float | None, float | None]:
     """Seconds from ``t_kill`` until ``back()`` and /readyz 200, and until ``progressed()``;
     both polled at once (a request that hangs through the outage delays only its own probe)."""
@@ -422,7 +339,7 @@ def _sim_of_worker(body: Any, pid: int) -> dict[str, Any] | None:
     return None
 
 
-def _run_progressed(stack: _Stack, run_id: str, before: Any, killed: list[int]) -> Callable[[], bool]:
+def _run_progressed(stack: UpStack, run_id: str, before: Any, killed: list[int]) -> Callable[[], bool]:
     """A check "the run moved on since ``before``": for a killed simulator, its sim started a
     new attempt that made progress (or completed); else any sim progressed or the run ended."""
     held = next((s for s in (_sim_of_worker(before, p) for p in killed) if s is not None), None)
@@ -460,7 +377,7 @@ def _progress_value(body: Any) -> float | None:
                for s in body.get("sims") or [])
 
 
-def _trial(stack: _Stack, template: Path, index: int, fault: str, phase: str, rng: random.Random,
+def _trial(stack: UpStack, template: Path, index: int, fault: str, phase: str, rng: random.Random,
            reference: dict[str, float], args: argparse.Namespace) -> Trial:
     span = reference["upload_s"] if phase == "upload" else reference["run_s"]
     delay = rng.uniform(0.05, 0.8) * span
@@ -502,7 +419,7 @@ def _trial(stack: _Stack, template: Path, index: int, fault: str, phase: str, rn
     return trial
 
 
-async def _check(stack: _Stack, trial: Trial, kernels: int) -> None:
+async def _check(stack: UpStack, trial: Trial, kernels: int) -> None:
     """Fill in the exactly-once and duplicate counts from KV, S3 and the event stream."""
     from cascade.platform import subjects
     from cascade.platform.bus import connect
@@ -635,7 +552,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("--trials: expected an integer >= 1")
     rng = random.Random(args.seed)
     workdir = Path(tempfile.mkdtemp(prefix="cascade-bench-faults-"))
-    stack = _Stack(workdir, args.ack_wait)
+    stack = _trial_stack(workdir, args.ack_wait)
     trials: list[Trial] = []
     try:
         template = workdir / "trace-template"

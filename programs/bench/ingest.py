@@ -81,9 +81,9 @@ def _start_s3(base: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
 
 
 async def _bench(args: argparse.Namespace, base: Path) -> dict[str, float]:
-    from cascade.platform.client import CascadeClient
     from cascade.platform.settings import load_settings
     from cascade.platform.storage import Storage
+    from programs.client import CascadeClient
     from programs.embedded.nats import NatsServer
     from programs.embedded.ports import free_port
     from services.api import run as run_api

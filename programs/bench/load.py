@@ -1,7 +1,8 @@
 """`cascade bench load`: a bounded load test of the api on loopback, with ``/healthz`` watched.
 
 Default: starts the real embedded stack (``cascade up`` in a fresh temporary data
-directory on free ports, the bundled sample loaded) and waits until ``/v1/models`` lists
+directory on free ports: the testbed's :class:`~programs.embedded.testbed.UpStack`; the
+bundled sample loaded) and waits until ``/v1/models`` lists
 the sample's model. Then ``--clients`` aiohttp clients (default 200), each a closed loop
 over its own connection for ``--duration`` seconds, send a seeded mix of
 
@@ -37,7 +38,6 @@ import multiprocessing
 import os
 import random
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -45,9 +45,12 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from programs.embedded.testbed import UpStack
 
 NAME = "load"
 HELP = "p50/p99 and errors of reads and /v1 at 200 concurrent clients, /healthz latency under load"
@@ -197,21 +200,6 @@ def _read_targets(base: str, seeded: Any) -> dict[str, list[str]]:
     return {"traces": traces or ["tr-none"], "runs": runs, "kernels": kernels or traces[:1]}
 
 
-def _stack_settings(workdir: Path) -> Any:
-    """Settings reaching the NATS and S3 of the stack this bench started."""
-    from cascade.platform.settings import load_settings
-    from programs.embedded.stack import StackLayout, load_state, read_credentials
-
-    layout = StackLayout(workdir / "data")
-    state = load_state(layout)
-    creds = read_credentials(layout)
-    if state is None or creds is None:
-        raise SystemExit(f"no state.json or credentials under {layout.root}")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
-    return load_settings(env, nats_url=state.nats_url, s3_endpoint=state.s3_endpoint,
-                         s3_access_key=creds.s3_access_key, s3_secret_key=creds.s3_secret_key)
-
-
 async def _seed(settings: Any, args: argparse.Namespace) -> Any:
     from cascade.platform.bus import connect
     from cascade.platform.storage import Storage
@@ -226,18 +214,17 @@ async def _seed(settings: Any, args: argparse.Namespace) -> Any:
         await bus.close()
 
 
-def _restart_api(base: str, workdir: Path, traces: int, runs: int, timeout: float) -> dict[str, float]:
+def _restart_api(bed: UpStack, traces: int, runs: int, timeout: float) -> dict[str, float]:
     """kill -9 the api; seconds until its lists answer with every seeded trace and run again."""
-    pids = stack_pids(workdir / "data")
-    if "api" not in pids:
-        raise SystemExit("no api process in the stack's state.json")
+    base = bed.base
 
     def totals() -> tuple[int, int]:
         t = _get_json(f"{base}/api/traces?limit=1", timeout=2.0)["total"]
         r = _get_json(f"{base}/api/runs?limit=1", timeout=2.0)["total"]
         return int(t), int(r)
 
-    os.kill(pids["api"], signal.SIGKILL)
+    if bed.kill("api") is None:
+        raise SystemExit("no api process in the stack's state.json")
     t0 = time.perf_counter()
     first = None
     deadline = t0 + timeout
@@ -271,53 +258,6 @@ def _mix(only: str) -> tuple[tuple[str, float], ...]:
             raise SystemExit(f"--only: unknown route class {part!r}; groups {', '.join(GROUPS)}, "
                              f"classes {', '.join(sorted(known))}")
     return tuple((name, w) for name, w in MIX if name in wanted)
-
-
-def _start_stack(workdir: Path, timeout: float) -> tuple[subprocess.Popen[bytes], str, Path]:
-    import sys
-
-    from programs.embedded.ports import GRPC_OFFSET, free_port_pairs
-
-    nats_port, s3_port, http_port = free_port_pairs(3, offset=GRPC_OFFSET)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
-    env.update(CASCADE_DATA_DIR=str(workdir / "data"), CASCADE_NATS_URL=f"nats://127.0.0.1:{nats_port}",
-               CASCADE_S3_ENDPOINT=f"http://127.0.0.1:{s3_port}", CASCADE_HTTP_PORT=str(http_port),
-               CASCADE_LOG_FORMAT="json", CASCADE_LOG_LEVEL="warning")
-    log = workdir / "cascade-up.log"
-    with log.open("ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "programs.cli", "up"], env=env, stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{http_port}"
-
-    def ready() -> bool:
-        with urllib.request.urlopen(f"{base}/readyz", timeout=1) as resp:
-            return bool(resp.status == 200)
-
-    try:
-        _wait_for(ready, timeout, "/readyz 200", proc, log)
-    except BaseException:
-        _stop_stack(proc)
-        raise
-    return proc, base, log
-
-
-def _stop_stack(proc: subprocess.Popen[bytes]) -> int:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(120)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.wait(10)
-
-
-def stack_pids(data_dir: Path) -> dict[str, int]:
-    """Component name -> pid of an embedded stack (from its state.json)."""
-    try:
-        state = json.loads((data_dir / "state.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return {c["name"]: int(c["pid"]) for c in state.get("components", []) if c.get("pid")}
 
 
 def cpu_seconds(pid: int) -> float | None:
@@ -539,9 +479,11 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("--clients must be >= 1 and --duration > 0")
     if (args.traces or args.runs or args.kernels) and args.url:
         raise SystemExit("--traces/--runs/--kernels seed a stack this bench starts (not --url)")
+    from programs.embedded.testbed import UpStack, stack_pids
+
     mix = _mix(args.only)
+    bed: UpStack | None = None
     proc: subprocess.Popen[bytes] | None = None
-    workdir: Path | None = None
     log: Path | None = None
     seeded: Any = None
     restart: dict[str, float] | None = None
@@ -553,28 +495,26 @@ def run(args: argparse.Namespace) -> int:
             if args.data_dir is not None:
                 pids = stack_pids(args.data_dir)
         else:
-            from programs.embedded.stack import StackLayout, read_credentials
-
-            workdir = Path(tempfile.mkdtemp(prefix="cascade-bench-load-"))
-            proc, base, log = _start_stack(workdir, args.timeout)
-            creds = read_credentials(StackLayout(workdir / "data"))
-            token = token or (creds.api_token if creds is not None else "")
+            bed = UpStack(Path(tempfile.mkdtemp(prefix="cascade-bench-load-")), log_level="warning")
+            bed.start(args.timeout)
+            proc, base, log = bed.proc, bed.base, bed.log
+            token = token or bed.token
             if args.traces or args.runs or args.kernels:
-                seeded = asyncio.run(_seed(_stack_settings(workdir), args))
+                seeded = asyncio.run(_seed(bed.settings(), args))
                 print(f"seeded {len(seeded.trace_ids):,} traces, {len(seeded.run_ids):,} runs"
                       + (f", a {seeded.kernels:,}-kernel ready trace" if seeded.kernels else "")
                       + f" in {seeded.seconds:.1f} s", flush=True)
             if args.restart_api:
-                restart = _restart_api(base, workdir, args.traces, args.runs, args.timeout)
-            pids = stack_pids(workdir / "data")
+                restart = _restart_api(bed, args.traces, args.runs, args.timeout)
+            pids = bed.pids()
         need_model = any(name.startswith(("POST /v1", "GET /v1")) for name, _ in mix)
         model, run_id = _targets(base, token, args.timeout, proc, log, need_model=need_model)
         ids = _read_targets(base, seeded)
         raw = asyncio.run(_load(base, model, run_id, token, args, pids, ids))
     finally:
-        code = _stop_stack(proc) if proc is not None else 0
-        if workdir is not None and not args.keep:
-            shutil.rmtree(workdir, ignore_errors=True)
+        code = (bed.stop() or 0) if bed is not None else 0
+        if bed is not None and not args.keep:
+            shutil.rmtree(bed.workdir, ignore_errors=True)
     result = figures(raw, args, model)
     result["stack_exit_code"] = code
     if seeded is not None:
@@ -590,6 +530,6 @@ def run(args: argparse.Namespace) -> int:
                   f"runs stored: first answer after {restart['first_answer_s']:.1f} s, both lists "
                   f"complete after {restart['ready_s']:.1f} s")
         print_figures(result)
-        if workdir is not None and args.keep:
-            print(f"  data and log kept in {workdir}")
+        if bed is not None and args.keep:
+            print(f"  data and log kept in {bed.workdir}")
     return 0 if result["errors"] == 0 else 1

@@ -7,7 +7,9 @@ Three figures, each optional (``--only``):
   end-to-end (median) of ``--repeats`` unprofiled generations (after ``--warmup``)
   against the same generation under the timeline pass's PyTorch profiler
   (``record_shapes``, step ranges), interleaved with them.
-- **lag**: a real stack (``nats-server``, SeaweedFS, api, ingest) and ``cascade profile
+- **lag**: a real stack (``nats-server`` and SeaweedFS as ``cascade up`` runs them, the api
+  and ingest in-process: the testbed's :func:`~programs.embedded.testbed.embedded_servers`
+  and :class:`~programs.embedded.testbed.InProcessStack`) and ``cascade profile
   --mode instructions`` over the stand-in tracer writing ``--files`` kernel files; lag of
   each file from the moment the stand-in finished it to the moment ingest recorded it
   (``received_at``), p50 / p95 / max.
@@ -20,9 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -93,59 +93,6 @@ def overhead(args: argparse.Namespace, base: Path) -> dict[str, float]:
             "timeline_trace_mb": (base / "timeline-0.pt.trace.json").stat().st_size / 1e6}
 
 
-async def _stack(base: Path) -> tuple[Any, Any, dict[str, Any], list[Any]]:
-    from cascade.platform.settings import load_settings
-    from cascade.platform.storage import Storage
-    from programs.bench.ingest import _start_s3
-    from programs.embedded.nats import NatsServer
-    from programs.embedded.ports import free_port
-    from services.api import run as run_api
-    from services.ingest import run as run_ingest
-
-    nats = NatsServer(base / "nats")
-    nats.start()
-    s3, s3_values = await asyncio.to_thread(_start_s3, base / "s3")
-    port = free_port()
-    token = "bench-" + os.urandom(8).hex()
-    settings = load_settings({}, nats_url=nats.url, http_port=port, api_tokens=[token],
-                             data_dir=str(base / "data"), log_level="warning", log_format="json",
-                             samples=False, reconcile_interval_s=5.0,
-                             max_upload_bytes=4 * 1024**3, **s3_values)
-    async with Storage.from_settings(settings) as storage:
-        for _ in range(100):
-            try:
-                await storage.ensure_bucket()
-                break
-            except Exception:  # noqa: BLE001 - S3 still starting
-                await asyncio.sleep(0.2)
-    stops = []
-    for name, runner in (("api", run_api), ("ingest", run_ingest)):
-        stop = asyncio.Event()
-        stops.append((stop, asyncio.create_task(runner(settings.replace(service_name=name), stop=stop))))
-    info = {"url": f"http://127.0.0.1:{port}", "token": token}
-    from cascade.platform.client import CascadeClient
-
-    async with CascadeClient(info["url"], token) as api:
-        for _ in range(400):
-            with contextlib.suppress(Exception):
-                if (await api.request("GET", "/readyz"))["ready"]:
-                    break
-            await asyncio.sleep(0.05)
-    return nats, s3, info, stops
-
-
-async def _stop_stack(nats: Any, s3: Any, stops: list[Any]) -> None:
-    for stop, _task in stops:
-        stop.set()
-    for _stop, task in reversed(stops):
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, 30)
-    s3.terminate()
-    with contextlib.suppress(Exception):
-        s3.wait(10)
-    nats.stop()
-
-
 def _peak_rss_mb(pid: int) -> float | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -176,11 +123,15 @@ async def _profile_process(info: dict[str, Any], out: Path, standin: list[str],
 
 async def lag_and_memory(args: argparse.Namespace, base: Path, which: set[str]) -> dict[str, float]:
     """The lag and memory figures on one stack."""
-    from cascade.platform.client import CascadeClient
+    from programs.client import CascadeClient
+    from programs.embedded.testbed import InProcessStack, embedded_servers
 
-    nats, s3, info, stops = await _stack(base)
     figures: dict[str, float] = {}
-    try:
+    async with embedded_servers(base / "servers", log_level="warning", samples="false",
+                                reconcile_interval_s="5",
+                                max_upload_bytes=str(4 * 1024**3)) as settings, \
+            InProcessStack.running(settings, "api", "ingest", name="cascade-bench-profile") as stack:
+        info = {"url": stack.base, "token": settings.api_tokens[-1]}
         if "lag" in which:
             out, log = base / "lag", base / "standin.log"
             t0 = time.time()
@@ -220,8 +171,6 @@ async def lag_and_memory(args: argparse.Namespace, base: Path, which: set[str]) 
             figures.update(memory_gb=streamed / 1e9, memory_files=float(count), memory_peak_rss_mb=peak)
             for p in out.glob("kernel-*"):
                 p.unlink()
-    finally:
-        await _stop_stack(nats, s3, stops)
     return figures
 
 

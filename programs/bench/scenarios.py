@@ -10,7 +10,7 @@ from typing import Any
 
 from cascade.serving.arrivals import Fixed, LogNormal, Poisson, Uniform
 from cascade.serving.capacity import max_rate
-from cascade.serving.kv import MODEL_SHAPES, KVConfig
+from cascade.serving.kvcache import MODEL_SHAPES, KVConfig
 from cascade.serving.metrics import Slo
 from cascade.serving.routers import LeastOutstanding
 from cascade.serving.scenario import Scenario, resolve, run_scenario, simulate

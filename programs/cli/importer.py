@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from cascade.errors import CascadeError, ConfigError, ValidationError
-from cascade.platform.client import (
+from cascade.traces.files import check_name, classify_files
+from programs.client import (
     IMPORT_STATE_NAME,
     RIDE_THROUGH_S,
     ApiError,
@@ -42,7 +43,6 @@ from cascade.platform.client import (
     UploadError,
     already_there,
 )
-from cascade.traces.files import check_name, classify_files
 
 TOKEN_ENV = "CASCADE_API_TOKEN"
 DEFAULT_URL = "http://127.0.0.1:8080"

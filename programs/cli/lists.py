@@ -53,7 +53,7 @@ def row(what: str, entry: dict[str, Any]) -> str:
 
 async def fetch(args: argparse.Namespace, url: str, token: str | None) -> list[dict[str, Any]]:
     """The page(s) asked for."""
-    from cascade.platform.client import CascadeClient
+    from programs.client import CascadeClient
 
     pages = []
     cursor = args.cursor
@@ -69,8 +69,8 @@ async def fetch(args: argparse.Namespace, url: str, token: str | None) -> list[d
 
 def main(args: argparse.Namespace) -> int:
     """Entry point of ``cascade traces`` and ``cascade runs``."""
-    from cascade.platform.client import ApiError, AppUnreachableError
     from programs.cli.importer import default_url
+    from programs.client import ApiError, AppUnreachableError
 
     if not 1 <= args.limit <= 1000:
         print(f"cascade {args.what}: --limit must be from 1 to 1000", file=sys.stderr)

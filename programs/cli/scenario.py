@@ -14,7 +14,7 @@ from cascade.errors import ValidationError
 from cascade.serving.arrivals import Burst, Constant, Gamma, Poisson, Trace, parse_length
 from cascade.serving.capacity import CapacityResult, max_rate, min_replicas
 from cascade.serving.described import DescribedStepCost
-from cascade.serving.kv import MODEL_SHAPES, KVConfig
+from cascade.serving.kvcache import MODEL_SHAPES, KVConfig
 from cascade.serving.metrics import Slo, records_csv
 from cascade.serving.report import format_summary
 from cascade.serving.routers import ROUTERS

@@ -11,6 +11,9 @@ Layout of ``data_dir`` (``.cascade`` by default)::
     s3-ports.json        ports of the SeaweedFS components (kept stable across restarts)
     logs/<component>.log output of each child, appended
 
+(paths, credentials and state file in :mod:`.layout`; a stack of its own for tests and
+benchmarks is :mod:`.testbed`'s).
+
 Start order: NATS and S3 (in parallel), bucket + streams + KV bootstrap, then
 the services ``ingest, prepare, orchestrator, simulator, api``. Stop order: the
 api, then the other services together, then S3 and NATS together, each with a
@@ -22,10 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import json
 import os
-import secrets
 import signal
 import sys
 import time
@@ -44,12 +45,23 @@ from cascade.platform.storage import Storage
 from programs.embedded import nats as nats_conf
 from programs.embedded.binaries import nats_server_binary, weed_binary
 from programs.embedded.console import ConsoleMode, LogFollower
+from programs.embedded.layout import (
+    LOOPBACK,
+    ComponentState,
+    Credentials,
+    StackLayout,
+    StackState,
+    atomic_write,
+    ensure_credentials,
+    isolated_environment,
+    load_state,
+    read_credentials,
+)
 from programs.embedded.locate import remember_stack
 from programs.embedded.ports import GRPC_OFFSET, port_is_free, wait_port
 from programs.embedded.procs import group_members, pid_alive, tail
 from programs.embedded.seaweed import (
     SeaweedPorts,
-    generate_credentials,
     pick_ports,
     port_was_taken,
     weed_mini_argv,
@@ -57,9 +69,15 @@ from programs.embedded.seaweed import (
 )
 from programs.embedded.supervisor import SupervisedProcess
 
+__all__ = [  # with the layout names other modules have always imported from here
+    "SERVICES", "AlreadyRunningError", "ComponentStartError", "ComponentState", "Credentials",
+    "EmbeddedStack", "PortBusyError", "StackLayout", "StackState", "bootstrap",
+    "child_environment", "ensure_credentials", "go_environment", "isolated_environment",
+    "load_state", "read_credentials", "status_report",
+]
+
 #: Services in start order (stopped in reverse).
 SERVICES: tuple[str, ...] = ("ingest", "prepare", "orchestrator", "simulator", "api")
-LOOPBACK = "127.0.0.1"
 
 StackStatus = Literal["starting", "up", "stopping", "stopped", "failed"]
 
@@ -92,147 +110,6 @@ class AlreadyRunningError(CascadeError, RuntimeError):
     """Another ``cascade up`` already runs on this data directory."""
 
     code = "already_running"
-
-
-class Credentials(msgspec.Struct, frozen=True, kw_only=True):
-    """Secrets generated on the first ``cascade up`` and reused afterwards."""
-
-    #: Access key of the embedded S3 server.
-    s3_access_key: str
-    #: Secret key of the embedded S3 server.
-    s3_secret_key: str
-    #: Bearer token accepted by the api for writes.
-    api_token: str
-    #: When the credentials were generated (ISO 8601, UTC).
-    created_at: str
-
-
-class ComponentState(msgspec.Struct, kw_only=True):
-    """One process of the stack as recorded in ``state.json``."""
-
-    #: Component name: nats, s3 or a service name.
-    name: str
-    #: "server" (nats, s3) or "service".
-    kind: str
-    #: Pid while running.
-    pid: int | None = None
-    #: starting, running, backoff, stopping, stopped.
-    state: str = "stopped"
-    #: How many times the supervisor restarted it.
-    restarts: int = 0
-    #: Main TCP port, when it has one.
-    port: int | None = None
-    #: Its log file.
-    log: str = ""
-
-
-class StackState(msgspec.Struct, kw_only=True):
-    """Contents of ``state.json``."""
-
-    version: int = 1
-    #: Pid of the ``cascade up`` process.
-    supervisor_pid: int
-    #: starting, up, stopping, stopped, failed.
-    status: str
-    #: Absolute data directory.
-    data_dir: str
-    #: Web UI / api base URL.
-    http_url: str
-    #: NATS URL the services use.
-    nats_url: str
-    #: S3 endpoint the services use.
-    s3_endpoint: str
-    #: S3 bucket.
-    bucket: str
-    #: Unix time of the start.
-    started_at: float
-    #: Unix time of the last change.
-    updated_at: float
-    #: Every component, in start order.
-    components: list[ComponentState] = msgspec.field(default_factory=list)
-
-
-class StackLayout:
-    """Paths inside the embedded stack's data directory."""
-
-    def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = Path(root).expanduser().resolve()
-        self.credentials = self.root / "credentials.json"
-        self.state = self.root / "state.json"
-        self.nats_conf = self.root / "nats.conf"
-        self.nats_store = self.root / "nats"
-        self.s3_data = self.root / "s3"
-        self.s3_config = self.root / "s3-identities.json"
-        self.s3_ports = self.root / "s3-ports.json"
-        self.logs = self.root / "logs"
-
-    def log(self, component: str) -> Path:
-        """Log file of ``component``."""
-        return self.logs / f"{component}.log"
-
-    def create(self) -> None:
-        """Create the directories (idempotent); the root is private to the user."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(OSError):
-            self.root.chmod(0o700)
-        for sub in (self.nats_store, self.s3_data, self.logs):
-            sub.mkdir(exist_ok=True)
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
-def read_credentials(layout: StackLayout) -> Credentials | None:
-    """The stored credentials, or None before the first start."""
-    try:
-        raw = layout.credentials.read_bytes()
-    except FileNotFoundError:
-        return None
-    try:
-        return msgspec.json.decode(raw, type=Credentials)
-    except msgspec.DecodeError as exc:
-        raise ConfigError(
-            str(layout.credentials), "<file>", f"a credentials file written by `cascade up` ({exc})"
-        ) from None
-
-
-def ensure_credentials(layout: StackLayout) -> tuple[Credentials, bool]:
-    """Stored credentials, generating and saving (0600) them on first use; True if new."""
-    existing = read_credentials(layout)
-    if existing is not None:
-        return existing, False
-    access, secret = generate_credentials()
-    creds = Credentials(
-        s3_access_key=access,
-        s3_secret_key=secret,
-        api_token="cas_" + secrets.token_urlsafe(24),
-        created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-    )
-    _write_private(layout.credentials, msgspec.json.format(msgspec.json.encode(creds)))
-    return creds, True
-
-
-def load_state(layout: StackLayout) -> StackState | None:
-    """The last state written by ``cascade up`` (None when it never ran here)."""
-    try:
-        raw = layout.state.read_bytes()
-    except FileNotFoundError:
-        return None
-    try:
-        return msgspec.json.decode(raw, type=StackState)
-    except msgspec.DecodeError:
-        return None
 
 
 def _is_cascade(pid: int) -> bool:
@@ -417,7 +294,7 @@ class EmbeddedStack:
                 ports = msgspec.structs.replace(ports, s3=s3_port)
         else:
             ports = pick_ports(s3_port)
-        _atomic_write(self.layout.s3_ports, msgspec.json.encode(ports))
+        atomic_write(self.layout.s3_ports, msgspec.json.encode(ports))
         return ports
 
     async def _check_ports(self, nats_port: int, seaweed: SeaweedPorts, http_port: int,
@@ -494,7 +371,7 @@ class EmbeddedStack:
             components=self._components(),
         )
         with contextlib.suppress(OSError):
-            _atomic_write(self.layout.state, msgspec.json.format(msgspec.json.encode(state)))
+            atomic_write(self.layout.state, msgspec.json.format(msgspec.json.encode(state)))
 
     @property
     def http_url(self) -> str:
@@ -820,23 +697,3 @@ def _fetch_json(url: str, timeout: float) -> Any:
             return json.loads(resp.read().decode("utf-8"))
     except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
         return {"error": f"{url} unreachable: {exc}"}
-
-
-def isolated_environment(data_dir: Path, base: Mapping[str, str] | None = None,
-                         **settings: str) -> dict[str, str]:
-    """Environment of a `cascade up` of its own: ``data_dir``, free ports for NATS, S3 and
-    HTTP, JSON logs, no ``CASCADE_*`` inherited; ``settings`` add ``CASCADE_<NAME>=value``."""
-    from programs.embedded.ports import GRPC_OFFSET, free_port_pairs
-
-    nats_port, s3_port, http_port = free_port_pairs(3, offset=GRPC_OFFSET)
-    env = {k: v for k, v in (os.environ if base is None else base).items()
-           if not k.startswith("CASCADE_")}
-    env.update(
-        CASCADE_DATA_DIR=str(data_dir),
-        CASCADE_NATS_URL=f"nats://127.0.0.1:{nats_port}",
-        CASCADE_S3_ENDPOINT=f"http://127.0.0.1:{s3_port}",
-        CASCADE_HTTP_PORT=str(http_port),
-        CASCADE_LOG_FORMAT="json",
-    )
-    env.update({f"CASCADE_{k.upper()}": v for k, v in settings.items()})
-    return env

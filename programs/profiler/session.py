@@ -35,8 +35,8 @@ import msgspec
 import structlog
 
 from cascade.errors import CascadeError, ValidationError
-from cascade.platform.client import IMPORT_STATE_NAME, ApiError, CascadeClient
 from cascade.traces.baseline import BASELINE_NAME, Baseline, steps_from_marks, write_baseline
+from programs.client import IMPORT_STATE_NAME, ApiError, CascadeClient
 from programs.profiler import ENV_BASELINE, ENV_PASS, ENV_STEPS, ENV_TIMELINE, ENV_TRACES_FOLDER
 from programs.profiler.upload import StreamUploader
 from programs.profiler.watch import KernelFolderWatcher
@@ -462,8 +462,8 @@ class ProfileSession:
 
     async def _resume_uploads(self) -> None:
         """--resume: submit every trace file the app does not hold yet."""
-        from cascade.platform.client import already_there
         from cascade.traces.files import collect_files
+        from programs.client import already_there
 
         assert self.api is not None and self.uploader is not None and self.trace_id is not None
         remote = {f["name"]: f for f in (await self.api.get_trace(self.trace_id)).get("files", [])}

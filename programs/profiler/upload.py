@@ -1,5 +1,5 @@
 """Uploads while the workload runs: parallel, retried, resumable, through the app's
-presigned flow (:class:`cascade.platform.client.CascadeClient`).
+presigned flow (:class:`programs.client.CascadeClient`).
 
 Every file is submitted once; ``parallel`` workers request its presigned target
 (a single PUT, or multipart parts above the app's threshold), send it from disk,
@@ -23,7 +23,7 @@ import aiohttp
 import structlog
 
 from cascade.errors import CascadeError
-from cascade.platform.client import ApiError, CascadeClient, UploadError
+from programs.client import ApiError, CascadeClient, UploadError
 
 log = structlog.get_logger("programs.profiler")
 

@@ -21,8 +21,7 @@ from cascade.platform.bus import Bus
 from cascade.platform.runtime import new_registry
 from cascade.platform.settings import Settings
 from cascade.platform.storage import Storage
-from services.api.http import MAX_BODY_BYTES, auth_middleware, error_middleware, metrics_middleware
-from services.api.keys import (
+from services.api.appkeys import (
     BUS,
     OPENAPI,
     REGISTRY,
@@ -31,6 +30,7 @@ from services.api.keys import (
     SETTINGS,
     STORAGE,
 )
+from services.api.http import MAX_BODY_BYTES, auth_middleware, error_middleware, metrics_middleware
 from services.api.openapi import build_openapi, route_defs_of
 from services.api.routes import configs, health, runs, scenarios, signin, traces, ui, v1
 

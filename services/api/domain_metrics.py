@@ -120,7 +120,7 @@ def install(app: web.Application) -> DomainCollector:
     """Register the collector on the app's registry once (idempotent)."""
     if DOMAIN_METRICS in app:
         return app[DOMAIN_METRICS]
-    from services.api.keys import BUS, REGISTRY
+    from services.api.appkeys import BUS, REGISTRY
     from services.api.sim_models import install as install_models
 
     collector = DomainCollector(install_models(app), app[BUS])

@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from cascade.errors import CascadeError, RateLimitedError, UnauthorizedError, ValidationError
 from cascade.platform.log import get_logger
-from services.api.keys import SETTINGS
+from services.api.appkeys import SETTINGS
 
 T = TypeVar("T")
 HandlerT = TypeVar("HandlerT", bound=Callable[..., Awaitable[web.StreamResponse]])

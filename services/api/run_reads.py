@@ -18,7 +18,7 @@ from cascade.platform.state import TERMINAL_RUN_STATES, RunRecord, SimRecord, Tr
 from cascade.runs.plan import plan_sims
 from cascade.runs.results import SimResult
 from cascade.runs.summary import run_config_results, with_reference
-from services.api.keys import BUS, STORAGE
+from services.api.appkeys import BUS, STORAGE
 from services.api.schemas.runs import RunResults, TraceCoverage
 from services.api.sim_models import install as install_models
 from services.api.sim_models import sim_models

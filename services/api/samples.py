@@ -52,7 +52,7 @@ from cascade.platform.storage import Storage
 from cascade.runs.inprocess import InProcessSim, simulate_in_process
 from cascade.runs.plan import sim_id as plan_sim_id
 from cascade.traces.bundle import KERNELS_NAME, MANIFEST_NAME, BundleBuilder, load_bundle
-from services.api.keys import BUS, SETTINGS, STORAGE
+from services.api.appkeys import BUS, SETTINGS, STORAGE
 from services.api.sim_models import SIM_MODELS
 
 log = get_logger("cascade.api.samples")

@@ -472,7 +472,7 @@ def install(app: web.Application) -> SimModels:
     it starts with the app and stops at cleanup."""
     if SIM_MODELS in app:
         return app[SIM_MODELS]
-    from services.api.keys import BUS, STORAGE, install_running
+    from services.api.appkeys import BUS, STORAGE, install_running
 
     traces = install_traces(app)  # first: its cleanup context starts before this one
     return install_running(app, SIM_MODELS, lambda: SimModels(app[BUS], app[STORAGE], traces,

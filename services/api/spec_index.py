@@ -64,6 +64,6 @@ def spec_index(app: web.Application) -> SpecIndex:
 def install(app: web.Application) -> SpecIndex:
     """Create the app's custom-spec index once (idempotent; from a route module's sync
     ``setup``); it starts with the app and stops at cleanup."""
-    from services.api.keys import BUS, install_running
+    from services.api.appkeys import BUS, install_running
 
     return install_running(app, SPEC_INDEX, lambda: SpecIndex(app[BUS]))

@@ -240,6 +240,6 @@ def trace_index(app: web.Application) -> TraceIndex:
 def install(app: web.Application) -> TraceIndex:
     """Create the app's trace index once (idempotent; call from a route module's sync
     ``setup``); it starts with the app and stops at cleanup."""
-    from services.api.keys import BUS, install_running
+    from services.api.appkeys import BUS, install_running
 
     return install_running(app, TRACE_INDEX, lambda: TraceIndex(app[BUS]))

@@ -10,15 +10,12 @@ import asyncio
 import contextlib
 import http.client
 import json
-import os
 import signal
 import socket
 import stat
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,10 +31,10 @@ from programs.embedded.stack import (
     StackLayout,
     child_environment,
     ensure_credentials,
-    isolated_environment,
     load_state,
     read_credentials,
 )
+from programs.embedded.testbed import UpStack, http_status, isolated_environment
 from tests.support.paths import REPO
 from tests.support.wait import wait_until_blocking
 
@@ -46,90 +43,11 @@ START_DEADLINE_S = 90.0
 STOP_DEADLINE_S = 60.0
 
 
-def _http_status(url: str) -> int | None:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return int(resp.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
-    except (OSError, http.client.HTTPException):
-        # nothing listening yet; on a free port in the ephemeral range the kernel may even
-        # connect the socket to itself and echo the request back (BadStatusLine)
-        return None
-
-
-class Stack:
-    """One `cascade up` process under test."""
-
-    def __init__(self, env: dict[str, str], workdir: Path) -> None:
-        self.env = env
-        self.workdir = workdir
-        self.data = Path(env["CASCADE_DATA_DIR"])
-        self.layout = StackLayout(self.data)
-        self.http = f"http://127.0.0.1:{env['CASCADE_HTTP_PORT']}"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.runs = 0
-
-    def start(self) -> None:
-        self.runs += 1
-        out = (self.workdir / f"up-{self.runs}.log").open("wb")
-        self.proc = subprocess.Popen(
-            [*CASCADE, "up"], env=self.env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        out.close()
-
-        def ready() -> bool:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise AssertionError(f"cascade up exited with {self.proc.returncode}:\n{self.output()}")
-            return _http_status(f"{self.http}/readyz") == 200
-
-        wait_until_blocking(ready, START_DEADLINE_S, what=f"{self.http}/readyz to answer 200", interval=0.1)
-        wait_until_blocking(lambda: "Cascade is up" in self.output(), 10, what="the banner", interval=0.1)
-
-    def output(self) -> str:
-        return (self.workdir / f"up-{self.runs}.log").read_text(errors="replace")[-4000:]
-
-    def state(self) -> dict[str, dict[str, object]]:
-        state = load_state(self.layout)
-        assert state is not None
-        return {c.name: msgspec.structs.asdict(c) for c in state.components}
-
-    def stop(self) -> int:
-        assert self.proc is not None
-        self.proc.terminate()
-        try:
-            return self.proc.wait(STOP_DEADLINE_S)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            raise AssertionError(f"cascade up did not stop within {STOP_DEADLINE_S} s") from None
-
-    def settings(self) -> Settings:
-        creds = read_credentials(self.layout)
-        assert creds is not None
-        return load_settings(
-            {},
-            nats_url=self.env["CASCADE_NATS_URL"],
-            s3_endpoint=self.env["CASCADE_S3_ENDPOINT"],
-            s3_access_key=creds.s3_access_key,
-            s3_secret_key=creds.s3_secret_key,
-        )
-
-
-def _stack_env(tmp_path: Path) -> dict[str, str]:
-    return isolated_environment(tmp_path / "data", samples="false")
-
-
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Stack]:
-    st = Stack(_stack_env(tmp_path), tmp_path)
-    try:
-        yield st
-    finally:
-        if st.proc is not None and st.proc.poll() is None:
-            st.proc.kill()
-            st.proc.wait()
+def stack(tmp_path: Path) -> Iterator[UpStack]:
+    """A `cascade up` of its own (the testbed's), stopped after the test."""
+    with UpStack(tmp_path, samples="false") as up:
+        yield up
 
 
 async def _write_data(settings: Settings) -> int:
@@ -160,18 +78,18 @@ async def _check_data(settings: Settings, seq: int) -> None:
         await bus.close()
 
 
-def test_up_stop_and_restart_keeps_data(stack: Stack) -> None:
-    stack.start()
+def test_up_stop_and_restart_keeps_data(stack: UpStack) -> None:
+    stack.start(START_DEADLINE_S)
     first_output = stack.output()
     creds = read_credentials(stack.layout)
     assert creds is not None
     assert stat.S_IMODE(stack.layout.credentials.stat().st_mode) == 0o600
     assert creds.api_token in first_output
-    assert stack.http in first_output
+    assert stack.base in first_output
 
-    components = stack.state()
+    components = stack.components()
     assert set(components) == {"nats", "s3", "ingest", "prepare", "orchestrator", "simulator", "api"}
-    pids = [int(c["pid"]) for c in components.values()]  # type: ignore[call-overload]
+    pids = [int(c.pid) for c in components.values()]  # type: ignore[arg-type]
     assert all(pid_alive(p) for p in pids)
 
     status = subprocess.run([*CASCADE, "status", "--json"], env=stack.env, cwd=REPO,
@@ -183,50 +101,49 @@ def test_up_stop_and_restart_keeps_data(stack: Stack) -> None:
     settings = stack.settings()
     seq = asyncio.run(_write_data(settings))
 
-    assert stack.stop() == 0
+    assert stack.stop(STOP_DEADLINE_S) == 0
     wait_until_blocking(lambda: not any(pid_alive(p) for p in pids), 10, what=f"every child to exit ({pids})",
                         interval=0.1)
     assert load_state(stack.layout).status == "stopped"  # type: ignore[union-attr]
     assert not any(c.pid for c in load_state(stack.layout).components)  # type: ignore[union-attr]
 
-    stack.start()
+    stack.start(START_DEADLINE_S)
     assert read_credentials(stack.layout) == creds
     asyncio.run(_check_data(settings, seq))
-    assert stack.stop() == 0
+    assert stack.stop(STOP_DEADLINE_S) == 0
 
 
-def test_killed_service_is_restarted(stack: Stack) -> None:
-    stack.start()
-    before = stack.state()["orchestrator"]
-    old_pid = int(before["pid"])  # type: ignore[call-overload]
-    os.kill(old_pid, 9)
+def test_killed_service_is_restarted(stack: UpStack) -> None:
+    stack.start(START_DEADLINE_S)
+    before = stack.kill("orchestrator", signal.SIGKILL)
+    assert before is not None and before.pid is not None
+    old_pid = before.pid
 
     def restarted() -> bool:
-        now = stack.state()["orchestrator"]
-        return (int(now["restarts"]) > int(before["restarts"])  # type: ignore[call-overload]
-                and now["pid"] not in (None, old_pid)
-                and now["state"] == "running" and pid_alive(int(now["pid"])))  # type: ignore[call-overload]
+        now = stack.components()["orchestrator"]
+        return (now.restarts > before.restarts
+                and now.pid not in (None, old_pid)
+                and now.state == "running" and pid_alive(int(now.pid)))  # type: ignore[arg-type]
 
     wait_until_blocking(restarted, 30, what="the orchestrator to be restarted", interval=0.1)
     assert not pid_alive(old_pid)
     log = stack.output()
     assert "service exited; restarting" in log and "orchestrator" in log
-    assert _http_status(f"{stack.http}/readyz") == 200
+    assert http_status(f"{stack.base}/readyz") == 200
 
     # A killed `cascade up` takes its children with it (or the next start reaps them).
-    pids = [int(c["pid"]) for c in stack.state().values()]  # type: ignore[call-overload]
+    pids = [int(c.pid) for c in stack.components().values()]  # type: ignore[arg-type]
     assert stack.proc is not None
-    stack.proc.kill()
-    stack.proc.wait()
-    stack.start()
+    stack.crash()
+    stack.start(START_DEADLINE_S)
     assert all(not pid_alive(p) for p in pids)
-    assert stack.stop() == 0
+    assert stack.stop(STOP_DEADLINE_S) == 0
 
 
-def _up_log_events(stack: Stack, event: str) -> list[dict[str, object]]:
+def _up_log_events(stack: UpStack, event: str) -> list[dict[str, object]]:
     """JSON log lines of `cascade up` (its own output) whose event is ``event``."""
     found = []
-    for line in (stack.workdir / f"up-{stack.runs}.log").read_text(errors="replace").splitlines():
+    for line in stack.log.read_text(errors="replace").splitlines():
         if line.startswith("{"):
             with contextlib.suppress(ValueError):
                 entry = json.loads(line)
@@ -235,21 +152,21 @@ def _up_log_events(stack: Stack, event: str) -> list[dict[str, object]]:
     return found
 
 
-def _kill_server_and_wait(stack: Stack, name: str, bound_s: float) -> float:
+def _kill_server_and_wait(stack: UpStack, name: str, bound_s: float) -> float:
     """SIGKILL the stack's ``name`` server; wait for its restart and /readyz 200 (seconds taken)."""
-    before = stack.state()[name]
-    old_pid = int(before["pid"])  # type: ignore[call-overload]
-    os.kill(old_pid, signal.SIGKILL)
+    before = stack.kill(name, signal.SIGKILL)
+    assert before is not None and before.pid is not None
+    old_pid = before.pid
     t0 = time.monotonic()
 
     def restarted() -> bool:
-        now = stack.state()[name]
-        return (now["pid"] not in (None, old_pid) and now["state"] == "running"
-                and int(now["restarts"]) == int(before["restarts"]) + 1  # type: ignore[call-overload]
-                and pid_alive(int(now["pid"])))  # type: ignore[call-overload]
+        now = stack.components()[name]
+        return (now.pid not in (None, old_pid) and now.state == "running"
+                and now.restarts == before.restarts + 1
+                and pid_alive(int(now.pid)))  # type: ignore[arg-type]
 
     wait_until_blocking(restarted, bound_s, what=f"{name} to be restarted", interval=0.1)
-    wait_until_blocking(lambda: _http_status(f"{stack.http}/readyz") == 200, bound_s, what=f"/readyz 200 after killing {name}", interval=0.1)
+    wait_until_blocking(lambda: http_status(f"{stack.base}/readyz") == 200, bound_s, what=f"/readyz 200 after killing {name}", interval=0.1)
     lines = [e for e in _up_log_events(stack, "server exited; restarting") if e.get("component") == name]
     assert lines, f"no restart line for {name} in:\n{stack.output()}"
     assert lines[-1]["pid"] == old_pid and lines[-1]["exit_code"] == -signal.SIGKILL
@@ -258,21 +175,21 @@ def _kill_server_and_wait(stack: Stack, name: str, bound_s: float) -> float:
     return time.monotonic() - t0
 
 
-def test_killed_nats_and_s3_are_restarted_with_their_data(stack: Stack) -> None:
-    stack.start()
+def test_killed_nats_and_s3_are_restarted_with_their_data(stack: UpStack) -> None:
+    stack.start(START_DEADLINE_S)
     settings = stack.settings()
     seq = asyncio.run(_write_data(settings))
-    nats_port = stack.state()["nats"]["port"]
+    nats_port = stack.components()["nats"].port
 
     _kill_server_and_wait(stack, "nats", 30)
-    assert stack.state()["nats"]["port"] == nats_port
+    assert stack.components()["nats"].port == nats_port
     asyncio.run(_check_data(settings, seq))   # JetStream stream, KV (file store) kept
 
     _kill_server_and_wait(stack, "s3", 45)
     asyncio.run(_check_data(settings, seq))   # S3 object kept
     # every service rode through both outages: none was restarted
-    assert all(c["restarts"] == 0 for c in stack.state().values() if c["kind"] == "service")
-    assert stack.stop() == 0
+    assert all(c.restarts == 0 for c in stack.components().values() if c.kind == "service")
+    assert stack.stop(STOP_DEADLINE_S) == 0
 
 
 async def _publish_paced_trace(settings: Settings) -> str:
@@ -287,18 +204,14 @@ async def _publish_paced_trace(settings: Settings) -> str:
     return record.id
 
 
-def _api(stack: Stack, method: str, path: str, body: object = None) -> dict[str, object]:
+def _api(stack: UpStack, method: str, path: str, body: object = None) -> dict[str, object]:
     creds = read_credentials(stack.layout)
-    assert creds is not None
-    req = urllib.request.Request(
-        stack.http + path, method=method, data=None if body is None else json.dumps(body).encode(),
-        headers={"Authorization": f"Bearer {creds.api_token}", "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        return json.loads(resp.read())  # type: ignore[no-any-return]
+    assert creds is not None and creds.api_token == stack.token
+    return stack.api(method, path, body)  # type: ignore[no-any-return]
 
 
-def test_run_in_progress_survives_a_nats_restart(stack: Stack) -> None:
-    stack.start()
+def test_run_in_progress_survives_a_nats_restart(stack: UpStack) -> None:
+    stack.start(START_DEADLINE_S)
     trace_id = asyncio.run(_publish_paced_trace(stack.settings()))
     run = _api(stack, "POST", "/api/runs", {
         "trace_id": trace_id, "configs": ["SM90_H100"], "replicas": 2,
@@ -321,10 +234,10 @@ def test_run_in_progress_survives_a_nats_restart(stack: Stack) -> None:
     assert isinstance(sims, list) and len(sims) == 2
     assert all(s["state"] == "completed" and s["kernels_done"] == s["kernels_total"] for s in sims)
     assert max(float(s["finished_at"]) for s in sims) > killed_at, "the run ended before the kill"
-    assert stack.stop() == 0
+    assert stack.stop(STOP_DEADLINE_S) == 0
 
 
-def test_busy_port_fails_with_clear_message(stack: Stack) -> None:
+def test_busy_port_fails_with_clear_message(stack: UpStack) -> None:
     host, port = nats_host_port(stack.env["CASCADE_NATS_URL"])
     with socket.socket() as holder:
         holder.bind((host, port))
@@ -337,7 +250,7 @@ def test_busy_port_fails_with_clear_message(stack: Stack) -> None:
 
 
 def test_status_before_first_start(tmp_path: Path) -> None:
-    env = _stack_env(tmp_path)
+    env = UpStack(tmp_path, samples="false").env
     proc = subprocess.run([*CASCADE, "status"], env=env, cwd=REPO, capture_output=True, timeout=30,
                           check=False)
     assert proc.returncode == 1

@@ -16,7 +16,8 @@ import pytest
 
 from programs.embedded.locate import known_stacks, locate_data_dir, remember_stack, stack_for_url
 from programs.embedded.stack import ComponentState, StackLayout, StackState
-from tests.e2e.test_embedded import Stack, _stack_env
+from programs.embedded.testbed import UpStack
+from tests.e2e.test_embedded import START_DEADLINE_S, STOP_DEADLINE_S
 
 
 def _status(env: dict[str, str], cwd: Path, *extra: str) -> tuple[int, str, str]:
@@ -87,26 +88,21 @@ def test_locate_prefers_the_running_stack_and_drops_vanished_ones(tmp_path: Path
 
 
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Stack]:
-    env = _stack_env(tmp_path)
-    env["XDG_STATE_HOME"] = str(tmp_path / "xdg")
-    st = Stack(env, tmp_path)
-    try:
-        yield st
-    finally:
-        if st.proc is not None and st.proc.poll() is None:
-            st.proc.kill()
-            st.proc.wait()
+def stack(tmp_path: Path) -> Iterator[UpStack]:
+    """A `cascade up` of its own (the testbed's) that records itself under ``tmp_path/xdg``."""
+    with UpStack(tmp_path, samples="false") as up:
+        up.env["XDG_STATE_HOME"] = str(tmp_path / "xdg")
+        yield up
 
 
 @pytest.mark.timeout(240)
-def test_status_finds_the_running_stack_from_any_folder(stack: Stack, tmp_path: Path) -> None:
-    stack.start()
+def test_status_finds_the_running_stack_from_any_folder(stack: UpStack, tmp_path: Path) -> None:
+    stack.start(START_DEADLINE_S)
     env, other = _elsewhere(tmp_path, stack.env)
     rc, out, err = _status(env, other)
     assert rc == 0, out + err
     lines = out.splitlines()
-    assert lines[0].startswith(f"Cascade: running at {stack.http}  (cascade up pid "
+    assert lines[0].startswith(f"Cascade: running at {stack.base}  (cascade up pid "
                                f"{stack.proc.pid if stack.proc else '?'}, up ")
     assert lines[1].startswith(f"data dir : {stack.layout.root}  (found through ")
     assert lines[2].split() == ["component", "state", "pid", "uptime", "restarts", "port"]
@@ -120,6 +116,6 @@ def test_status_finds_the_running_stack_from_any_folder(stack: Stack, tmp_path: 
     report = json.loads(out)
     assert rc == 0 and report["running"] is True and "services" in report["api"]
     assert report["found_by"].endswith("stacks.json")
-    assert stack.stop() == 0
+    assert stack.stop(STOP_DEADLINE_S) == 0
     rc, out, _ = _status(env, other)
-    assert rc == 1 and out.startswith(f"Cascade: not running (last at {stack.http})")
+    assert rc == 1 and out.startswith(f"Cascade: not running (last at {stack.base})")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from cascade.errors import AccelSimError, UnknownGPUError, ValidationError
+from cascade.errors import AccelSimError, ValidationError
 from cascade.gpus import default_registry
 from cascade.platform.accelsim import (
     BIN_VAR,
@@ -79,19 +79,6 @@ def test_todays_config_folders_pair_by_chip_and_architecture(tmp_path: Path) -> 
     assert "AMD GCN3" in setup.unrunnable["SM100_GCN3"]
     with pytest.raises(ValidationError, match="SM100_B200: no Accel-Sim config pairs"):
         require(setup, ["SM100_B200"])
-
-
-def test_a_config_name_where_a_gpu_is_wanted_suggests_the_gpus_it_serves() -> None:
-    from cascade.runs.plan import resolve_config
-
-    with pytest.raises(UnknownGPUError) as err:
-        resolve_config("SM7_TITANV")
-    assert set(err.value.suggestions[:3]) == {"SM70_V100_PCIE_32GB", "SM70_V100_SXM2", "SM70_V100S_PCIE"}
-    assert "Accel-Sim config name" in str(err.value) and "Volta GV100" in str(err.value)
-    with pytest.raises(UnknownGPUError) as err:
-        resolve_config("SM6_TITANX")
-    assert err.value.suggestions[0] == "SM61_GTX1080TI"
-    assert all(default_registry().get(s).arch == "pascal" for s in err.value.suggestions)
 
 
 def test_a_binary_that_cannot_load_its_library_is_unavailable_with_the_fix(tmp_path: Path) -> None:

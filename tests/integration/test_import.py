@@ -14,10 +14,10 @@ import pytest
 
 from cascade.errors import ValidationError
 from cascade.platform import subjects
-from cascade.platform.client import md5_etag
 from cascade.platform.tracestore import FileRecord
-from cascade.traces.files import classify_files, collect_files
-from programs.cli.importer import infer_kind, run_import
+from programs.cli.importer import run_import
+from programs.client import md5_etag
+from tests.support.trace_folders import tool_folder
 from tests.support.traces_stack import (
     REAL_TRACE,
     REPO,
@@ -40,29 +40,6 @@ def _args(stack: TracesStack, path: Path, state: Path, **kw: object) -> argparse
     }
     values.update(kw)
     return argparse.Namespace(**values)
-
-
-def test_collect_files_and_kind(tmp_path: Path) -> None:
-    write_kernels(tmp_path, 2, blocks=1, iterations=1)
-    (tmp_path / "README.md").write_text("not a trace file")
-    (tmp_path / "run.pt.trace.json").write_text('{"traceEvents": []}')
-    names = [p.name for p in collect_files(tmp_path)]
-    assert names == ["kernel-1.traceg.xz", "kernel-2.traceg.xz", "kernelslist.g", "run.pt.trace.json"]
-    assert infer_kind(collect_files(tmp_path)) == "both"
-    with pytest.raises(ValidationError):
-        collect_files(tmp_path / "README.md")
-
-
-def test_multipart_etag_matches_s3_rule(tmp_path: Path) -> None:
-    import hashlib
-
-    data = os.urandom(11 * 1024 * 1024)
-    path = tmp_path / "blob"
-    path.write_bytes(data)
-    size = 5 * 1024 * 1024
-    parts = [hashlib.md5(data[i:i + size]).digest() for i in range(0, len(data), size)]
-    assert md5_etag(path, size) == hashlib.md5(b"".join(parts)).hexdigest() + "-3"
-    assert md5_etag(path) == hashlib.md5(data).hexdigest()
 
 
 async def test_import_real_trace_folder(traces_stack: TracesStack, tmp_path: Path) -> None:
@@ -159,34 +136,10 @@ async def test_import_takes_the_source_gpu_from_the_trace(traces_stack: TracesSt
     assert (await traces_stack.store.require(forced["trace_id"])).source_gpu == "SM80_A100"
 
 
-def _tool_folder(folder: Path) -> list[Path]:
-    """A trace folder as tools leave it: kernels (one garbage), kernelslist.g, and the files
-    a public Accel-Sim trace repository keeps beside them."""
-    paths = write_kernels(folder, 3, blocks=2, iterations=1, xz=False)
-    paths[1].write_bytes(b"\x00\x01garbage that is no kernel trace\n" * 20)
-    (folder / "nvprof.json").write_text(json.dumps({"kernels": [{"name": "k", "time": 1.0}]}))
-    (folder / "accelsim_log.csv").write_text("kernel,cycles,ipc\nk1,100,1.5\n")
-    (folder / "run.log").write_text("GPGPU-Sim: done\n")
-    (folder / "junk.bin").write_bytes(os.urandom(64))
-    (folder / "notes.txt").write_text("traced on a P4\n")
-    return paths
-
-
-def test_classify_files_names_every_skipped_file(tmp_path: Path) -> None:
-    _tool_folder(tmp_path)
-    files, skipped = classify_files(tmp_path)
-    assert [p.name for p in files] == ["kernel-1.traceg", "kernel-2.traceg", "kernel-3.traceg",
-                                       "kernelslist.g"]
-    assert set(skipped) == {"nvprof.json", "accelsim_log.csv", "run.log", "junk.bin", "notes.txt"}
-    assert "not a Chrome trace" in skipped["nvprof.json"]
-    assert "'name' column" in skipped["accelsim_log.csv"]
-    assert "not a trace file name" in skipped["junk.bin"]
-
-
 async def test_tool_folder_imports_with_skipped_files_and_a_failed_kernel(
         traces_stack: TracesStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = tmp_path / "tool"
-    _tool_folder(folder)
+    tool_folder(folder)
     args = _args(traces_stack, folder, tmp_path / "s.json", source_gpu="SM61_P4", wait=60.0,
                  quiet=False)
     summary = await run_import(args)

@@ -8,15 +8,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote_plus
 
 import pytest
 
 from cascade.platform import subjects
-from cascade.platform.keys import decode_event_key, file_key, raw_key, record_key, unit_key
+from cascade.platform.keys import file_key, raw_key, record_key, unit_key
 from cascade.platform.state import TraceRecord
 from cascade.platform.tracestore import FileRecord, UnitRecord
-from services.ingest.s3events import S3Notification, created_objects
+from tests.support.s3_events import minio_event
 from tests.support.traces_stack import TracesStack, running_stack, write_kernels
 from tests.support.wait import wait_for_kv, wait_until
 
@@ -29,26 +28,6 @@ LIMIT = 2 * 1024 * 1024
 async def stack(s3_server: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[TracesStack]:
     async with running_stack(s3_server, tmp_path_factory.mktemp("ingest"), max_upload_bytes=LIMIT) as s:
         yield s
-
-
-def minio_event(bucket: str, key: str, size: int, etag: str, name: str = "s3:ObjectCreated:Put") -> bytes:
-    """One notification exactly as MinIO publishes it to NATS."""
-    import json
-
-    return json.dumps({
-        "EventName": name,
-        "Key": f"{bucket}/{key}",
-        "Records": [{
-            "eventVersion": "2.0", "eventSource": "minio:s3", "awsRegion": "",
-            "eventTime": "2024-01-01T00:00:00.000Z", "eventName": name.removeprefix("s3:"),
-            "s3": {
-                "s3SchemaVersion": "1.0", "configurationId": "Config",
-                "bucket": {"name": bucket, "arn": f"arn:aws:s3:::{bucket}"},
-                "object": {"key": quote_plus(key), "size": size, "eTag": etag,
-                           "contentType": "application/octet-stream", "sequencer": "17A"},
-            },
-        }],
-    }).encode()
 
 
 WAIT_S = 20.0
@@ -79,18 +58,6 @@ async def ingest_stats(stack: TracesStack) -> dict[str, Any]:
                 if isinstance(endpoint.get("data"), dict):
                     return dict(endpoint["data"])
     raise AssertionError("ingest did not answer $SRV.STATS")
-
-
-def test_event_parsing_handles_prefixes_and_url_encoding() -> None:
-    import msgspec
-
-    note = msgspec.json.decode(minio_event("b", "traces/t1/raw/my file+x.json", 5, "abc"),
-                               type=S3Notification)
-    assert list(created_objects(note)) == [("b", "traces/t1/raw/my file+x.json", 5, "abc")]
-    removed = msgspec.json.decode(minio_event("b", "k", 1, "e", "s3:ObjectRemoved:Delete"),
-                                  type=S3Notification)
-    assert list(created_objects(removed)) == []
-    assert decode_event_key("traces%2Ft1%2Fraw%2Fa+b.csv") == "traces/t1/raw/a b.csv"
 
 
 async def test_s3_event_path_records_and_prepares(stack: TracesStack, tmp_path: Path) -> None:

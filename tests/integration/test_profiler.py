@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 
 from cascade.platform import subjects
-from cascade.platform.client import md5_etag
 from cascade.platform.state import RunRecord
 from cascade.traces.baseline import read_baseline
 from programs.cli.importer import run_import
+from programs.client import md5_etag
 from programs.embedded.binaries import weed_binary
 from programs.embedded.ports import can_connect
 from programs.embedded.procs import spawn, stop_popen, tail

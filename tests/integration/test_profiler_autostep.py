@@ -97,16 +97,3 @@ def test_generate_loops_mark_their_steps_in_the_baseline_pass(tmp_path: Path, au
     lines = marks.read_text().split() if marks.exists() else []
     assert len(lines) == (12 if autostep == "1" else 0)
     assert lines == sorted(lines)  # monotonic timestamps, one per step
-
-
-def test_the_baseline_pass_runs_python_commands_through_the_wrapper() -> None:
-    import argparse
-
-    from programs.profiler.session import ProfileSession
-
-    session = ProfileSession.__new__(ProfileSession)
-    session.opts = argparse.Namespace(command=["python3", "-c", "print(1)"])  # type: ignore[assignment]
-    assert session.baseline_argv()[:5] == ["python3", "-m", "programs.profiler.torchrun",
-                                           "--no-profile", "--"]
-    session.opts = argparse.Namespace(command=["./a.out", "x"])  # type: ignore[assignment]
-    assert session.baseline_argv() == ["./a.out", "x"]

@@ -259,13 +259,6 @@ async def test_ping_fails_while_objects_cannot_be_read(storage: Storage,
     await storage.ping()
 
 
-def test_constructor_validates() -> None:
-    with pytest.raises(ValidationError, match="http"):
-        Storage(endpoint="127.0.0.1:8333", access_key="a", secret_key="b", bucket="c")
-    with pytest.raises(ValidationError, match="part size"):
-        Storage(endpoint="http://x", access_key="a", secret_key="b", bucket="c", part_size=1024)
-
-
 async def test_presigned_put_binds_the_declared_size(storage: Storage) -> None:
     """A PUT URL signed for 237 bytes takes exactly 237 bytes (the issue's 5 MB upload is refused)."""
     key = "traces/t-size/raw/stats.csv"

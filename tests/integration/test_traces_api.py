@@ -12,8 +12,8 @@ import aiohttp
 import pytest
 
 from cascade.platform.bundlecache import fetch_bundle
-from cascade.platform.client import ApiError
 from cascade.traces.bundle import load_bundle
+from programs.client import ApiError
 from tests.support.traces_stack import REAL_TRACE, TracesStack, traces_stack, write_kernels
 
 pytestmark = pytest.mark.timeout(120)

@@ -13,8 +13,8 @@ from urllib.parse import parse_qsl, urlsplit
 import aiohttp
 import pytest
 
-from cascade.platform.client import ApiError
 from cascade.platform.keys import raw_key
+from programs.client import ApiError
 from tests.support.traces_stack import TracesStack, running_stack
 
 pytestmark = [pytest.mark.timeout(120)]

@@ -295,37 +295,6 @@ async def test_tokenizer_json_counts_exactly(bus: Bus, bus_settings: Settings, s
     assert body["cascade"]["prompt_tokens_approximate"] is False
 
 
-def test_approximate_tokens_rule() -> None:
-    from cascade.serving.prompts import approximate_tokens
-
-    assert approximate_tokens("Hello, my name is") == 5
-    assert approximate_tokens("x" * 400) == 100
-    assert approximate_tokens("") == 1
-
-
-@pytest.mark.parametrize("prompt", [
-    [1, 2, 3], "hello world", ["a b", "c"], [[1, 2], [3]], [], [[1], []], [1, "a"], [True], None, 5,
-    [[1, True]], [1.5], "", [[]], list(range(5000)),
-])
-def test_fast_prompt_counter_matches_the_generic_checks(prompt: object) -> None:
-    """The msgspec fast path counts exactly what the generic checks count, and fails the same way."""
-    from cascade.errors import ValidationError
-    from cascade.serving.prompts import PromptCounter, count_prompt_json
-    from cascade.serving.prompts import count_prompts as _count_prompts
-
-    counter = PromptCounter("")
-
-    def outcome(fn: object, arg: object) -> object:
-        try:
-            return fn(arg, counter)  # type: ignore[operator]
-        except ValidationError as exc:
-            return ("error", exc.field, str(exc))
-
-    expected = outcome(_count_prompts, prompt)
-    assert outcome(count_prompt_json, msgspec.json.encode(prompt)) == expected
-    assert outcome(count_prompt_json, msgspec.Raw(b" " + msgspec.json.encode(prompt))) == expected
-
-
 async def test_repeated_answers_are_identical_but_for_id(client: TestClient, finished: FinishedSim) -> None:
     """Memoised answer fragments give byte-identical metrics/cascade objects on every request."""
     req = {"model": finished.model, "prompt": [5, 6, 7], "max_tokens": 5}

@@ -13,7 +13,6 @@ from aiohttp.test_utils import TestClient
 from cascade.platform import subjects
 from cascade.platform.bus import Bus
 from cascade.platform.storage import Storage
-from cascade.serving.contexts import DEFAULT_CONTEXT_TOKENS, context_length
 from services.api.sim_models import SIM_MODELS
 from tests.support.fixtures_api import FinishedSim, make_finished_sim
 
@@ -28,13 +27,6 @@ def api_tokens() -> list[str]:
 
 def sdk(client: TestClient, key: str = TOKEN) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=str(client.make_url("/v1")), api_key=key, max_retries=0)
-
-
-def test_context_table() -> None:
-    assert context_length("facebook/opt-125m eager greedy generation") == (2048, True)
-    assert context_length("meta-llama/Llama-3.1-8B-Instruct") == (131_072, True)
-    assert context_length("meta-llama/Meta-Llama-3-8B") == (8192, True)
-    assert context_length("something new") == (DEFAULT_CONTEXT_TOKENS, False)
 
 
 async def test_prompt_and_max_tokens_bounded_by_the_context(client: TestClient,

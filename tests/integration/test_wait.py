@@ -11,7 +11,7 @@ from cascade.platform import subjects
 from cascade.platform.bus import Bus
 from cascade.platform.state import RunRecord
 from tests.support.fixtures_nats import unique
-from tests.support.wait import wait_for_kv, wait_until, wait_until_blocking
+from tests.support.wait import wait_for_kv
 
 
 def _run(run_id: str, state: str) -> RunRecord:
@@ -62,21 +62,3 @@ async def test_a_kv_of_another_bucket_is_refused(bus: Bus) -> None:
     with pytest.raises(ValueError, match=subjects.KV_SIMS):
         await wait_for_kv(await bus.kv(subjects.KV_SIMS), subjects.KV_RUNS, "k", lambda _r: True,
                           type_=RunRecord, timeout=1)
-
-
-async def test_wait_until_returns_the_value_and_names_what_it_waited_for() -> None:
-    calls: list[int] = []
-
-    async def third_time() -> int | None:
-        calls.append(1)
-        return len(calls) if len(calls) >= 3 else None
-
-    assert await wait_until(third_time, 5, what="three calls", interval=0.01) == 3
-
-    def refuses() -> bool:
-        raise ConnectionError("not listening")
-
-    with pytest.raises(TimeoutError, match=r"waiting for the server.*not listening"):
-        await wait_until(refuses, 0.2, what="the server", interval=0.01, ignore=(ConnectionError,))
-    with pytest.raises(TimeoutError, match=r"after 0.1 s waiting for a file; last seen: False"):
-        wait_until_blocking(lambda: False, 0.1, what="a file", interval=0.01)

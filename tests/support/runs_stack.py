@@ -1,83 +1,34 @@
 """The runs stack of the run and orchestrator tests on the real servers (nats-server, SeaweedFS).
 
-The api and the orchestrator run in-process (their ``run()`` coroutines); simulators run as
-real ``python -m services.simulator --once`` processes (``local`` backend) or in-process pool
+The api and the orchestrator run in-process (their ``run()`` coroutines, in the testbed's
+:class:`~programs.embedded.testbed.InProcessStack`); simulators run as real
+``python -m services.simulator --once`` processes (``local`` backend) or in-process pool
 workers (``pool`` backend). :func:`wait_run` and :func:`wait_sim` wait on the run and sim
 records' KV watch, not on the HTTP api.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-import socket
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 
 from cascade.platform import subjects
-from cascade.platform.bus import Bus, connect
+from cascade.platform.bus import connect
 from cascade.platform.settings import Settings, load_settings
 from cascade.platform.state import RunRecord, SimRecord, TraceRecord
 from cascade.platform.storage import Storage
 from programs.bench._runbed import generate_timeline, publish_trace
-from tests.support.wait import wait_for_kv, wait_until
+from programs.embedded.testbed import InProcessStack, stack_ports
+from tests.support.wait import wait_for_kv
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Stack:
-    """api + orchestrator (+ optional pool simulators) in-process, restartable one by one.
-
-    ``bus`` is the test's own connection (for waiting on KV), open while :func:`running` is.
-    """
-
-    def __init__(self, settings: Settings, bus: Bus) -> None:
-        self.settings = settings
-        self.bus = bus
-        self.base = f"http://127.0.0.1:{settings.http_port}"
-        self.stops: dict[str, asyncio.Event] = {}
-        self.tasks: dict[str, asyncio.Task[None]] = {}
-
-    async def start(self, name: str) -> None:
-        from services.api import run as api_run
-        from services.orchestrator import run as orch_run
-        from services.simulator import run as sim_run
-
-        fn = {"api": api_run, "orchestrator": orch_run}.get(name.split(":")[0], sim_run)
-        stop = asyncio.Event()
-        self.stops[name] = stop
-        self.tasks[name] = asyncio.create_task(fn(self.settings, stop=stop))
-        if name == "api":
-            await self.wait_http()
-
-    async def stop(self, name: str) -> None:
-        self.stops[name].set()
-        await asyncio.wait_for(self.tasks.pop(name), 30)
-
-    async def close(self) -> None:
-        for name in list(self.tasks):
-            await self.stop(name)
-
-    async def wait_http(self) -> None:
-        async with aiohttp.ClientSession() as s:
-
-            async def healthy() -> bool:
-                task = self.tasks["api"]
-                if task.done():
-                    task.result()  # the api's own error, not a timeout
-                async with s.get(self.base + "/healthz") as r:
-                    return r.status == 200
-
-            await wait_until(healthy, 20, what=f"the api's {self.base}/healthz to answer 200",
-                             interval=0.1, ignore=(aiohttp.ClientError,))
+#: The api and orchestrator (+ optional pool simulators, "sim:N") in-process, restartable one
+#: by one; ``bus`` is the test's own connection (for waiting on KV), open while :func:`running` is.
+Stack = InProcessStack
 
 
 def make_settings(s3_server: Any, nats_url: str, tmp_path: Any, **overrides: Any) -> Settings:
@@ -85,7 +36,7 @@ def make_settings(s3_server: Any, nats_url: str, tmp_path: Any, **overrides: Any
         "nats_url": nats_url, "s3_endpoint": s3_server.endpoint,
         "s3_access_key": s3_server.access_key, "s3_secret_key": s3_server.secret_key,
         "bucket": f"runs-{uuid.uuid4().hex[:10]}", "data_dir": str(tmp_path / "data"),
-        "http_port": _free_port(), "job_ack_wait_s": 2.0, "job_max_deliver": 3,
+        "http_port": stack_ports().http, "job_ack_wait_s": 2.0, "job_max_deliver": 3,
         "drain_timeout_s": 1.0, "log_format": "json", "log_level": "warning", "samples": False,
         "orchestrator_backend": "local", "max_local_sims": 3, "nats_connect_timeout_s": 3.0,
     }
@@ -93,22 +44,9 @@ def make_settings(s3_server: Any, nats_url: str, tmp_path: Any, **overrides: Any
     return load_settings({}, **values)
 
 
-@contextlib.asynccontextmanager
-async def running(settings: Settings, *services: str) -> AsyncIterator[Stack]:
-    async with Storage.from_settings(settings) as st:
-        await st.ensure_bucket()
-    bus = await connect(settings, name="test-runs")
-    await bus.ensure_streams()
-    stack = Stack(settings, bus)
-    try:
-        for name in services:
-            await stack.start(name)
-        yield stack
-    finally:
-        try:
-            await stack.close()
-        finally:
-            await bus.close()
+def running(settings: Settings, *services: str) -> contextlib.AbstractAsyncContextManager[Stack]:
+    """The testbed's in-process stack with ``services`` (an api is up once /healthz answers)."""
+    return Stack.running(settings, *services, probe="/healthz", name="test-runs")
 
 
 async def make_trace(settings: Settings, n_kernels: int = 1500, *, source_gpu: str = "SM80_A100",

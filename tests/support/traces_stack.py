@@ -3,160 +3,73 @@
 Each test module that imports :func:`traces_stack` gets its own ``nats-server``
 (so the durable ingest/prepare consumers see only this module's traces), a
 fresh bucket on the session's SeaweedFS server, and the three services running
-in-process through their ``run(settings, bus=..., stop=...)`` coroutines.
-Prepare workers can be stopped and started again (or run as subprocesses).
+in-process through their ``run(settings, stop=...)`` coroutines (the testbed's
+:class:`~programs.embedded.testbed.InProcessStack`). Prepare workers can be stopped and
+started again (or run as subprocesses).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import lzma
-import os
 import secrets
 import subprocess
-import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cascade.platform.bus import Bus, connect
-from cascade.platform.client import CascadeClient
-from cascade.platform.settings import Settings, load_settings
-from cascade.platform.storage import Storage
+from cascade.platform.settings import load_settings
 from cascade.platform.tracestore import TraceStore
 from cascade.traces.generate import TraceSpec, header_text, write_kernel
-from programs.embedded.nats import NatsServer
-from programs.embedded.ports import free_port
+from programs.client import CascadeClient
+from programs.embedded.testbed import InProcessStack, stack_ports
 from tests.support.paths import REPO
-from tests.support.wait import wait_until
 
 SHARED_DATA = REPO.parent / "shared" / "data"
 REAL_TRACE = SHARED_DATA / "traces" / "matrixmul-32x32-sm61"
 TOKEN = "test-token-" + "f" * 16
 
 
-@dataclass
-class TracesStack:
-    """Handles on the running stack."""
+class TracesStack(InProcessStack):
+    """The testbed's in-process stack with the traces tests' handles."""
 
-    settings: Settings
-    base_url: str
-    bus: Bus
-    storage: Storage
     store: TraceStore
-    env: dict[str, str]
-    tasks: dict[str, tuple[asyncio.Task[None], asyncio.Event]] = field(default_factory=dict)
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def base_url(self) -> str:
+        """Base URL of the api."""
+        return self.base
 
     def client(self, token: str | None = TOKEN) -> CascadeClient:
         """An api client (with the write token unless told otherwise)."""
-        return CascadeClient(self.base_url, token)
-
-    async def start(self, name: str, runner: Any, **settings: Any) -> None:
-        """Run one service in-process under ``name`` (its own bus connection)."""
-        stop = asyncio.Event()
-        cfg = self.settings.replace(service_name=name, **settings) if settings else \
-            self.settings.replace(service_name=name)
-        task = asyncio.create_task(runner(cfg, stop=stop), name=name)
-        self.tasks[name] = (task, stop)
-
-    async def stop(self, name: str) -> None:
-        """Stop one in-process service and wait for it to drain."""
-        task, stop = self.tasks.pop(name)
-        stop.set()
-        await asyncio.wait_for(task, timeout=30)
-
-    async def wait_ready(self, timeout: float = 30.0) -> None:
-        """Wait for /readyz; a service task that died raises its error here."""
-        async with self.client() as api:
-
-            async def ready() -> bool:
-                for name, (task, _stop) in self.tasks.items():
-                    if task.done():
-                        raise RuntimeError(f"service {name} stopped: {task.exception()!r}")
-                try:
-                    return bool((await api.request("GET", "/readyz"))["ready"])
-                except Exception:  # not listening yet, or not ready (503)
-                    return False
-
-            await wait_until(ready, timeout, what=f"the api at {self.base_url} to be ready (/readyz)")
+        return CascadeClient(self.base, token)
 
     def spawn_prepare(self, log: Path) -> subprocess.Popen[bytes]:
         """A prepare worker as a separate process (``python -m services.prepare``)."""
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "services.prepare"], cwd=REPO, env=self.env,
-                stdout=out, stderr=subprocess.STDOUT,
-            )
-        self.procs.append(proc)
-        return proc
-
-
-def stack_env(settings: Settings) -> dict[str, str]:
-    """Environment that reproduces ``settings`` for a subprocess service."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
-    for name in ("nats_url", "s3_endpoint", "s3_access_key", "s3_secret_key", "s3_region",
-                 "bucket", "data_dir", "job_ack_wait_s", "job_max_deliver",
-                 "reconcile_interval_s", "drain_timeout_s"):
-        env[f"CASCADE_{name.upper()}"] = str(getattr(settings, name))
-    env["CASCADE_LOG_FORMAT"] = "json"
-    env["CASCADE_API_TOKENS"] = TOKEN
-    return env
+        return self.spawn("prepare", log)
 
 
 @contextlib.asynccontextmanager
 async def running_stack(s3_server: Any, base: Path, *, prepare: bool = True,
                         **overrides: Any) -> AsyncIterator[TracesStack]:
     """Start NATS + the three services; stop everything on exit."""
-    from services.api import run as run_api
-    from services.ingest import run as run_ingest
-    from services.prepare import run as run_prepare
-
-    nats = NatsServer(base / "nats")
-    nats.start()
-    port = free_port()
     values: dict[str, Any] = {
-        "nats_url": nats.url, "s3_endpoint": s3_server.endpoint,
+        "s3_endpoint": s3_server.endpoint,
         "s3_access_key": s3_server.access_key, "s3_secret_key": s3_server.secret_key,
         "s3_region": s3_server.region, "bucket": f"tr-{secrets.token_hex(5)}",
-        "http_port": port, "api_tokens": [TOKEN], "data_dir": str(base / "data"),
+        "http_port": stack_ports().http, "api_tokens": [TOKEN], "data_dir": str(base / "data"),
         "reconcile_interval_s": 1.0, "job_ack_wait_s": 3.0, "drain_timeout_s": 2.0,
         "log_format": "json", "log_level": "warning", "samples": False,
         "multipart_threshold_bytes": 5 * 1024 * 1024,
     }
     values.update(overrides)
-    settings = load_settings({}, **values)
-    storage = Storage.from_settings(settings)
-    await storage.open()
-    await storage.ensure_bucket()
-    bus = await connect(settings, name="traces-test")
-    await bus.ensure_streams()
-    stack = TracesStack(
-        settings=settings, base_url=f"http://127.0.0.1:{port}", bus=bus, storage=storage,
-        store=await TraceStore.open(bus), env=stack_env(settings),
-    )
-    try:
-        await stack.start("api", run_api)
-        await stack.start("ingest", run_ingest)
-        if prepare:
-            await stack.start("prepare", run_prepare)
-        await stack.wait_ready()
+    services = ("api", "ingest", "prepare") if prepare else ("api", "ingest")
+    async with TracesStack.running(load_settings({}, **values), *services, nats_dir=base / "nats",
+                                   quiet=True, name="traces-test") as stack:
+        stack.store = await TraceStore.open(stack.bus)
         yield stack
-    finally:
-        for proc in stack.procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
-        for name in list(stack.tasks):
-            with contextlib.suppress(Exception):
-                await stack.stop(name)
-        await bus.close()
-        await storage.close()
-        nats.stop()
 
 
 @pytest.fixture(scope="module")

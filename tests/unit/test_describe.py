@@ -15,7 +15,7 @@ from cascade.llm.describe import describe_model, host_ns, overhead_ns, step_tabl
 from cascade.llm.model import load_llm_calibration
 from cascade.serving.arrivals import Fixed, Uniform
 from cascade.serving.described import DescribedStepCost, described_kv
-from cascade.serving.kv import MODEL_SHAPES, KVConfig
+from cascade.serving.kvcache import MODEL_SHAPES, KVConfig
 from cascade.serving.scenario import (
     DrawnRequests,
     Scenario,

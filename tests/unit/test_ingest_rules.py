@@ -1,4 +1,5 @@
-"""Fast checks of the ingest rules: accepted names, S3 keys, KV tokens, completeness."""
+"""Fast checks of the ingest rules: accepted names, S3 keys and event notifications, KV tokens,
+completeness."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from hypothesis import strategies as st
 
 from cascade.errors import ValidationError
 from cascade.ids import check_token
-from cascade.platform.keys import kv_token, part_key, split_raw_key
+from cascade.platform.keys import decode_event_key, kv_token, part_key, split_raw_key
 from cascade.platform.state import TraceRecord
 from cascade.platform.tracestore import ExpectedSet, FileRecord, UnitRecord, assess
 from cascade.traces.files import check_name, kernel_stems
+from services.ingest.s3events import S3Notification, created_objects
+from tests.support.s3_events import minio_event
 
 
 @pytest.mark.parametrize(("name", "kind", "unit", "kid"), [
@@ -62,6 +65,18 @@ def test_keys_outside_raw_are_refused() -> None:
         with pytest.raises(ValidationError):
             split_raw_key(key)
     assert part_key("t1", "kernel-1", "abc-2") == "traces/t1/parts/kernel-1/abc-2.msgpack"
+
+
+def test_event_parsing_handles_prefixes_and_url_encoding() -> None:
+    import msgspec
+
+    note = msgspec.json.decode(minio_event("b", "traces/t1/raw/my file+x.json", 5, "abc"),
+                               type=S3Notification)
+    assert list(created_objects(note)) == [("b", "traces/t1/raw/my file+x.json", 5, "abc")]
+    removed = msgspec.json.decode(minio_event("b", "k", 1, "e", "s3:ObjectRemoved:Delete"),
+                                  type=S3Notification)
+    assert list(created_objects(removed)) == []
+    assert decode_event_key("traces%2Ft1%2Fraw%2Fa+b.csv") == "traces/t1/raw/a b.csv"
 
 
 def test_kernelslist_stems_skip_copies() -> None:

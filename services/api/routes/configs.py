@@ -21,8 +21,8 @@ from cascade.gpus.spec import plausibility_error
 from cascade.platform.accelsim import MODEL as ACCELSIM
 from cascade.platform.accelsim import AccelSimSetup, discover_with
 from cascade.platform.specstore import save_custom_spec
+from services.api.appkeys import BUS, SETTINGS
 from services.api.http import doc, integral_floats, json_response
-from services.api.keys import BUS, SETTINGS
 from services.api.spec_index import install as install_specs
 from services.api.spec_index import spec_index
 

@@ -13,10 +13,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from cascade import __version__
 from cascade.errors import CascadeError
 from cascade.platform import subjects
+from services.api.appkeys import BUS, OPENAPI, REGISTRY, SERVICE_STATUS, STORAGE
 from services.api.domain_metrics import DOMAIN_METRICS
 from services.api.domain_metrics import install as install_domain_metrics
 from services.api.http import doc, json_response
-from services.api.keys import BUS, OPENAPI, REGISTRY, SERVICE_STATUS, STORAGE
 
 routes = web.RouteTableDef()
 

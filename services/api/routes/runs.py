@@ -55,8 +55,8 @@ from cascade.platform.runstore import read_kernels
 from cascade.platform.state import TERMINAL_RUN_STATES, RunRecord, RunStateName
 from cascade.runs.summary import results_csv
 from cascade.tableio import write_csv_text, write_table
+from services.api.appkeys import BUS, SETTINGS, STORAGE
 from services.api.http import doc, json_response, query_choice, query_int, read_json
-from services.api.keys import BUS, SETTINGS, STORAGE
 from services.api.paging import page_query, page_request
 from services.api.run_reads import current_run, run_sims
 from services.api.run_reads import install as install_reads

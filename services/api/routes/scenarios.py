@@ -67,7 +67,7 @@ from cascade.serving.description import (
     traced_basis,
 )
 from cascade.serving.jobs import STALE_AFTER_S, JobRecord, JobView, job_view
-from cascade.serving.kv import KVConfig
+from cascade.serving.kvcache import KVConfig
 from cascade.serving.requests import (
     SCENARIO_REQUEST_SCHEMA,
     ScenarioAnswer,
@@ -82,8 +82,8 @@ from cascade.serving.requests import (
     traced_kv,
 )
 from cascade.serving.scenario import Scenario, ScenarioResult
+from services.api.appkeys import BUS, get_storage
 from services.api.http import doc, json_response, read_json
-from services.api.keys import BUS, get_storage
 from services.api.openapi import extend_schema
 from services.api.sim_models import ModelEntry, install, sim_models
 from services.api.spec_index import install as install_specs

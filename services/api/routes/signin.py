@@ -21,8 +21,8 @@ from aiohttp import web
 from cascade.errors import RateLimitedError, UnauthorizedError
 from cascade.platform.log import get_logger
 from cascade.platform.signin import SignInRequest, SignInResult, redeem_code
+from services.api.appkeys import BUS, SETTINGS
 from services.api.http import doc, json_response, public, read_json
-from services.api.keys import BUS, SETTINGS
 
 routes = web.RouteTableDef()
 log = get_logger("cascade.api.signin")

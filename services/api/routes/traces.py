@@ -28,9 +28,9 @@ from cascade.platform.storage import Storage
 from cascade.platform.tracestore import ExpectedSet, TraceStore, capped, replace
 from cascade.runs.plan import resolve_config
 from cascade.traces.files import check_name
+from services.api.appkeys import BUS, SETTINGS, STORAGE
 from services.api.http import doc, json_response, query_choice, query_int, read_json
 from services.api.kernel_views import KernelViews
-from services.api.keys import BUS, SETTINGS, STORAGE
 from services.api.paging import page_query, page_request
 from services.api.schemas.traces import (
     CompleteRequest,

@@ -83,6 +83,7 @@ from cascade.errors import NotFoundError, ValidationError
 from cascade.platform.log import get_logger
 from cascade.runs.estimates import RequestEstimate
 from cascade.serving.prompts import TOKENIZER_ENV, PromptCounter, count_messages, count_prompt_json
+from services.api.appkeys import SETTINGS
 from services.api.completions import (
     DescribedServed,
     Served,
@@ -97,7 +98,6 @@ from services.api.completions import (
 from services.api.described_models import GRAMMAR, DescribedEntry, described_models, is_described
 from services.api.described_models import install as install_described
 from services.api.http import doc
-from services.api.keys import SETTINGS
 from services.api.openai import (
     OpenAIError,
     check_common,

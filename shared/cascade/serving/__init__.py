@@ -20,7 +20,7 @@ from cascade.serving.arrivals import (
     Trace,
     Uniform,
 )
-from cascade.serving.kv import MODEL_SHAPES, KVConfig, ModelShape
+from cascade.serving.kvcache import MODEL_SHAPES, KVConfig, ModelShape
 from cascade.serving.metrics import LatencyStats, RequestRecord, Slo
 from cascade.serving.reshape import reshape_kernels, roofline_predictor
 from cascade.serving.routers import ROUTERS, LeastOutstanding, RoundRobin

@@ -15,7 +15,7 @@ import msgspec
 
 from cascade.errors import ValidationError
 from cascade.serving.arrivals import rate_of, with_rate
-from cascade.serving.kv import KVConfig
+from cascade.serving.kvcache import KVConfig
 from cascade.serving.scenario import Scenario, ScenarioResult, resolve, run_scenario
 from cascade.serving.stepmodel import StepTimeModel
 

@@ -30,7 +30,7 @@ from cascade.kerneltable import KernelTable
 from cascade.llm import describe as d
 from cascade.llm import work
 from cascade.llm.model import LlmCalibration, model_times
-from cascade.serving.kv import KVConfig, ModelShape
+from cascade.serving.kvcache import KVConfig, ModelShape
 
 _T_EXACT = 32
 _T_PER_OCTAVE = 12

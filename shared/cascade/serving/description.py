@@ -30,7 +30,7 @@ import numpy as np
 from cascade.errors import NotFoundError, TooLargeError, ValidationError
 from cascade.gpus.spec import GPUSpec
 from cascade.serving.described import DescribedStepCost, described_kv
-from cascade.serving.kv import KVConfig
+from cascade.serving.kvcache import KVConfig
 
 #: Largest model config accepted inline (bytes of its JSON): a real config.json is a few KB.
 MAX_CONFIG_BYTES = 256 * 1024

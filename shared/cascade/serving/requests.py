@@ -7,7 +7,7 @@ trace sent inline as ``csv``), lengths (:data:`~cascade.serving.arrivals.LENGTHS
 ``kind``, or a token count), routers (:data:`~cascade.serving.routers.ROUTERS`, a name or
 ``{"kind"}``) and schedulers (:data:`~cascade.serving.sim.SCHEDULERS`, a name or
 ``{"name", "settings"}``). SLOs are the library's :class:`~cascade.serving.metrics.Slo`; the
-KV sizing takes :class:`~cascade.serving.kv.KVConfig`'s settings.
+KV sizing takes :class:`~cascade.serving.kvcache.KVConfig`'s settings.
 
 The model is a finished simulation (``sim``, ``run`` + ``config``, ``model``) or a
 ``description``: a config.json (a bundled example by name, or the object itself), a GPU, TP /
@@ -31,7 +31,7 @@ from cascade.llm.describe import KV_DTYPES, QUANTS
 from cascade.serving.arrivals import ARRIVALS, LENGTHS, Trace, rate_of
 from cascade.serving.capacity import CapacityResult, max_rate, min_replicas
 from cascade.serving.description import MAX_CONFIG_BYTES, ConfigFields, ExampleName, ServingBasis
-from cascade.serving.kv import MODEL_SHAPES, KVConfig, ModelShape
+from cascade.serving.kvcache import MODEL_SHAPES, KVConfig, ModelShape
 from cascade.serving.metrics import Slo
 from cascade.serving.report import format_summary
 from cascade.serving.routers import ROUTERS

@@ -23,7 +23,7 @@ from cascade.serving.arrivals import (
     rate_of,
     read_trace,
 )
-from cascade.serving.kv import KVConfig
+from cascade.serving.kvcache import KVConfig
 from cascade.serving.metrics import (
     LatencyStats,
     RequestRecord,

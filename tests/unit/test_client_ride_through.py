@@ -9,7 +9,7 @@ import time
 import pytest
 from aiohttp import web
 
-from cascade.platform.client import AppUnreachableError, CascadeClient
+from programs.client import AppUnreachableError, CascadeClient
 
 
 def _free_port() -> int:
@@ -57,6 +57,7 @@ async def test_first_contact_fails_fast_with_one_clear_error() -> None:
     assert time.monotonic() - t0 < 5
 
 
+@pytest.mark.slow  # rides through a 1.5 s outage (~2.5 s): `make test` runs it, `make test-unit` leaves it out
 async def test_an_outage_after_first_contact_is_ridden_through() -> None:
     app = _App(_free_port())
     await app.start()

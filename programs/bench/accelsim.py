@@ -1,7 +1,9 @@
 """`cascade bench accelsim`: the Accel-Sim wrapper's figures, with a stand-in accel-sim.out.
 
-Starts a throw-away stack (``nats-server``, SeaweedFS, the api and the orchestrator in this
-process; simulators are real ``--once`` processes of the ``local`` backend) whose
+Starts a throw-away stack (``nats-server`` and SeaweedFS as ``cascade up`` runs them: the
+testbed's :func:`~programs.embedded.testbed.embedded_servers`; the api and the orchestrator
+in this process: :class:`~programs.embedded.testbed.InProcessStack`; simulators are real
+``--once`` processes of the ``local`` backend) whose
 ``CASCADE_ACCELSIM_BIN`` is the stand-in from ``tests/support/accelsim_standin.py`` (the real output
 format, paced), publishes a generated N-kernel instruction trace, then measures:
 
@@ -20,7 +22,6 @@ import argparse
 import asyncio
 import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 import uuid
@@ -79,23 +80,10 @@ async def _watch_rss(pid: int, peak: dict[int, int]) -> None:
 async def _bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     import sys
 
-    from cascade.platform.bus import connect
     from cascade.platform.runstore import read_result
-    from cascade.platform.settings import load_settings
-    from cascade.platform.storage import Storage
     from programs.bench._runbed import publish_instruction_trace
-    from programs.bench.run import (
-        _free_port,
-        _post,
-        _Service,
-        _sse,
-        _start_s3,
-        _wait_http,
-        _wait_s3,
-    )
-    from programs.embedded.nats import NatsServer
-    from services.api import run as api_run
-    from services.orchestrator import run as orch_run
+    from programs.bench.run import STACK_SETTINGS, _post, _sse
+    from programs.embedded.testbed import InProcessStack, embedded_servers
 
     figures: dict[str, Any] = {}
     standin = _standin(args.standin)
@@ -108,109 +96,92 @@ async def _bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     _write_config(configs, "SM90_H100", 1755.0, pace_s=args.pace, chatty_lines=20, stamps=stamps)
     _write_config(configs, "SM80_A100", 1410.0, pace_s=args.pace, chatty_lines=args.chatty_lines)
     _write_config(configs, "SM90_H200", 1755.0, pace_s=args.pace, chatty_lines=20)
-    nats = NatsServer(root / "nats")
-    nats.start()
-    s3_proc, endpoint, access, secret = _start_s3(root / "s3")
-    services: list[_Service] = []
-    try:
-        settings = load_settings(
-            {}, nats_url=nats.url, s3_endpoint=endpoint, s3_access_key=access, s3_secret_key=secret,
-            data_dir=str(root / "data"), http_port=_free_port(), log_format="json",
-            log_level="warning", samples=False, orchestrator_backend="local",
-            max_local_sims=max(1, args.replicas), job_ack_wait_s=10.0, drain_timeout_s=2.0,
-            accelsim_bin=str(binary), accelsim_configs=str(configs),
-        )
-        await _wait_s3(settings)
-        bus = await connect(settings)
-        await bus.ensure_streams()
-        async with Storage.from_settings(settings) as st:
-            trace = await publish_instruction_trace(bus, st, f"bench-{uuid.uuid4().hex[:6]}",
-                                                    root / "trace", args.kernels)
-            base = f"http://127.0.0.1:{settings.http_port}"
-            services.append(_Service(api_run, settings))
-            services.append(_Service(orch_run, settings))
-            await _wait_http(base)
-            figures["kernels"] = args.kernels
+    # NATS and S3 as `cascade up` runs them, the api and the orchestrator in this event loop;
+    # everything is stopped on the way out
+    async with embedded_servers(root / "servers", **STACK_SETTINGS, orchestrator_backend="local",
+                                max_local_sims=str(max(1, args.replicas)),
+                                accelsim_bin=str(binary),
+                                accelsim_configs=str(configs)) as settings, \
+            InProcessStack.running(settings, name="cascade-bench-accelsim") as stack:
+        st = stack.storage
+        token = settings.api_tokens[-1]
+        trace = await publish_instruction_trace(stack.bus, st, f"bench-{uuid.uuid4().hex[:6]}",
+                                                root / "trace", args.kernels)
+        base = stack.base
+        await stack.start("api")  # waits for /readyz
+        await stack.start("orchestrator")
+        figures["kernels"] = args.kernels
 
-            # 1 + 2: latency and overhead over R sims
-            run = await _post(base, {"trace_id": trace.id, "configs": ["SM90_H100"],
-                                     "replicas": args.replicas, "model": "accel-sim"})
-            arrivals: dict[tuple[str, int], float] = {}
-            started: dict[str, float] = {}
-            states: list[str] = []
+        # 1 + 2: latency and overhead over R sims
+        run = await _post(base, {"trace_id": trace.id, "configs": ["SM90_H100"],
+                                 "replicas": args.replicas, "model": "accel-sim"}, token)
+        arrivals: dict[tuple[str, int], float] = {}
+        started: dict[str, float] = {}
+        states: list[str] = []
 
-            def record(ev: str, data: dict[str, Any], now: float) -> None:
+        def record(ev: str, data: dict[str, Any], now: float) -> None:
+            if ev == "run":
+                states.append(data.get("state", ""))
+            elif ev == "sim" and data.get("type") == "sim.started.v1":
+                started.setdefault(data["id"], float(data["at"]))
+            elif ev == "sim" and "kernel" in data:
+                arrivals[(data["id"], int(data["kernel"]["uid"]))] = now
+
+        await _sse(f"{base}/api/runs/{run['id']}/events", record)
+        figures["latency_run_state"] = states[-1] if states else "?"
+        lat: list[float] = []
+        overhead: list[float] = []
+        for line in stamps.read_text().splitlines():
+            parts = line.split()
+            sim = parts[1].rsplit("-a", 1)[0]
+            if parts[0] == "kernel" and (sim, int(parts[2])) in arrivals:
+                lat.append(arrivals[(sim, int(parts[2]))] - float(parts[3]))
+            elif parts[0] == "first" and sim in started:
+                overhead.append(float(parts[2]) - started[sim])
+        lat.sort()
+        figures["latency_events"] = len(lat)
+        if lat:
+            figures["latency_p50_ms"] = statistics.median(lat) * 1e3
+            figures["latency_p95_ms"] = lat[int(0.95 * (len(lat) - 1))] * 1e3
+            figures["latency_max_ms"] = lat[-1] * 1e3
+        figures["overhead_s"] = sorted(overhead)
+        spawn = []
+        for sid in run["run"]["sim_ids"]:
+            res = await read_result(st, run["id"], sid)
+            if res.simulator is not None and res.simulator.first_output_s is not None:
+                spawn.append(res.simulator.first_output_s)
+        figures["spawn_to_first_line_s"] = sorted(spawn)
+
+        # 3: RSS of the wrapper, chatty vs quiet
+        for label, config in (("chatty", "SM80_A100"), ("quiet", "SM90_H200")):
+            peaks: dict[int, int] = {}
+            watchers: list[asyncio.Task[None]] = []
+            one = await _post(base, {"trace_id": trace.id, "configs": [config], "model": "accel-sim"},
+                              token)
+            final: list[str] = []
+
+            def watch(ev: str, data: dict[str, Any], _now: float,
+                      final: list[str] = final, peaks: dict[int, int] = peaks,
+                      watchers: list[asyncio.Task[None]] = watchers) -> None:
                 if ev == "run":
-                    states.append(data.get("state", ""))
+                    final.append(data.get("state", ""))
                 elif ev == "sim" and data.get("type") == "sim.started.v1":
-                    started.setdefault(data["id"], float(data["at"]))
-                elif ev == "sim" and "kernel" in data:
-                    arrivals[(data["id"], int(data["kernel"]["uid"]))] = now
+                    pid = int(str(data.get("worker", "")).split(":")[-1].split("/")[0] or 0)
+                    if pid:
+                        watchers.append(asyncio.create_task(_watch_rss(pid, peaks)))
 
-            await _sse(f"{base}/api/runs/{run['id']}/events", record)
-            figures["latency_run_state"] = states[-1] if states else "?"
-            lat: list[float] = []
-            overhead: list[float] = []
-            for line in stamps.read_text().splitlines():
-                parts = line.split()
-                sim = parts[1].rsplit("-a", 1)[0]
-                if parts[0] == "kernel" and (sim, int(parts[2])) in arrivals:
-                    lat.append(arrivals[(sim, int(parts[2]))] - float(parts[3]))
-                elif parts[0] == "first" and sim in started:
-                    overhead.append(float(parts[2]) - started[sim])
-            lat.sort()
-            figures["latency_events"] = len(lat)
-            if lat:
-                figures["latency_p50_ms"] = statistics.median(lat) * 1e3
-                figures["latency_p95_ms"] = lat[int(0.95 * (len(lat) - 1))] * 1e3
-                figures["latency_max_ms"] = lat[-1] * 1e3
-            figures["overhead_s"] = sorted(overhead)
-            spawn = []
-            for sid in run["run"]["sim_ids"]:
-                res = await read_result(st, run["id"], sid)
-                if res.simulator is not None and res.simulator.first_output_s is not None:
-                    spawn.append(res.simulator.first_output_s)
-            figures["spawn_to_first_line_s"] = sorted(spawn)
-
-            # 3: RSS of the wrapper, chatty vs quiet
-            for label, config in (("chatty", "SM80_A100"), ("quiet", "SM90_H200")):
-                peaks: dict[int, int] = {}
-                watchers: list[asyncio.Task[None]] = []
-                one = await _post(base, {"trace_id": trace.id, "configs": [config], "model": "accel-sim"})
-                final: list[str] = []
-
-                def watch(ev: str, data: dict[str, Any], _now: float,
-                          final: list[str] = final, peaks: dict[int, int] = peaks,
-                          watchers: list[asyncio.Task[None]] = watchers) -> None:
-                    if ev == "run":
-                        final.append(data.get("state", ""))
-                    elif ev == "sim" and data.get("type") == "sim.started.v1":
-                        pid = int(str(data.get("worker", "")).split(":")[-1].split("/")[0] or 0)
-                        if pid:
-                            watchers.append(asyncio.create_task(_watch_rss(pid, peaks)))
-
-                t0 = time.perf_counter()
-                await _sse(f"{base}/api/runs/{one['id']}/events", watch)
-                wall = time.perf_counter() - t0
-                for w in watchers:
-                    w.cancel()
-                res = await read_result(st, one["id"], one["run"]["sim_ids"][0])
-                figures[f"{label}_state"] = final[-1] if final else "?"
-                figures[f"{label}_peak_rss_mb"] = max(peaks.values(), default=0) / 1024
-                figures[f"{label}_accelsim_wall_s"] = res.simulator.wall_s if res.simulator else wall
-            lines = args.chatty_lines * args.kernels
-            figures["chatty_lines"] = lines
-            figures["chatty_lines_per_s"] = lines / max(1e-9, figures["chatty_accelsim_wall_s"])
-        await bus.close()
-    finally:
-        for svc in reversed(services):
-            await svc.close()
-        nats.stop()
-        s3_proc.terminate()
-        try:
-            s3_proc.wait(10)
-        except subprocess.TimeoutExpired:
-            s3_proc.kill()
+            t0 = time.perf_counter()
+            await _sse(f"{base}/api/runs/{one['id']}/events", watch)
+            wall = time.perf_counter() - t0
+            for w in watchers:
+                w.cancel()
+            res = await read_result(st, one["id"], one["run"]["sim_ids"][0])
+            figures[f"{label}_state"] = final[-1] if final else "?"
+            figures[f"{label}_peak_rss_mb"] = max(peaks.values(), default=0) / 1024
+            figures[f"{label}_accelsim_wall_s"] = res.simulator.wall_s if res.simulator else wall
+        lines = args.chatty_lines * args.kernels
+        figures["chatty_lines"] = lines
+        figures["chatty_lines_per_s"] = lines / max(1e-9, figures["chatty_accelsim_wall_s"])
     return figures
 
 

@@ -1,10 +1,11 @@
 """`cascade bench ingest`: time from the last upload to bundle-ready on a real stack.
 
-Starts ``nats-server`` and SeaweedFS in temporary directories, runs the api,
-ingest and prepare services in-process (plus ``--workers - 1`` prepare worker
-processes), generates an xz trace of ``--kernels`` kernels, uploads it through
-the presigned flow one kernel at a time (as the profiler streams it), and
-measures from the moment the last upload finished (its callback answered) to
+Starts ``nats-server`` and SeaweedFS in a temporary directory (the testbed's
+:func:`~programs.embedded.testbed.embedded_servers`), runs the api, ingest and
+prepare services in-process (:class:`~programs.embedded.testbed.InProcessStack`,
+plus ``--workers - 1`` prepare worker processes), generates an xz trace of
+``--kernels`` kernels, uploads it through the presigned flow one kernel at a
+time (as the profiler streams it), and measures from the moment the last upload finished (its callback answered) to
 the trace being ``ready`` in the api.
 """
 
@@ -12,12 +13,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import io
 import lzma
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -58,80 +55,24 @@ def _kernel_files(folder: Path, count: int, blocks: int) -> list[Path]:
     return paths
 
 
-def _start_s3(base: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
-    from programs.embedded.binaries import weed_binary
-    from programs.embedded.ports import can_connect
-    from programs.embedded.procs import spawn, tail, wait_until
-    from programs.embedded.seaweed import (
-        generate_credentials,
-        pick_ports,
-        weed_mini_argv,
-        write_s3_config,
-    )
-
-    access, secret = generate_credentials()
-    config = write_s3_config(base / "s3-identities.json", access, secret)
-    (base / "data").mkdir(parents=True, exist_ok=True)
-    ports = pick_ports()
-    proc = spawn(weed_mini_argv(weed_binary(), base / "data", ports, config), base / "weed.log")
-    if not wait_until(lambda: proc.poll() is None and can_connect("127.0.0.1", ports.s3, 0.2), 60):
-        raise RuntimeError(f"SeaweedFS did not start: {tail(base / 'weed.log')}")
-    return proc, {"s3_endpoint": f"http://127.0.0.1:{ports.s3}", "s3_access_key": access,
-                  "s3_secret_key": secret}
-
-
 async def _bench(args: argparse.Namespace, base: Path) -> dict[str, float]:
-    from cascade.platform.settings import load_settings
-    from cascade.platform.storage import Storage
     from programs.client import CascadeClient
-    from programs.embedded.nats import NatsServer
-    from programs.embedded.ports import free_port
-    from services.api import run as run_api
-    from services.ingest import run as run_ingest
-    from services.prepare import run as run_prepare
+    from programs.embedded.testbed import InProcessStack, embedded_servers
 
-    nats = NatsServer(base / "nats")
-    nats.start()
-    s3, s3_values = await asyncio.to_thread(_start_s3, base / "s3")
-    port = free_port()
-    token = "bench-" + os.urandom(8).hex()
-    settings = load_settings({}, nats_url=nats.url, http_port=port, api_tokens=[token],
-                             data_dir=str(base / "data"), log_level=args.log_level, log_format="json",
-                             samples=False, reconcile_interval_s=5.0, **s3_values)
-    procs: list[subprocess.Popen[bytes]] = []
-    stops: list[tuple[asyncio.Event, asyncio.Task[None]]] = []
-    try:
-        async with Storage.from_settings(settings) as storage:
-            for _ in range(100):
-                try:
-                    await storage.ensure_bucket()
-                    break
-                except Exception:  # noqa: BLE001 - S3 still starting (signature store warming up)
-                    await asyncio.sleep(0.2)
-        for name, runner in (("api", run_api), ("ingest", run_ingest), ("prepare", run_prepare)):
-            stop = asyncio.Event()
-            stops.append((stop, asyncio.create_task(runner(settings.replace(service_name=name), stop=stop))))
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
-        env.update({f"CASCADE_{k.upper()}": str(v) for k, v in (
-            ("nats_url", nats.url), ("data_dir", base / "data"), ("log_level", "warning"),
-            ("log_format", "json"), *s3_values.items())})
+    # everything is stopped on the way out (a service failing to stop is no error here)
+    async with embedded_servers(base / "servers", log_level=args.log_level, samples="false",
+                                reconcile_interval_s="5") as settings, \
+            InProcessStack.running(settings, "api", "ingest", "prepare", quiet=True,
+                                   name="cascade-bench-ingest") as stack:
+        token = settings.api_tokens[-1]
         for i in range(max(0, args.workers - 1)):
-            with (base / f"prepare-{i}.log").open("wb") as log:
-                procs.append(await asyncio.to_thread(
-                    subprocess.Popen, [sys.executable, "-m", "services.prepare"], env=env,
-                    stdout=log, stderr=subprocess.STDOUT,
-                ))
+            stack.spawn("prepare", base / f"prepare-{i}.log")
         gen = base / "trace"
         gen.mkdir()
         t = time.perf_counter()
         paths = await asyncio.to_thread(_kernel_files, gen, args.kernels, args.blocks)
         gen_s = time.perf_counter() - t
-        async with CascadeClient(f"http://127.0.0.1:{port}", token) as api:
-            for _ in range(200):
-                with contextlib.suppress(Exception):
-                    if (await api.request("GET", "/readyz"))["ready"]:
-                        break
-                await asyncio.sleep(0.05)
+        async with CascadeClient(stack.base, token) as api:  # /readyz answered 200 already
             trace = await api.create_trace(name="bench", source_gpu="SM90_H100")
             tid = trace["id"]
             started = time.perf_counter()
@@ -165,21 +106,6 @@ async def _bench(args: argparse.Namespace, base: Path) -> dict[str, float]:
             "backlog_at_last_upload": float(backlog),
             "assembly_s": done - (all_prepared or done),
         }
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for stop, _task in stops:
-            stop.set()
-        for _stop, task in reversed(stops):
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(task, 30)
-        for proc in procs:
-            with contextlib.suppress(Exception):
-                proc.wait(10)
-        s3.terminate()
-        with contextlib.suppress(Exception):
-            s3.wait(10)
-        nats.stop()
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,7 +1,8 @@
 """`cascade bench platform`: time `cascade up` to /readyz 200 and measure the stack's memory.
 
 Runs the real command (this venv's interpreter, ``-m programs.cli up``) in a fresh
-temporary data directory on free ports: a cold start (credentials, buckets
+temporary data directory on free ports (the testbed's
+:class:`~programs.embedded.testbed.UpStack`): a cold start (credentials, buckets
 and streams created), a stop, and a warm start on the same data. After the
 warm start it lets the stack idle for ``--settle`` seconds, then sums
 resident memory (RSS, and PSS which counts shared pages once) over the
@@ -15,17 +16,16 @@ after a start.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from programs.embedded.testbed import UpStack
 
 NAME = "platform"
 HELP = "time `cascade up` to /readyz 200 and measure the idle stack's resident memory"
@@ -42,14 +42,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="trace imports before the second measurement (default 3; 0 skips)")
     parser.add_argument("--kernels", type=int, default=12,
                         help="kernel files in the imported trace folder (default 12)")
-
-
-def _readyz(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as resp:
-            return bool(resp.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
 
 
 def _children() -> dict[int, list[int]]:
@@ -111,23 +103,11 @@ def _print_memory(title: str, rss: int, pss: int, rows: list[tuple[str, int]]) -
         print(f"    {r / 1024:7.1f} MiB  {cmd}")
 
 
-def _api(base: str, token: str, method: str, path: str, body: object = None) -> Any:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(base + path, data=data, method=method, headers={
-        "Authorization": f"Bearer {token}", "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        return json.loads(resp.read() or b"null")
-
-
-def _work(env: dict[str, str], base: str, workdir: Path, imports: int, kernels: int,
-          timeout: float) -> str:
+def _work(bed: UpStack, workdir: Path, imports: int, kernels: int, timeout: float) -> str:
     """Imports and a run through the real CLI and API; returns a one-line summary."""
     from cascade.traces.generate import TraceSpec, write_trace_folder
-    from programs.embedded.stack import StackLayout, read_credentials
 
-    creds = read_credentials(StackLayout(env["CASCADE_DATA_DIR"]))
-    assert creds is not None
-    token = creds.api_token
+    base, token = bed.base, bed.token
     template = workdir / "trace-template"
     write_trace_folder(template, [TraceSpec(kernel_id=i, iterations=20 + 4 * i, grid=(8, 2, 1),
                                             block=(128, 1, 1)) for i in range(1, kernels + 1)])
@@ -140,20 +120,20 @@ def _work(env: dict[str, str], base: str, workdir: Path, imports: int, kernels: 
         out = subprocess.run(
             [sys.executable, "-m", "programs.cli", "import", str(folder), "--app", base,
              "--token", token, "--name", f"bench-{i}", "--source-gpu", "SM80_A100",
-             "--wait", str(timeout), "--quiet"], env=env, capture_output=True, text=True,
+             "--wait", str(timeout), "--quiet"], env=bed.env, capture_output=True, text=True,
             check=False)
         if out.returncode != 0:
             raise SystemExit(f"cascade import failed:\n{out.stdout}\n{out.stderr}")
         trace_id = out.stdout.split()[1].rstrip(":")
     imported = time.perf_counter() - t0
-    run = _api(base, token, "POST", "/api/runs", {
+    run = bed.api("POST", "/api/runs", {
         "trace_id": trace_id, "configs": ["SM90_H100", "SM80_A100", "SM89_L40S"], "replicas": 2,
-        "model": "auto"})
+        "model": "auto"}, timeout=30)
     run_id = run["id"]
     t0 = time.perf_counter()
     state = ""
     while time.perf_counter() - t0 < timeout:
-        state = _api(base, token, "GET", f"/api/runs/{run_id}")["run"]["state"]
+        state = bed.api("GET", f"/api/runs/{run_id}", timeout=30)["run"]["state"]
         if state in ("completed", "partial", "failed", "cancelled"):
             break
         time.sleep(0.2)
@@ -161,55 +141,32 @@ def _work(env: dict[str, str], base: str, workdir: Path, imports: int, kernels: 
             f"run {run_id} (3 GPUs x 2 replicas) {state} in {time.perf_counter() - t0:.1f} s")
 
 
-def _start(env: dict[str, str], log: Path, url: str, timeout: float) -> tuple[subprocess.Popen[bytes], float]:
+def _stop(bed: UpStack) -> tuple[int, float]:
     t0 = time.perf_counter()
-    with log.open("ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "programs.cli", "up"], env=env, stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    while not _readyz(url):
-        if proc.poll() is not None:
-            raise SystemExit(f"cascade up exited with {proc.returncode}; see {log}")
-        if time.perf_counter() - t0 > timeout:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(60)
-            raise SystemExit(f"/readyz not 200 after {timeout} s; see {log}")
-        time.sleep(0.05)
-    return proc, time.perf_counter() - t0
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> tuple[int, float]:
-    t0 = time.perf_counter()
-    proc.send_signal(signal.SIGTERM)
-    code = proc.wait(120)
-    return code, time.perf_counter() - t0
+    code = bed.stop()
+    return (-1 if code is None else code), time.perf_counter() - t0
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark and print its figures."""
-    workdir = Path(tempfile.mkdtemp(prefix="cascade-bench-platform-"))
-    from programs.embedded.stack import isolated_environment
+    from programs.embedded.testbed import UpStack
 
-    env = isolated_environment(workdir / "data")
-    url = f"http://127.0.0.1:{env['CASCADE_HTTP_PORT']}/readyz"
-    log = workdir / "cascade-up.log"
+    workdir = Path(tempfile.mkdtemp(prefix="cascade-bench-platform-"))
     try:
-        proc, cold = _start(env, log, url, args.timeout)
-        code1, stop1 = _stop(proc)
-        proc, warm = _start(env, log, url, args.timeout)
-        time.sleep(args.settle)
-        idle = memory(proc.pid)
-        worked = None
-        summary = ""
-        if args.imports > 0:
-            try:
-                summary = _work(env, url.removesuffix("/readyz"), workdir, args.imports,
-                                args.kernels, args.timeout)
-            except BaseException:
-                _stop(proc)
-                raise
+        with UpStack(workdir) as bed:  # stopped on the way out, also when a step raises
+            cold = bed.start(args.timeout)
+            code1, stop1 = _stop(bed)
+            warm = bed.start(args.timeout)
+            assert bed.proc is not None
             time.sleep(args.settle)
-            worked = memory(proc.pid)
-        code2, stop2 = _stop(proc)
+            idle = memory(bed.proc.pid)
+            worked = None
+            summary = ""
+            if args.imports > 0:
+                summary = _work(bed, workdir, args.imports, args.kernels, args.timeout)
+                time.sleep(args.settle)
+                worked = memory(bed.proc.pid)
+            code2, stop2 = _stop(bed)
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -222,5 +179,5 @@ def run(args: argparse.Namespace) -> int:
         print(summary)
         _print_memory(f"stack memory {args.settle:g} s after that work", *worked)
     if args.keep:
-        print(f"data and log kept in {workdir}")
+        print(f"data and logs (up-1.log, up-2.log) kept in {workdir}")
     return 0 if code1 == 0 and code2 == 0 else 1

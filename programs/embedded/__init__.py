@@ -10,7 +10,13 @@ run and result. Modules:
 - :mod:`.procs` starts, waits for and stops one child process;
 - :mod:`.nats` / :mod:`.seaweed` write the servers' config and command lines;
 - :mod:`.supervisor` keeps the services running (restart with backoff);
-- :mod:`.stack` puts it all together (layout, credentials, state file).
+- :mod:`.console` shows the services' log lines on ``cascade up``'s console;
+- :mod:`.locate` records every ``cascade up`` per user, to find a stack from any folder;
+- :mod:`.layout` is where a stack lives: its data directory's layout, the credentials, the
+  state file, and the environment of a stack of its own (free ports);
+- :mod:`.stack` puts it all together: :class:`EmbeddedStack`, what ``cascade up`` runs;
+- :mod:`.testbed` is the one way tests and benchmarks bring the stack up (a real
+  ``cascade up`` process, or the services in the caller's event loop), torn down always.
 """
 
 

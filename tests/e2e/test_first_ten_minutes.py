@@ -24,8 +24,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from programs.embedded.layout import read_credentials
 from programs.embedded.procs import pid_alive
-from programs.embedded.stack import StackLayout, isolated_environment, read_credentials
+from programs.embedded.testbed import UpStack
 from tests.support.paths import REPO
 from tests.support.wait import wait_until_blocking
 
@@ -84,89 +85,64 @@ def _request(url: str, method: str = "GET", body: object = None,
         return resp.status, data.decode(errors="replace")
 
 
-class Up:
-    """`cascade up` as `make run` starts it, with a human console."""
-
-    def __init__(self, tmp: Path) -> None:
-        env = isolated_environment(tmp / "data")
-        env.pop("CASCADE_LOG_FORMAT")  # the console a person gets
-        env["XDG_STATE_HOME"] = str(tmp / "state")
-        self.env = env
-        self.url = f"http://127.0.0.1:{env['CASCADE_HTTP_PORT']}"
-        self.log = tmp / "up.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "programs.cli", "up"], env=self.env,
-                                         cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL)
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def alive(self) -> None:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise AssertionError(f"cascade up exited with {self.proc.returncode}:\n{self.output()[-3000:]}")
-
-
 @pytest.fixture
-def up(tmp_path: Path) -> Iterator[Up]:
-    stack = Up(tmp_path)
-    try:
+def up(tmp_path: Path) -> Iterator[UpStack]:
+    """`cascade up` as `make run` starts it (the testbed's, on free ports), with a human
+    console; stopped after the test."""
+    with UpStack(tmp_path) as stack:
+        stack.env.pop("CASCADE_LOG_FORMAT")  # the console a person gets
+        stack.env["XDG_STATE_HOME"] = str(tmp_path / "state")
         yield stack
-    finally:
-        if stack.proc is not None and stack.proc.poll() is None:
-            stack.proc.terminate()
-            try:
-                stack.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                stack.proc.kill()
-                stack.proc.wait()
 
 
-def test_readme_first_ten_minutes(up: Up, tmp_path: Path) -> None:
+def _alive(up: UpStack) -> None:
+    assert up.proc is not None
+    if up.proc.poll() is not None:
+        raise AssertionError(f"cascade up exited with {up.proc.returncode}:\n{up.output(3000)}")
+
+
+def test_readme_first_ten_minutes(up: UpStack, tmp_path: Path) -> None:
     commands = section_commands()
     # 1. start: time until the sample answers /v1/completions (the target is under 15 s)
     t0 = time.monotonic()
-    up.start()
+    up.start(timeout=90)  # until /readyz answers 200 and the banner is printed
 
     def answering() -> bool:
-        up.alive()
-        creds = read_credentials(StackLayout(up.env["CASCADE_DATA_DIR"]))
+        _alive(up)
+        creds = read_credentials(up.layout)
         if creds is None:
             return False
-        status, _ = _request(f"{up.url}/v1/completions", "POST", {
+        status, _ = _request(f"{up.base}/v1/completions", "POST", {
             "model": f"{SYNTHETIC}/SM90_H100", "prompt": "Hello, my name is", "max_tokens": 32},
             token=creds.api_token)
         return status == 200
 
-    wait_until_blocking(answering, 90, what="/v1/completions to answer on the sample", interval=0.1)
+    wait_until_blocking(answering, max(1.0, 90 - (time.monotonic() - t0)),
+                        what="/v1/completions to answer on the sample", interval=0.1)
     seconds = time.monotonic() - t0
     print(f"first start: /v1/completions answered {seconds:.1f} s after `cascade up` started")
-    wait_until_blocking(lambda: "Cascade is up in" in up.output(), 10, what="the banner", interval=0.1)
-    creds = read_credentials(StackLayout(up.env["CASCADE_DATA_DIR"]))
+    wait_until_blocking(lambda: "Cascade is up in" in up.output(0), 10, what="the banner", interval=0.1)
+    creds = read_credentials(up.layout)
     assert creds is not None
-    out = up.output()
+    out = up.output(0)
     # a console for people: short lines, no JSON; the log files keep the JSON
     assert re.search(r"^\d\d:\d\d:\d\d info\s+api\s+sample loaded", out, flags=re.M), out[-2000:]
     assert not [line for line in out.splitlines() if line.lstrip().startswith("{")]
-    api_log = (Path(up.env["CASCADE_DATA_DIR"]) / "logs" / "api.log").read_text().splitlines()
+    api_log = up.layout.log("api").read_text().splitlines()
     assert any(json.loads(line).get("event") == "sample loaded" for line in api_log if line.startswith("{"))
 
     # 2. sign in: the printed link's code is exchanged once for the token
     link = re.search(r"Sign in\s*:\s*(\S+)", out)
     assert link, out[-2000:]
     parts = urlsplit(link.group(1))
-    assert f"{parts.scheme}://{parts.netloc}" == up.url
+    assert f"{parts.scheme}://{parts.netloc}" == up.base
     code = parse_qs(parts.query)["signin"][0]
-    assert _request(f"{up.url}/api/signin", "POST", {"code": code}) == (200, {"token": creds.api_token})
-    status, body = _request(f"{up.url}/api/signin", "POST", {"code": code})
+    assert _request(f"{up.base}/api/signin", "POST", {"code": code}) == (200, {"token": creds.api_token})
+    status, body = _request(f"{up.base}/api/signin", "POST", {"code": code})
     assert status == 401 and "already used" in str(body)
 
     # 3. the sample: recorded run and the synthetic run simulated at first start
-    status, runs = _request(f"{up.url}/api/runs")
+    status, runs = _request(f"{up.base}/api/runs")
     by_id = {r["id"]: r for r in runs["runs"]}  # type: ignore[index]
     assert by_id["sample-opt125m-h100-e2e"]["state"] == "completed"
     synthetic = by_id["sample-opt125m-h100-e2e-synthetic-run"]
@@ -183,7 +159,7 @@ def test_readme_first_ten_minutes(up: Up, tmp_path: Path) -> None:
             continue  # set above: the token `cascade up` printed
         if line.startswith("cascade profile") and not HAVE_HF:
             pytest.fail("torch and transformers are missing: `make setup` installs them")
-        cmd = line.replace(README_URL, up.url)
+        cmd = line.replace(README_URL, up.base)
         assert shlex.split(cmd)[0] in ("curl", "cascade"), cmd
         started = time.monotonic()
         proc = subprocess.run(["bash", "-c", f"set -euo pipefail; {cmd}"], cwd=tmp_path, env=env,
@@ -194,8 +170,11 @@ def test_readme_first_ten_minutes(up: Up, tmp_path: Path) -> None:
         outputs.append(proc.stdout)
     models, completion, scenario, described, _profile, imported = outputs
     check_opt125m_trace(tmp_path / "opt125m-trace", new_tokens=8)
-    ids = [m["id"] for m in json.loads(models)["data"]]
+    listed_models = json.loads(models)["data"]
+    ids = [m["id"] for m in listed_models if m["cascade_source"] == "traced"]
     assert ids == sorted(f"{SYNTHETIC}/{c}" for c in ("SM80_A100", "SM90_H100", "SM90_H200"))
+    # beside them, the bundled described models (a config.json on a GPU, no trace)
+    assert any(m["cascade_source"] == "described" for m in listed_models)
     metrics = json.loads(completion)["metrics"]
     assert 0 < metrics["ttft_ms"] < metrics["e2e_ms"]
     result = json.loads(scenario)["result"]
@@ -209,9 +188,9 @@ def test_readme_first_ten_minutes(up: Up, tmp_path: Path) -> None:
     assert ran, imported
     figures = dict(re.findall(r"(SM\w+) ([\d.]+) ms", ran.group(2)))
     assert set(figures) == {"SM90_H100", "SM90_H200", "SM80_A100"} and all(float(v) > 0 for v in figures.values())
-    status, detail = _request(f"{up.url}/api/runs/{ran.group(1)}")
+    status, detail = _request(f"{up.base}/api/runs/{ran.group(1)}")
     assert status == 200 and detail["run"]["state"] == "completed"  # type: ignore[index]
     # the imported trace's sims are request models now, beside the sample's
-    status, listed = _request(f"{up.url}/v1/models")
+    status, listed = _request(f"{up.base}/v1/models")
     assert len([m for m in listed["data"] if m["cascade_source"] == "traced"]) == 6  # type: ignore[index]
     assert up.proc is not None and pid_alive(up.proc.pid)

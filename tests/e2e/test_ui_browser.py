@@ -1,5 +1,6 @@
 """The web UI in headless chromium against the real stack (api + orchestrator + simulator in
-process, real nats-server and S3): the sample's figures, a run of the synthetic replica started
+process, the testbed's :class:`~programs.embedded.testbed.InProcessStack`; real nats-server and
+S3): the sample's figures, a run of the synthetic replica started
 from the form and watched to 100 %, the trace picker across refreshes, a request-simulator round
 trip, and every page at 1280 and 420 px without console errors or horizontal overflow.
 
@@ -11,27 +12,21 @@ no browser is downloaded). Skipped without them, and the terminal summary then s
 
 from __future__ import annotations
 
-import asyncio
 import os
 import secrets
 import shutil
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import msgspec
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 
 from cascade.platform import subjects
-from cascade.platform.bus import Bus, connect
 from cascade.platform.samples import RECORDED_RUN_ID, SYNTHETIC_TRACE_ID
 from cascade.platform.state import TraceRecord
-from cascade.platform.storage import Storage
-from programs.embedded.nats import NatsServer
-from services.api.app import create_app
-from tests.support.fixtures_nats import nats_settings
+from programs.embedded.testbed import InProcessStack, stack_ports
 from tests.support.paths import REPO
 from tests.support.wait import wait_for_kv
 
@@ -50,47 +45,40 @@ if shutil.which(CHROMIUM) is None:
     pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium)", allow_module_level=True)
 
 
-@dataclass
-class Stack:
-    url: str
-    client: TestClient
-    bus: Bus
+class UIStack(InProcessStack):
+    """The testbed's in-process stack (api, orchestrator, pool simulator) with the UI tests'
+    handles."""
+
+    @property
+    def url(self) -> str:
+        """The web UI's address."""
+        return self.base + "/"
+
+    async def get_json(self, path: str) -> Any:
+        """The api's JSON answer to ``GET path``."""
+        async with aiohttp.ClientSession() as session, session.get(self.base + path) as resp:
+            return await resp.json()
 
 
 @pytest.fixture(scope="module")
-async def stack(s3_server: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
-    from services import orchestrator, simulator
-
+async def stack(s3_server: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[UIStack]:
     tmp = tmp_path_factory.mktemp("ui-browser")
-    server = NatsServer(tmp / "nats")
-    server.start()
-    settings = nats_settings(server.url, data_dir=str(tmp / "data"), orchestrator_backend="pool",
-                             job_ack_wait_s=30.0, api_tokens=[TOKEN])
-    bus = await connect(settings, name="test-ui-browser")
-    await bus.ensure_streams()
-    stop = asyncio.Event()
-    async with Storage.from_settings(s3_server.settings(bucket=f"ui-{secrets.token_hex(6)}")) as storage:
-        await storage.ensure_bucket()
-        client = TestClient(TestServer(create_app(settings, bus=bus, storage=storage)))
-        await client.start_server()
-        tasks = [asyncio.create_task(orchestrator.run(settings, bus=bus, storage=storage, stop=stop)),
-                 asyncio.create_task(simulator.run(settings, bus=bus, storage=storage, stop=stop))]
+    settings = s3_server.settings(
+        bucket=f"ui-{secrets.token_hex(6)}", data_dir=str(tmp / "data"),
+        http_port=stack_ports().http, orchestrator_backend="pool", job_ack_wait_s=30.0,
+        api_tokens=[TOKEN], nats_connect_timeout_s=2.0, drain_timeout_s=2.0, log_format="console")
+    # a NATS of its own, the session's S3; stopped on exit (a service failing to stop is no error)
+    async with UIStack.running(settings, "api", "orchestrator", "simulator", nats_dir=tmp / "nats",
+                               quiet=True, name="test-ui-browser") as stack:
         # a second ready trace (the synthetic replica's bundle under another id) for the picker
-        kv = await bus.kv(subjects.KV_TRACES)
+        kv = await stack.bus.kv(subjects.KV_TRACES)
         synthetic = await wait_for_kv(kv, subjects.KV_TRACES, SYNTHETIC_TRACE_ID, lambda _t: True,
                                       type_=TraceRecord, timeout=10)  # the samples the api loads
         await kv.put(SECOND_TRACE, msgspec.structs.replace(
             synthetic, id=SECOND_TRACE, name="second ready trace", created_at=synthetic.created_at + 1,
             provenance=msgspec.structs.replace(synthetic.provenance, badge=None, source="upload",
                                                description="")))
-        try:
-            yield Stack(str(client.make_url("/")), client, bus)
-        finally:
-            stop.set()
-            await asyncio.wait(tasks, timeout=20)
-            await client.close()
-            await bus.close()
-            server.stop()
+        yield stack
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +124,7 @@ async def text_of(p: Page, selector: str) -> str:
     return str(await p.page.locator(selector).inner_text())
 
 
-async def test_sample_figures_consistent(stack: Stack, browser: Any) -> None:
+async def test_sample_figures_consistent(stack: UIStack, browser: Any) -> None:
     p = await new_page(browser)
     await p.page.goto(stack.url)
     assert await p.page.title() == "Cascade"
@@ -171,7 +159,7 @@ async def test_sample_figures_consistent(stack: Stack, browser: Any) -> None:
     assert p.unexpected() == []
 
 
-async def test_run_from_form_reaches_100_and_plots(stack: Stack, browser: Any) -> None:
+async def test_run_from_form_reaches_100_and_plots(stack: UIStack, browser: Any) -> None:
     p = await new_page(browser)  # no token yet: the first start is refused with a pointer
     await p.page.goto(stack.url + "#/new")
     await p.page.locator(f'#nr-trace option[value="{SYNTHETIC_TRACE_ID}"]').wait_for(state="attached", timeout=15_000)
@@ -229,7 +217,7 @@ async def test_run_from_form_reaches_100_and_plots(stack: Stack, browser: Any) -
     assert p.unexpected(401) == []
 
 
-async def test_trace_picker_keeps_value_across_refresh(stack: Stack, browser: Any) -> None:
+async def test_trace_picker_keeps_value_across_refresh(stack: UIStack, browser: Any) -> None:
     p = await new_page(browser, token=TOKEN)
     await p.page.goto(stack.url + "#/new")
     picker = p.page.locator("#nr-trace")
@@ -250,7 +238,7 @@ async def test_trace_picker_keeps_value_across_refresh(stack: Stack, browser: An
     assert p.unexpected() == []
 
 
-async def test_signin_link_signs_in_once(stack: Stack, browser: Any) -> None:
+async def test_signin_link_signs_in_once(stack: UIStack, browser: Any) -> None:
     """The link `cascade up` prints: opened without a token, it signs the browser session in
     (a write works), leaves the address bar, and works once."""
     from cascade.platform.signin import issue_code, signin_url
@@ -278,9 +266,9 @@ async def test_signin_link_signs_in_once(stack: Stack, browser: Any) -> None:
     assert p.unexpected() == [] and again.unexpected(401) == []
 
 
-async def test_request_simulator_round_trip(stack: Stack, browser: Any) -> None:
+async def test_request_simulator_round_trip(stack: UIStack, browser: Any) -> None:
     # the sample's synthetic run, simulated by the api at first start, is already a model
-    models = (await (await stack.client.get("/v1/models")).json())["data"]
+    models = (await stack.get_json("/v1/models"))["data"]
     assert models
     p = await new_page(browser, token=TOKEN)
     await p.page.goto(stack.url + "#/serve")
@@ -319,7 +307,7 @@ async def test_request_simulator_round_trip(stack: Stack, browser: Any) -> None:
     assert p.unexpected(400) == []
 
 
-async def test_request_simulator_described_model(stack: Stack, browser: Any, tmp_path: Path) -> None:
+async def test_request_simulator_described_model(stack: UIStack, browser: Any, tmp_path: Path) -> None:
     """A model described by a bundled config.json on a GPU, at a fixed concurrency: the answer
     and its basis (described, the kernel model's expected error); then the same from an
     uploaded config.json file, and a config with a mistyped field named at the file picker."""
@@ -349,7 +337,7 @@ async def test_request_simulator_described_model(stack: Stack, browser: Any, tmp
     await p.page.locator("#ch-ttft path.line").wait_for(timeout=30_000)
     await shot(p, "serve-described-1280")
     # the same model from a config.json file
-    configs = (await (await stack.client.get("/api/model-configs")).json())["configs"]
+    configs = (await stack.get_json("/api/model-configs"))["configs"]
     llama = next(c["config"] for c in configs if c["name"] == "llama-3.1-8b")
     good = tmp_path / "config.json"
     good.write_text(msgspec.json.encode(llama).decode())
@@ -379,7 +367,7 @@ PAGES = {"overview": "#/", "traces": "#/traces", "trace": f"#/traces/{SYNTHETIC_
 
 
 @pytest.mark.parametrize("width", [1280, 420])
-async def test_every_page_renders(stack: Stack, browser: Any, width: int) -> None:
+async def test_every_page_renders(stack: UIStack, browser: Any, width: int) -> None:
     p = await new_page(browser, width=width, token=TOKEN)
     for name, hash_ in PAGES.items():
         await p.page.goto(stack.url + hash_)
@@ -392,7 +380,7 @@ async def test_every_page_renders(stack: Stack, browser: Any, width: int) -> Non
     assert p.unexpected() == [], p.errors
 
 
-async def test_trace_page_table_and_charts(stack: Stack, browser: Any) -> None:
+async def test_trace_page_table_and_charts(stack: UIStack, browser: Any) -> None:
     p = await new_page(browser)
     await p.page.goto(stack.url + f"#/traces/{SYNTHETIC_TRACE_ID}")
     await p.page.locator("#ch-family rect.mark").first.wait_for(timeout=20_000)
@@ -418,7 +406,7 @@ async def test_trace_page_table_and_charts(stack: Stack, browser: Any) -> None:
     assert p.unexpected() == []
 
 
-async def test_custom_spec_field_error_and_save(stack: Stack, browser: Any) -> None:
+async def test_custom_spec_field_error_and_save(stack: UIStack, browser: Any) -> None:
     p = await new_page(browser, token=TOKEN)
     await p.page.goto(stack.url + "#/gpus")
     await p.page.locator("#gp-table").wait_for(timeout=15_000)

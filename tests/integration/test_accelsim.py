@@ -1,9 +1,11 @@
-"""The accel-sim backend without servers: the real log (golden, statistics included),
-discovery (an Accel-Sim checkout's layout merged per config name, the config-name table and
-its override, refusals), the stand-in failing as Accel-Sim fails on a missing config or
-include, the streaming runner with a stand-in accel-sim.out (progress while it runs, crash,
-hang, cancel, timeout killing the whole process group, per-kernel statistics from run-long
-counters), and unsimulated kernels falling back, flagged."""
+"""The accel-sim backend with a stand-in accel-sim.out process, without servers: discovery (an
+Accel-Sim checkout's layout merged per config name, the config-name table and its override,
+refusals), the stand-in failing as Accel-Sim fails on a missing config or include, the
+streaming runner (progress while it runs, crash, hang, cancel, timeout killing the whole
+process group, per-kernel statistics from run-long counters) and the engine's accel-sim model
+running a binary. The pure pieces (the real log parsed, golden, statistics included; the
+config-map setting; unsimulated kernels falling back, flagged) are unit tests:
+``tests/unit/test_accelsim_pieces.py``."""
 
 from __future__ import annotations
 
@@ -17,16 +19,10 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from cascade.engine import predict
-from cascade.engine.accelsim import (
-    AccelSimConfig,
-    AccelSimOutputParser,
-    parse_accelsim_output,
-)
-from cascade.engine.extrapolation import NOT_SIMULATED
+from cascade.engine.accelsim import parse_accelsim_output
 from cascade.errors import AccelSimError, JobTimeoutError, ValidationError
 from cascade.kerneltable import KernelTable
 from cascade.platform.accelsim import (
@@ -43,17 +39,14 @@ from tests.support.accelsim_helpers import (
     CHECKOUT,
     CHECKOUT_CLOCK_MHZ,
     GPGPUSIM_CFGS,
+    REAL_LOG,
     copy_checkout,
     make_binary,
     make_config,
     pids_alive,
 )
 from tests.support.accelsim_standin import DRAM_CHANNELS, cycles_of, stats_of
-from tests.support.paths import SHARED_DATA
 from tests.support.wait import wait_until, wait_until_blocking
-
-DATA = SHARED_DATA
-LOG = DATA / "accelsim-log" / "vectoradd-100-32.accelsim_log.txt"
 
 
 def _trace(folder: Path, n: int) -> Path:
@@ -64,61 +57,6 @@ def _trace(folder: Path, n: int) -> Path:
     lines = ["MemcpyHtoD,0x00007f3a00000000,4096", *(f"kernel-{k}.traceg" for k in range(1, n + 1))]
     (folder / "kernelslist.g").write_text("\n".join(lines) + "\n")
     return folder / "kernelslist.g"
-
-
-# --------------------------------------------------------------------------- golden log
-
-
-def test_real_log_parsed_line_by_line_golden() -> None:
-    parser = AccelSimOutputParser(str(LOG))
-    completed_at = []
-    with LOG.open() as fh:
-        for line in fh:
-            k = parser.feed(line.rstrip("\n"))
-            if k is not None:
-                completed_at.append((parser.lineno, k))
-    assert parser.finish() is None
-    assert len(completed_at) == 1
-    lineno, k = completed_at[0]
-    assert lineno == 7696  # the gpu_total_sim_rate line closes the kernel's block
-    assert (k.uid, k.name, k.cycles, k.instructions) == (1, "_Z6vecAddIfEvPT_S1_S1_i", 1282, 10516)
-    assert k.core_clock_mhz == 1607.0 and k.ipc == pytest.approx(8.2028)
-    assert k.sim_rate_ips == 10516 and k.kernel_id == 1  # from "Processing kernel .../kernel-1.traceg"
-    assert k.duration_ns == pytest.approx(1282 / 1607.0 * 1e3)
-    assert parse_accelsim_output(LOG.read_text(), str(LOG)) == [k]
-
-
-def test_real_log_statistics_per_kernel() -> None:
-    """Occupancy and L2 BW from the kernel's lines; L2 hits and DRAM utilisation from the
-    counter blocks that follow them (computed here from the log's own lines)."""
-    import re
-
-    parser = AccelSimOutputParser(str(LOG))
-    text = LOG.read_text()
-    for line in text.splitlines():
-        parser.feed(line)
-    parser.finish()
-    [st] = parser.statistics
-    assert (st.uid, st.kernel_id, st.cycles, st.instructions) == (1, 1, 1282, 10516)
-    assert st.occupancy_pct == pytest.approx(20.686) and st.l2_bw_gbps == pytest.approx(0.5616)
-    l2a = int(re.search(r"^L2_total_cache_accesses = (\d+)", text, re.M).group(1))  # type: ignore[union-attr]
-    l2m = int(re.search(r"^L2_total_cache_misses = (\d+)", text, re.M).group(1))  # type: ignore[union-attr]
-    assert st.l2_accesses == l2a and st.l2_hit_rate == pytest.approx(1 - l2m / l2a)
-    assert st.l1d_accesses == 0 and st.l1d_hit_rate is None  # no L1D accesses: no rate
-    pairs = re.findall(r"^bwutil = ([0-9.]+) \ntotal_CMD = (\d+)", text, re.M)
-    assert len(pairs) >= 8
-    busy = sum(round(float(u) * int(c)) for u, c in pairs)
-    assert st.dram_bw_util == pytest.approx(busy / sum(int(c) for _, c in pairs))
-    assert 0 < st.dram_bw_util < 0.02
-
-
-def test_statistics_without_a_clock_name_the_line() -> None:
-    from cascade.errors import TraceFormatError
-
-    text = "kernel_name = k\nkernel_launch_uid = 1\ngpu_sim_cycle = 10\ngpu_sim_insn = 5\ngpu_total_sim_rate=5\n"
-    with pytest.raises(TraceFormatError, match="gpgpu_clock_domains"):
-        parse_accelsim_output(text, "out.log")
-    assert parse_accelsim_output(text, "out.log", core_clock_mhz=1000.0)[0].duration_ns == 10.0
 
 
 # --------------------------------------------------------------------------- discovery
@@ -210,16 +148,6 @@ def test_checkout_layout_is_merged_per_config_name_and_paired_with_gpus(tmp_path
     shutil.copytree(CHECKOUT.joinpath(*ACCELSIM_CFGS), half.joinpath(*ACCELSIM_CFGS))
     lone = discover(str(binary), str(half))
     assert lone.configs == {} and any("gpgpu-sim cloned" in p for p in lone.problems)
-
-
-def test_config_map_setting_is_a_list_of_pairs() -> None:
-    from cascade.errors import ConfigError
-    from cascade.platform.settings import load_settings
-
-    got = load_settings({"CASCADE_ACCELSIM_CONFIG_MAP": "SM80_A100=SM86_RTX3070, SM90_H200="})
-    assert got.accelsim_config_map == ["SM80_A100=SM86_RTX3070", "SM90_H200="]
-    with pytest.raises(ConfigError, match="CASCADE_ACCELSIM_CONFIG_MAP.*GPU_ID=ACCELSIM_CONFIG"):
-        load_settings({"CASCADE_ACCELSIM_CONFIG_MAP": "SM80_A100"})
 
 
 def _run_standin(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -404,23 +332,6 @@ def test_blocking_predict_runs_the_binary_without_an_event_loop(tmp_path: Path) 
     assert list(p.models) == ["accel-sim", "analytical", "accel-sim"]
 
 
-# --------------------------------------------------------------------------- mapping
-
-
-def test_unsimulated_kernels_use_the_builtin_model_flagged() -> None:
-    table = KernelTable.from_rows([{"name": f"k{i}", "kernel_id": i, "bytes": 1e6, "flops": 1e6}
-                                   for i in (1, 2, 3, 4)])
-    cfg = AccelSimConfig(simulated_cycles={"1": 1410, "3": 2820, "9": 99}, core_clock_mhz=1410.0)
-    p = predict(table, "SM80_A100", model="accel-sim", config=cfg)
-    assert p.predicted_ns[[0, 2]] == pytest.approx([1000.0, 2000.0])  # cycles at 1410 MHz, exactly
-    assert list(p.models) == ["accel-sim", "analytical", "accel-sim", "analytical"]
-    assert p.flags is not None
-    assert [bool(f & NOT_SIMULATED) for f in p.flags] == [False, True, False, True]
-    assert p.extrapolation_reasons[
-        "not simulated by Accel-Sim (not traced or skipped): built-in model used"] == 2
-    assert np.all(p.predicted_ns[[1, 3]] > 0)
-
-
 def test_blocking_runner_timeout_kills_the_group(tmp_path: Path) -> None:
     from cascade.platform.accelsim import run_accelsim_blocking
 
@@ -444,7 +355,7 @@ def test_blocking_runner_timeout_kills_the_group(tmp_path: Path) -> None:
 
 def _stand_in(tmp_path: Path) -> Path:
     """A stand-in accel-sim.out printing the real log format for two kernels."""
-    text = LOG.read_text()
+    text = REAL_LOG.read_text()
     head = "\n".join(line for line in text.splitlines() if line.startswith("-gpgpu_clock_domains"))
     body = []
     for uid, cycles in ((1, 1282), (2, 5000)):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,17 +19,12 @@ from cascade.traces.baseline import read_baseline
 from cascade.traces.inputs import load_trace
 from cascade.traces.ranks import rank_of_stream
 from cascade.traces.timeline import import_timeline
+from programs.embedded.ports import can_connect, free_port
 from tests.support.paths import REPO
 from tests.support.vllm_standin import GEMM, NCCL
 from tests.support.wait import wait_until_blocking
 
 STANDIN = [sys.executable, "-m", "tests.support.vllm_standin"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _cascade(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -39,7 +33,7 @@ def _cascade(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[st
 
 
 def test_launched_server_traced_every_rank_with_its_ttft_and_tpot(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     out = tmp_path / "trace"
     launch = shlex.join([*STANDIN, "--port", str(port), "--tensor-parallel-size", "2",
                          "--flush-delay", "0.5"])
@@ -80,15 +74,13 @@ def test_launched_server_traced_every_rank_with_its_ttft_and_tpot(tmp_path: Path
 @pytest.fixture
 def unprofiled_server(tmp_path: Path) -> Iterator[str]:
     """The stand-in started without VLLM_TORCH_PROFILER_DIR (no profiler routes)."""
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "VLLM_TORCH_PROFILER_DIR"}
     server = subprocess.Popen([*STANDIN, "--port", str(port)], cwd=REPO, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        def up() -> bool:
-            with socket.socket() as s:
-                return s.connect_ex(("127.0.0.1", port)) == 0
-        wait_until_blocking(up, timeout=30, what="the stand-in listening")
+        wait_until_blocking(lambda: can_connect("127.0.0.1", port), timeout=30,
+                            what="the stand-in listening")
         yield f"http://127.0.0.1:{port}"
     finally:
         server.terminate()

@@ -18,16 +18,11 @@ import pytest
 from cascade.platform import subjects
 from cascade.platform.bus import Bus
 from cascade.platform.settings import Settings
+from programs.embedded.ports import free_port
 from services import ingest, orchestrator
 from tests.support.fixtures_nats import nats_settings, unique
 from tests.support.paths import REPO
 from tests.support.wait import wait_until
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def _wait_for_service(bus: Bus, service: str, *, instance: str | None = None,
@@ -50,7 +45,7 @@ async def _wait_for_service(bus: Bus, service: str, *, instance: str | None = No
 
 
 async def test_service_registers_micro_status_and_metrics(bus: Bus, bus_settings: Settings) -> None:
-    metrics_port = _free_port()
+    metrics_port = free_port()
     name = unique("svc")
     settings = bus_settings.replace(metrics_port=metrics_port, service_name=name)
     stop = asyncio.Event()
@@ -99,7 +94,7 @@ async def test_sigterm_drains_and_exits_zero(
 ) -> None:
     env = _env(
         CASCADE_NATS_URL=nats_url,
-        CASCADE_HTTP_PORT=str(_free_port()),
+        CASCADE_HTTP_PORT=str(free_port()),
         CASCADE_LOG_FORMAT="json",
         CASCADE_DRAIN_TIMEOUT_S="2",
     )
@@ -121,7 +116,7 @@ async def test_sigterm_drains_and_exits_zero(
 
 
 def test_service_main_exits_1_when_bus_unreachable() -> None:
-    port = _free_port()
+    port = free_port()
     started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "services.prepare"], check=False, cwd=REPO, capture_output=True, text=True,

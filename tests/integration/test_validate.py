@@ -146,11 +146,11 @@ def test_cli_calibrate_fits_and_records_provenance_contexts_and_menus(small_data
     rows = [line for line in lines[1:] if line.split(",")[1] in ("conv", "pool", "gemm")][::2]
     (data / "kernelbench" / "kernelbench_level1.csv").write_text("\n".join([lines[0], *rows]) + "\n")
     proc = subprocess.run([sys.executable, "-m", "programs.cli", "calibrate", "--data", str(data), "--out", str(out),
-                           "--evals", "30", "--no-leave-one-gpu-out", "--shift", "extremes"],
+                           "--evals", "10", "--no-leave-one-gpu-out", "--shift", "extremes"],
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     cal = load_calibration(out)
-    assert cal.command.endswith("--evals 30 --no-leave-one-gpu-out --shift extremes") and cal.data_files
+    assert cal.command.endswith("--evals 10 --no-leave-one-gpu-out --shift extremes") and cal.data_files
     # one shifted-shape protocol (each is a whole refit; `validate --shift` covers the others)
     shifted = cal.metrics["shifted_shapes"]
     assert shifted and {r["shift"] for r in shifted} == {"extremes"}  # type: ignore[union-attr]

@@ -8,9 +8,11 @@ import stat
 import sys
 from pathlib import Path
 
-from tests.support.paths import TEST_DATA
+from tests.support.paths import SHARED_DATA, TEST_DATA
 
 STANDIN = Path(__file__).resolve().parent / "accelsim_standin.py"
+#: A real Accel-Sim log (vectorAdd, one kernel) in the shared measured data.
+REAL_LOG = SHARED_DATA / "accelsim-log" / "vectoradd-100-32.accelsim_log.txt"
 #: A hand-written Accel-Sim checkout's config folders (the real layout: gpgpusim.config, the
 #: interconnect file it names relative to the working directory and an AccelWattch XML under
 #: gpu-simulator/gpgpu-sim/configs/tested-cfgs/NAME, trace.config under

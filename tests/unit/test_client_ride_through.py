@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 
 import pytest
 from aiohttp import web
 
 from programs.client import AppUnreachableError, CascadeClient
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from programs.embedded.ports import free_port
 
 
 class _App:
@@ -49,7 +43,7 @@ class _App:
 
 
 async def test_first_contact_fails_fast_with_one_clear_error() -> None:
-    port = _free_port()
+    port = free_port()
     t0 = time.monotonic()
     async with CascadeClient(f"http://127.0.0.1:{port}", "t", ride_through_s=30) as api:
         with pytest.raises(AppUnreachableError, match="connection refused"):
@@ -59,7 +53,7 @@ async def test_first_contact_fails_fast_with_one_clear_error() -> None:
 
 @pytest.mark.slow  # rides through a 1.5 s outage (~2.5 s): `make test` runs it, `make test-unit` leaves it out
 async def test_an_outage_after_first_contact_is_ridden_through() -> None:
-    app = _App(_free_port())
+    app = _App(free_port())
     await app.start()
     async with CascadeClient(f"http://127.0.0.1:{app.port}", "t", ride_through_s=20) as api:
         assert await api.list_traces() == []
@@ -80,7 +74,7 @@ async def test_an_outage_after_first_contact_is_ridden_through() -> None:
 
 
 async def test_without_ride_through_an_outage_is_an_error_and_a_trace_is_never_created_twice() -> None:
-    app = _App(_free_port())
+    app = _App(free_port())
     await app.start()
     async with CascadeClient(f"http://127.0.0.1:{app.port}", "t", ride_through_s=0) as api:
         await api.list_traces()

@@ -46,6 +46,7 @@ from cascade.serving.description import (
     described_footprint,
     example_config,
 )
+from cascade.singleflight import SingleFlight
 from services.api.openai import OpenAIError
 
 log = get_logger("cascade.api.described")
@@ -175,7 +176,7 @@ class DescribedModels:
         self.fresh_specs = fresh_specs
         self.max_built = max_built
         self._built: OrderedDict[tuple[str, bytes], DescribedStepModel] = OrderedDict()
-        self._building: dict[tuple[str, bytes], asyncio.Future[DescribedStepModel]] = {}
+        self._building: SingleFlight[tuple[str, bytes], DescribedStepModel] = SingleFlight()
         self._resolved: OrderedDict[tuple[str, bytes], DescribedEntry] = OrderedDict()
         self._listing: list[DescribedEntry] | None = None
         self.builds = 0
@@ -235,12 +236,8 @@ class DescribedModels:
         if hit is not None:
             self._built.move_to_end(key)
             return hit
-        pending = self._building.get(key)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        fut: asyncio.Future[DescribedStepModel] = asyncio.get_running_loop().create_future()
-        self._building[key] = fut
-        try:
+
+        async def fresh() -> DescribedStepModel:
             ref = entry.ref
             try:
                 served = await asyncio.to_thread(
@@ -255,14 +252,9 @@ class DescribedModels:
             while len(self._built) > self.max_built:
                 self._built.popitem(last=False)
             self.builds += 1
-            fut.set_result(built)
             return built
-        except BaseException as exc:
-            fut.set_exception(exc)
-            fut.exception()  # retrieved: waiters re-raise it themselves
-            raise
-        finally:
-            self._building.pop(key, None)
+
+        return await self._building.run(key, fresh)
 
     # -- GET /v1/models --------------------------------------------------------------------
     def listing(self) -> list[DescribedEntry]:

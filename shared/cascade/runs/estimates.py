@@ -22,7 +22,6 @@ end-to-end latency.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
@@ -42,6 +41,7 @@ from cascade.serving.stepmodel import (
     StepTimeModel,
     _out_of_range,
 )
+from cascade.singleflight import SingleFlight
 
 SCHEMA_VERSION = 1
 #: Default token budget of one engine step (vLLM's max_num_batched_tokens default here).
@@ -342,7 +342,7 @@ class StepModelCache:
     def __init__(self, max_entries: int = 256) -> None:
         self.max_entries = max_entries
         self._entries: OrderedDict[str, SimStepModel] = OrderedDict()
-        self._building: dict[str, asyncio.Future[SimStepModel]] = {}
+        self._building: SingleFlight[tuple[str, str], SimStepModel] = SingleFlight()
         self.builds = 0
         """How many times a model was (re)built (for tests and stats)."""
 
@@ -364,13 +364,8 @@ class StepModelCache:
         hit = self.peek(sim_id, fingerprint)
         if hit is not None:
             return hit
-        key = f"{sim_id}|{fingerprint}"
-        pending = self._building.get(key)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        fut: asyncio.Future[SimStepModel] = asyncio.get_running_loop().create_future()
-        self._building[key] = fut
-        try:
+
+        async def fresh() -> SimStepModel:
             built = await build()
             built.fingerprint = fingerprint
             self._entries[sim_id] = built
@@ -378,11 +373,6 @@ class StepModelCache:
             while len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)
             self.builds += 1
-            fut.set_result(built)
             return built
-        except BaseException as exc:
-            fut.set_exception(exc)
-            fut.exception()  # retrieved: waiters re-raise it themselves
-            raise
-        finally:
-            self._building.pop(key, None)
+
+        return await self._building.run((sim_id, fingerprint), fresh)

@@ -27,6 +27,8 @@ import aiohttp
 from yarl import URL
 
 from cascade.errors import CascadeError
+from cascade.platform.storage import MIN_PART_SIZE
+from services.api.uploads import MAX_UPLOAD_URLS, PART_URLS_PER_FILE
 
 Progress = Callable[[int], None]
 """Called with the number of bytes just sent."""
@@ -269,9 +271,18 @@ class CascadeClient:
         return dict(await self.request("DELETE", f"/api/traces/{trace_id}"))
 
     async def request_uploads(self, trace_id: str, files: Iterable[tuple[str, int]]) -> dict[str, Any]:
-        """POST /api/traces/{id}/uploads with ``(name, size)`` pairs."""
-        return dict(await self.request("POST", f"/api/traces/{trace_id}/uploads", json={
-            "files": [{"name": n, "size": s} for n, s in files]}))
+        """POST /api/traces/{id}/uploads with ``(name, size)`` pairs, in as many requests as the
+        api's bound on presigned URLs per request needs (:func:`upload_batches`), answered as one."""
+        answer: dict[str, Any] = {}
+        for batch in upload_batches(list(files)):
+            part = dict(await self.request("POST", f"/api/traces/{trace_id}/uploads", json={
+                "files": [{"name": n, "size": s} for n, s in batch]}))
+            if not answer:
+                answer = part
+            else:
+                answer["uploads"] = [*answer["uploads"], *part["uploads"]]
+                answer["expires_in"] = min(answer["expires_in"], part["expires_in"])
+        return answer
 
     async def report_uploaded(self, trace_id: str, name: str, etag: str = "") -> dict[str, Any]:
         """POST /api/traces/{id}/uploaded (the upload callback)."""
@@ -373,3 +384,26 @@ def already_there(local: Path, remote: dict[str, Any] | None, part_size: int | N
     if "-" in etag:
         return part_size is not None and md5_etag(local, part_size) == etag
     return md5_etag(local) == etag
+
+
+def upload_url_bound(size: int) -> int:
+    """The most presigned URLs the api can answer a file of ``size`` bytes with, whatever its
+    multipart threshold (at least S3's 5 MiB part): one PUT, or up to ``PART_URLS_PER_FILE`` parts."""
+    if size < MIN_PART_SIZE:
+        return 1
+    return min(PART_URLS_PER_FILE, -(-size // MIN_PART_SIZE))
+
+
+def upload_batches(files: list[tuple[str, int]]) -> list[list[tuple[str, int]]]:
+    """``files`` in order, cut so no batch can need more than the api's ``MAX_UPLOAD_URLS``
+    presigned URLs (one batch when they are few)."""
+    batches: list[list[tuple[str, int]]] = [[]]
+    used = 0
+    for name, size in files:
+        need = upload_url_bound(size)
+        if batches[-1] and used + need > MAX_UPLOAD_URLS:
+            batches.append([])
+            used = 0
+        batches[-1].append((name, size))
+        used += need
+    return batches

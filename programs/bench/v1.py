@@ -1,13 +1,16 @@
 """`cascade bench v1`: latency of ``POST /v1/completions`` estimates under concurrent clients.
 
 Default: starts a real ``nats-server`` and a real SeaweedFS S3 in a temporary
-directory, writes one finished sim (the synthetic OPT-125m sample's timeline with its
+directory (the testbed's :func:`~programs.embedded.testbed.embedded_servers`, torn down
+always), writes one finished sim (the synthetic OPT-125m sample's timeline with its
 source-GPU durations as the simulated times, stored exactly as the simulator stores
-results) and starts the api in this process on a free port. The clients run in a
+results) and starts the api in this process on the testbed's free http port (the app
+built here, so that a timing middleware can go first). The clients run in a
 separate (spawned) process with its own event loop: ``--clients`` aiohttp clients,
-each looping over one keep-alive connection (closed loop: a client sends its next
-request when the previous answer arrived). Each of ``--repeat`` rounds first sends
-``--warmup`` unmeasured requests, then ``--requests`` measured ones, and prints:
+each looping over one keep-alive connection with the stack's api token (closed loop: a
+client sends its next request when the previous answer arrived). Each of ``--repeat``
+rounds first sends ``--warmup`` unmeasured requests, then ``--requests`` measured ones,
+and prints:
 
 - client-side latency p50 / p95 / p99 / max and the request rate (with a closed loop,
   latency is at least clients / rate: that queueing term is printed beside it);
@@ -28,7 +31,6 @@ import contextlib
 import math
 import multiprocessing
 import os
-import subprocess
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
@@ -58,8 +60,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _local_api(timer: HandlerTimer | None = None) -> AsyncIterator[tuple[str, str]]:
-    """Real NATS + S3 + the api in-process, with one finished sim; yields (base url, model).
+async def _local_api(timer: HandlerTimer | None = None) -> AsyncIterator[tuple[str, str, str]]:
+    """Real NATS + S3 (the testbed's :func:`~programs.embedded.testbed.embedded_servers`) and
+    the api in-process on the testbed's free http port, with one finished sim; yields
+    (base url, model, api token). Everything is stopped on exit, also on an exception.
 
     ``timer``'s middleware goes first in the app's chain (it times every other middleware
     and the handler)."""
@@ -69,84 +73,52 @@ async def _local_api(timer: HandlerTimer | None = None) -> AsyncIterator[tuple[s
     from cascade.platform.bus import connect
     from cascade.platform.runstore import write_result
     from cascade.platform.samples import load_sample
-    from cascade.platform.settings import load_settings
     from cascade.platform.state import RunRecord, SimRecord, TraceRecord
     from cascade.platform.storage import Storage
     from cascade.runs.results import build_result, kernels_with_predictions
-    from programs.embedded.binaries import weed_binary
-    from programs.embedded.nats import NatsServer
-    from programs.embedded.ports import can_connect, free_port
-    from programs.embedded.procs import spawn, stop_popen, wait_until
-    from programs.embedded.seaweed import (
-        generate_credentials,
-        pick_ports,
-        weed_mini_argv,
-        write_s3_config,
-    )
+    from programs.embedded.layout import LOOPBACK
+    from programs.embedded.testbed import embedded_servers
     from services.api.app import create_app
 
     with tempfile.TemporaryDirectory(prefix="cascade-bench-v1-") as tmp:
-        base = Path(tmp)
-        nats = NatsServer(base / "nats")
-        nats.start()
-        access, secret = generate_credentials()
-        config = write_s3_config(base / "s3.json", access, secret)
-        (base / "s3").mkdir()
-        ports = pick_ports()
-        weed: subprocess.Popen[bytes] = spawn(weed_mini_argv(weed_binary(), base / "s3", ports, config),
-                                              base / "weed.log")
-        try:
-            if not wait_until(lambda: can_connect("127.0.0.1", ports.s3, 0.2), 60.0):
-                raise RuntimeError(f"SeaweedFS did not start; see {base / 'weed.log'}")
-            port = free_port()
-            settings = load_settings({}, nats_url=nats.url, s3_endpoint=f"http://127.0.0.1:{ports.s3}",
-                                     s3_access_key=access, s3_secret_key=secret, samples=False,
-                                     http_port=port, log_level="warning", log_format="json")
+        async with contextlib.AsyncExitStack() as exits:
+            # the supervisor has created the bucket and the streams once this yields
+            settings = await exits.enter_async_context(embedded_servers(
+                Path(tmp) / "servers", samples="false", log_level="warning"))
+            storage = await exits.enter_async_context(Storage.from_settings(settings))
             bus = await connect(settings, name="bench-v1")
-            await bus.ensure_streams()
-            async with Storage.from_settings(settings) as storage:
-                for _ in range(100):
-                    try:
-                        await storage.ensure_bucket()
-                        break
-                    except Exception:  # noqa: BLE001 - S3 still starting
-                        await asyncio.sleep(0.2)
-                table = load_sample().synthetic_table
-                dur = table["duration_ns"].astype(float)
-                start = table["start_ns"].astype(float)
-                regime = np.array(["memory"] * len(table), dtype=object)
-                run_id, sim_id, trace_id = "run-bench", "run-bench-sm90_h100-r0", "bench-opt125m"
-                result = build_result(
-                    run_id=run_id, sim_id=sim_id, trace_id=trace_id, config="SM90_H100", replica=0,
-                    model="scaled", spec_id="SM90_H100", spec_hash="bench", table=table,
-                    predicted_ns=dur, regime=regime, start_ns=start, end_ns=start + dur,
-                    predicted_e2e_ns=float(np.max(start + dur)))
-                key = await write_result(storage, result,
-                                         kernels_with_predictions(table, dur, regime, start, start + dur))
-                now = time.time()
-                await (await bus.kv(subjects.KV_TRACES)).put(trace_id, TraceRecord(
-                    id=trace_id, name="bench", source_gpu="SM90_H100", workload="facebook/opt-125m",
-                    state="ready"))
-                await (await bus.kv(subjects.KV_SIMS)).put(sim_id, SimRecord(
-                    id=sim_id, run_id=run_id, config="SM90_H100", state="completed", finished_at=now,
-                    result_key=key))
-                await (await bus.kv(subjects.KV_RUNS)).put(run_id, RunRecord(
-                    id=run_id, trace_id=trace_id, configs=["SM90_H100"], state="completed",
-                    sim_ids=[sim_id]))
-                app = create_app(settings, bus=bus, storage=storage)
-                if timer is not None:
-                    app.middlewares.insert(0, timer.middleware)
-                runner = web.AppRunner(app, access_log=None)
-                await runner.setup()
-                await web.TCPSite(runner, "127.0.0.1", port).start()
-                try:
-                    yield f"http://127.0.0.1:{port}", f"cascade/{trace_id}/SM90_H100"
-                finally:
-                    await runner.cleanup()
-                    await bus.close()
-        finally:
-            stop_popen(weed, 10)
-            nats.stop()
+            exits.push_async_callback(bus.close)
+            table = load_sample().synthetic_table
+            dur = table["duration_ns"].astype(float)
+            start = table["start_ns"].astype(float)
+            regime = np.array(["memory"] * len(table), dtype=object)
+            run_id, sim_id, trace_id = "run-bench", "run-bench-sm90_h100-r0", "bench-opt125m"
+            result = build_result(
+                run_id=run_id, sim_id=sim_id, trace_id=trace_id, config="SM90_H100", replica=0,
+                model="scaled", spec_id="SM90_H100", spec_hash="bench", table=table,
+                predicted_ns=dur, regime=regime, start_ns=start, end_ns=start + dur,
+                predicted_e2e_ns=float(np.max(start + dur)))
+            key = await write_result(storage, result,
+                                     kernels_with_predictions(table, dur, regime, start, start + dur))
+            now = time.time()
+            await (await bus.kv(subjects.KV_TRACES)).put(trace_id, TraceRecord(
+                id=trace_id, name="bench", source_gpu="SM90_H100", workload="facebook/opt-125m",
+                state="ready"))
+            await (await bus.kv(subjects.KV_SIMS)).put(sim_id, SimRecord(
+                id=sim_id, run_id=run_id, config="SM90_H100", state="completed", finished_at=now,
+                result_key=key))
+            await (await bus.kv(subjects.KV_RUNS)).put(run_id, RunRecord(
+                id=run_id, trace_id=trace_id, configs=["SM90_H100"], state="completed",
+                sim_ids=[sim_id]))
+            app = create_app(settings, bus=bus, storage=storage)
+            if timer is not None:
+                app.middlewares.insert(0, timer.middleware)
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            exits.push_async_callback(runner.cleanup)
+            await web.TCPSite(runner, LOOPBACK, settings.http_port).start()
+            yield (f"http://{LOOPBACK}:{settings.http_port}", f"cascade/{trace_id}/SM90_H100",
+                   settings.api_tokens[-1])
 
 
 class Fired(NamedTuple):
@@ -211,12 +183,12 @@ async def _fire(url: str, model: str, token: str, clients: int, total: int, warm
     return Fired(np.array(latencies), wall, errors, cpu)
 
 
-def _child(conn: Any, url: str, model: str, clients: int, total: int, warmup: int, prompt: int,
-           max_tokens: int) -> None:
+def _child(conn: Any, url: str, model: str, token: str, clients: int, total: int, warmup: int,
+           prompt: int, max_tokens: int) -> None:
     def gate(on: bool) -> None:
         conn.send(("measuring" if on else "done", None))
 
-    fired = asyncio.run(_fire(url, model, "", clients, total, warmup, prompt, max_tokens, gate))
+    fired = asyncio.run(_fire(url, model, token, clients, total, warmup, prompt, max_tokens, gate))
     conn.send(("result", (fired.latencies_ms.tolist(), fired.wall_s, fired.errors, fired.client_cpu_s)))
     conn.close()
 
@@ -256,14 +228,14 @@ class Round(NamedTuple):
     """CPU seconds every process on the machine used meanwhile (nan where unknown)."""
 
 
-async def _fire_elsewhere(url: str, model: str, clients: int, total: int, warmup: int, prompt: int,
-                          max_tokens: int, timer: HandlerTimer) -> Round:
+async def _fire_elsewhere(url: str, model: str, token: str, clients: int, total: int, warmup: int,
+                          prompt: int, max_tokens: int, timer: HandlerTimer) -> Round:
     """Run the clients in a child process (their own interpreter and event loop), timing the
     server (this process) only while the child measures."""
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(child, url, model, clients, total, warmup, prompt,
-                                            max_tokens))
+    proc = ctx.Process(target=_child, args=(child, url, model, token, clients, total, warmup,
+                                            prompt, max_tokens))
     proc.start()
     child.close()
     cpu0 = cpu = (0.0, 0.0)
@@ -356,9 +328,9 @@ async def _main(args: argparse.Namespace) -> int:
     else:
         timer = HandlerTimer()
         where = "api in this process (real nats-server + SeaweedFS), clients in a child process"
-        async with _local_api(timer) as (url, model):
+        async with _local_api(timer) as (url, model, token):
             for _ in range(args.repeat):
-                rounds.append(await _fire_elsewhere(url, model, args.clients, args.requests,
+                rounds.append(await _fire_elsewhere(url, model, token, args.clients, args.requests,
                                                     args.warmup, args.prompt_tokens, args.max_tokens,
                                                     timer))
     print(f"/v1/completions estimates: {where}")

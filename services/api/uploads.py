@@ -40,20 +40,40 @@ CLIENT_FAULTS = ("NoSuchUpload", "InvalidPart", "InvalidPartOrder", "MalformedXM
                  "EntityTooSmall", "InvalidArgument", "InvalidRequest", "NoSuchKey")
 #: Uploads declared to the trace store at once.
 DECLARE_BATCH = 256
+#: Part URLs one file gets at most: its parts grow (in whole MiB) beyond the threshold's 16 MiB
+#: instead (a 64 GiB file in 64 MiB parts).
+PART_URLS_PER_FILE = 1024
+#: Presigned URLs one uploads request may ask for (a single PUT counts one, a multipart file its
+#: parts): each takes a signature, so a request of 20 files of 64 GiB in 16 MiB parts had the api
+#: sign 80,000 URLs for 10 s; clients ask in batches (:func:`upload_urls` tells how many a file
+#: needs; ``programs.client`` batches by it).
+MAX_UPLOAD_URLS = 4096
+assert PART_URLS_PER_FILE <= MAX_PARTS and PART_URLS_PER_FILE <= MAX_UPLOAD_URLS
 
 
 def part_size(size: int, threshold: int) -> int:
     """Part size for a multipart upload of ``size`` bytes: the threshold (at most 16 MiB,
-    at least S3's 5 MiB), grown in whole MiB when the file would need over MAX_PARTS parts."""
-    need = math.ceil(math.ceil(size / MAX_PARTS) / MiB) * MiB
+    at least S3's 5 MiB), grown in whole MiB when the file would need over
+    :data:`PART_URLS_PER_FILE` parts."""
+    need = math.ceil(math.ceil(size / PART_URLS_PER_FILE) / MiB) * MiB
     return max(MIN_PART_SIZE, min(16 * MiB, threshold), need)
 
 
-def unique_files(files: list[UploadFile], max_upload_bytes: int) -> list[UploadFile]:
+def upload_urls(size: int, threshold: int) -> int:
+    """Presigned URLs a file of ``size`` bytes takes: one PUT below ``threshold``, else its parts."""
+    if size < threshold:
+        return 1
+    return max(1, math.ceil(size / part_size(size, threshold)))
+
+
+def unique_files(files: list[UploadFile], max_upload_bytes: int,
+                 threshold: int = 64 * MiB) -> list[UploadFile]:
     """The files to upload, each name once (the first), every name and size checked (400 naming
-    the file's index)."""
+    the file's index), and at most :data:`MAX_UPLOAD_URLS` presigned URLs in all (400 saying how
+    many the request needs)."""
     seen: set[str] = set()
     unique: list[UploadFile] = []
+    urls = 0
     for i, f in enumerate(files):
         check_name(f.name, field=f"files[{i}].name")
         if f.size > max_upload_bytes:
@@ -63,6 +83,12 @@ def unique_files(files: list[UploadFile], max_upload_bytes: int) -> list[UploadF
             continue
         seen.add(f.name)
         unique.append(f)
+        urls += upload_urls(f.size, threshold)
+    if urls > MAX_UPLOAD_URLS:
+        raise ValidationError(f"these {len(unique)} files need {urls:,} upload URLs (a single PUT below "
+                              f"{threshold:,} bytes, else one per part of up to {PART_URLS_PER_FILE:,} "
+                              f"parts), over the {MAX_UPLOAD_URLS:,} one request may ask for: ask for "
+                              "fewer files at a time", field="files")
     return unique
 
 

@@ -46,7 +46,7 @@ async def test_import_real_trace_folder(traces_stack: TracesStack, tmp_path: Pat
     state = tmp_path / "state.json"
     summary = await run_import(_args(traces_stack, REAL_TRACE, state, source_gpu="SM61_P4", wait=60.0))
     assert summary["state"] == "ready" and summary["uploaded"] == 3 and summary["skipped"] == 0
-    assert json.loads(state.read_text())[f"{traces_stack.base_url} {REAL_TRACE}"]["trace_id"] == summary["trace_id"]
+    assert json.loads(state.read_text())[f"{traces_stack.base_url} {REAL_TRACE.resolve()}"]["trace_id"] == summary["trace_id"]
     again = await run_import(_args(traces_stack, REAL_TRACE, state, source_gpu="SM61_P4"))
     assert again["trace_id"] == summary["trace_id"]
     assert again["uploaded"] == 0 and again["skipped"] == 3 and again["state"] == "ready"

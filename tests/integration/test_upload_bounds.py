@@ -140,3 +140,28 @@ async def test_single_put_urls_are_short_lived_and_cannot_replace_an_arrived_fil
                              "request)")
         record = await api.get_trace(tid)
         assert rec.error in record["errors"]
+
+
+async def test_a_request_needing_too_many_presigned_urls_is_refused_and_the_client_batches(
+    stack: TracesStack,
+) -> None:
+    """Five 64 GiB files in 64 MiB parts need 5,120 part URLs, over the 4,096 one request may
+    ask for: 400 saying so, before anything is signed or declared; the client asks for the same
+    files in batches the api takes (here: two small ones and one big, all in one request; the big
+    one's parts grow so that it takes at most 1,024 URLs)."""
+    from services.api.uploads import MAX_UPLOAD_URLS
+
+    big = 64 * 1024**3
+    async with stack.client() as api:
+        tid = (await api.create_trace(name="many-urls", source_gpu="SM80_A100"))["id"]
+        with pytest.raises(ApiError) as err:
+            await api.request("POST", f"/api/traces/{tid}/uploads", json={
+                "files": [{"name": f"kernel-{i}.traceg", "size": big} for i in range(1, 6)]})
+        assert err.value.http_status == 400
+        assert "need 5,120 upload URLs" in str(err.value) and f"{MAX_UPLOAD_URLS:,}" in str(err.value)
+        assert await stack.store.get_file(tid, "kernel-1.traceg") is None
+        answer = await api.request_uploads(tid, [("kernel-1.traceg", 10), ("kernel-2.traceg", 20),
+                                                 ("kernel-3.traceg", 6 * 1024**3)])
+        assert [u["name"] for u in answer["uploads"]] == ["kernel-1.traceg", "kernel-2.traceg", "kernel-3.traceg"]
+        parts = answer["uploads"][2]["multipart"]["parts"]
+        assert len(parts) <= 1024 and sum(p["size"] for p in parts) == 6 * 1024**3

@@ -160,7 +160,7 @@ async def request_uploads(request: web.Request) -> web.Response:
     record = await _store(request).require(tid)
     if record.state == "ready":
         raise ConflictError(f"trace {tid} is ready: it takes no more uploads", state=record.state)
-    files = unique_files(body.files, settings.max_upload_bytes)
+    files = unique_files(body.files, settings.max_upload_bytes, settings.multipart_threshold_bytes)
     return json_response(await upload_targets(_storage(request), _store(request), settings, tid, files))
 
 

@@ -71,12 +71,54 @@ def tensor_dtype_on(spec: GPUSpec, dtype: str) -> str:
     return ""
 
 
+_LOW_PRECISION_CODES = np.array([d in LOW_PRECISION for d in DTYPES])
+
+
+@dataclass(frozen=True)
+class _SpecTables:
+    """Per dtype code, what a spec's units do with it (read-only arrays)."""
+
+    has: np.ndarray
+    """the spec runs the dtype on some tensor cores (:func:`tensor_dtype_on`)"""
+    swapped: np.ndarray
+    """a low-precision dtype on other tensor cores than its own (:func:`software_fallback`)"""
+    simt: np.ndarray
+    matmul: np.ndarray
+    tensor: np.ndarray
+
+
+#: Tables of the specs seen lately, by object (a spec is frozen; the entry holds the spec itself,
+#: so its id is not reused while cached). Built once per spec instead of on every call: a refit
+#: predicts tens of thousands of small tables.
+_TABLES: dict[int, tuple[GPUSpec, _SpecTables]] = {}
+_TABLES_MAX = 256
+
+
+def _tables(spec: GPUSpec) -> _SpecTables:
+    hit = _TABLES.get(id(spec))
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    on = [tensor_dtype_on(spec, d) for d in DTYPES]
+    arrays = {
+        "has": np.array([m != "" for m in on]),
+        "swapped": np.array([d in LOW_PRECISION and m not in ("", _TENSOR_MATH.get(d, d)) for d, m in zip(DTYPES, on, strict=True)]),
+        "simt": np.array([spec.simt_flops(d) for d in DTYPES], dtype=float),
+        "matmul": np.array([matmul_simt_flops(spec, d) for d in DTYPES], dtype=float),
+        "tensor": np.array([spec.tensor_flops(m) if m else 0.0 for m in on], dtype=float),
+    }
+    for a in arrays.values():
+        a.flags.writeable = False
+    tables = _SpecTables(**arrays)
+    if len(_TABLES) >= _TABLES_MAX:
+        _TABLES.clear()
+    _TABLES[id(spec)] = (spec, tables)
+    return tables
+
+
 def software_fallback(w: Workload, spec: GPUSpec) -> np.ndarray:
     """Per kernel: a tensor-core kernel of a low-precision format ``spec`` has no units for, run
     on its BF16 / FP16 tensor cores instead (:func:`tensor_dtype_on`)."""
-    swapped = np.array([d in LOW_PRECISION and tensor_dtype_on(spec, d) not in ("", _TENSOR_MATH.get(d, d))
-                        for d in DTYPES])
-    return np.asarray(w.tensor & swapped[w.dtype_code], dtype=bool)
+    return np.asarray(w.tensor & _tables(spec).swapped[w.dtype_code], dtype=bool)
 
 
 def on_spec(w: Workload, spec: GPUSpec) -> Workload:
@@ -84,8 +126,7 @@ def on_spec(w: Workload, spec: GPUSpec) -> Workload:
     tensor cores for (FP16 on a P100, TF32 before Ampere) runs on the CUDA cores, with their
     tiles, efficiency and :func:`matmul_simt_flops` peak; a low-precision one (FP8, FP4) on its
     BF16 / FP16 tensor cores (:func:`tensor_dtype_on`). ``w`` itself where nothing changes."""
-    has = np.array([tensor_dtype_on(spec, d) != "" for d in DTYPES])
-    moved = w.tensor & ~has[w.dtype_code]
+    moved = w.tensor & ~_tables(spec).has[w.dtype_code]
     if not moved.any():
         return w
     fields = {f: getattr(w, f) for f in w.__dataclass_fields__}
@@ -98,14 +139,12 @@ def peak_flops(w: Workload, spec: GPUSpec) -> np.ndarray:
     path (where the spec serves the dtype, :func:`on_spec`), a GEMM on the CUDA cores
     :func:`matmul_simt_flops`, anything else the dtype's SIMT peak."""
     w = on_spec(w, spec)
-    simt = np.array([spec.simt_flops(d) for d in DTYPES])
-    matmul = np.array([matmul_simt_flops(spec, d) for d in DTYPES])
-    tensor = np.array([spec.tensor_flops(tensor_dtype_on(spec, d)) if tensor_dtype_on(spec, d) else 0.0
-                       for d in DTYPES])
+    t = _tables(spec)
+    simt, matmul, tensor = t.simt, t.matmul, t.tensor
     code = w.dtype_code
     # attention over an FP8 cache runs no faster than over a BF16 one (llm-kernels: FP8 / BF16
     # prefill medians 1.04 on the B200, 1.12 on the H100): its BF16 units' rate
-    low = np.array([d in LOW_PRECISION for d in DTYPES])[code] & (w.family == opfamilies.ATTENTION)
+    low = _LOW_PRECISION_CODES[code] & (w.family == opfamilies.ATTENTION)
     half = spec.tensor_flops("bf16") or spec.tensor_flops("fp16")
     tensor_peak = np.where(low & (half > 0), half, tensor[code])
     return np.where(w.tensor, tensor_peak, np.where(w.family == opfamilies.GEMM, matmul[code], simt[code]))

@@ -27,7 +27,8 @@ pytest_plugins = [
 #: ``pytest -n N --dist loadgroup`` (``make test``) they spread over the workers; every other
 #: file's tests stay together on one worker, so its module fixtures are made once.
 SPREAD_FILES = frozenset({"tests/e2e/test_embedded.py", "tests/integration/test_validate.py",
-                          "tests/integration/test_runs.py", "tests/unit/test_validate.py"})
+                          "tests/integration/test_runs.py", "tests/unit/test_validate.py",
+                          "tests/unit/test_physics.py", "tests/unit/test_traces_reference.py"})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -19,7 +19,8 @@ PYTEST_WORKERS ?= 4
 # commands, workers) compiles every module it imports again, about half of the suite's CPU time.
 export PYTHONDONTWRITEBYTECODE :=
 export PYTHONPYCACHEPREFIX := $(abspath $(VENV))/pycache
-PYTEST := $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=20
+PYTEST_RUN := $(BIN)/python -m pytest -q --dist loadgroup --durations=20
+PYTEST := $(PYTEST_RUN) -n $(PYTEST_WORKERS)
 
 .PHONY: run test test-unit test-integration test-e2e setup lint bench clean
 
@@ -54,7 +55,7 @@ test: $(STAMP)
 # tier again each (on 2 cores: 2 workers 36 s whole, 4 workers 48 s).
 UNIT_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 test-unit: $(STAMP)
-	$(PYTEST) -n $(UNIT_WORKERS) tests/unit -m "not slow" $(PYTEST_ARGS)
+	$(PYTEST_RUN) -n $(UNIT_WORKERS) tests/unit -m "not slow" $(PYTEST_ARGS)
 
 test-integration: $(STAMP)
 	$(PYTEST) tests/integration $(PYTEST_ARGS)

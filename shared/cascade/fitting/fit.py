@@ -358,6 +358,29 @@ def _floor_groups(layout: _Layout) -> list[np.ndarray]:
     return [np.asarray(v) for _k, v in sorted(by_kind.items()) if len(v) >= 2]
 
 
+def _pair_error(p: _Prepared, cal: Calibration, archs: dict[str, str], anchor: float, model: ScaledModel) -> float:
+    """One GPU pair's term of the objective under ``cal``."""
+    src, tgt = p.pair.source, p.pair.target
+    ctx = ModelContext(src.spec, cal, ScaledConfig(measurement=src.measurement), archs)
+    sel = p.fit_rows
+    pred = model.predict(p.pair.source_table, p.w, tgt.spec, ctx).predicted_ns
+    err = float(np.mean(np.abs(pred[sel] / p.measured[sel] - 1.0)))
+    if anchor > 0:
+        fixed = cal.floor_ns(src.measurement, tgt.spec) or tgt.spec.launch_overhead_ns
+        absolute = kernel_times(p.w, tgt.spec, cal.params_for(tgt.spec, archs, src.measurement), cal, fixed,
+                                target_tiles(p.w, tgt.spec, cal, src.spec)).total_ns
+        err += anchor * float(np.mean(np.abs(np.log(absolute[sel] / p.measured[sel]))))
+    return err
+
+
+def _combine(prepared: Sequence[_Prepared], errors: Sequence[float]) -> float:
+    """The objective from every pair's term: the mean over (kind, dataset) of their pairs' mean."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for p, err in zip(prepared, errors, strict=True):
+        groups.setdefault((p.pair.source.kind, p.pair.source.dataset), []).append(err)
+    return float(np.mean([np.mean(v) for v in groups.values()]))
+
+
 def _objective(prepared: Sequence[_Prepared], layout: _Layout, tiles: dict[str, dict[str, list[int]]],
                base: Calibration, archs: dict[str, str], anchor: float,
                floor_prior: float = 0.0) -> Callable[[np.ndarray], float]:
@@ -366,20 +389,7 @@ def _objective(prepared: Sequence[_Prepared], layout: _Layout, tiles: dict[str, 
 
     def f(x: np.ndarray) -> float:
         cal = _build_calibration(x, layout, tiles, base)
-        groups: dict[tuple[str, str], list[float]] = {}
-        for p in prepared:
-            src, tgt = p.pair.source, p.pair.target
-            ctx = ModelContext(src.spec, cal, ScaledConfig(measurement=src.measurement), archs)
-            sel = p.fit_rows
-            pred = model.predict(p.pair.source_table, p.w, tgt.spec, ctx).predicted_ns
-            err = float(np.mean(np.abs(pred[sel] / p.measured[sel] - 1.0)))
-            if anchor > 0:
-                fixed = cal.floor_ns(src.measurement, tgt.spec) or tgt.spec.launch_overhead_ns
-                absolute = kernel_times(p.w, tgt.spec, cal.params_for(tgt.spec, archs, src.measurement), cal, fixed,
-                                        target_tiles(p.w, tgt.spec, cal, src.spec)).total_ns
-                err += anchor * float(np.mean(np.abs(np.log(absolute[sel] / p.measured[sel]))))
-            groups.setdefault((src.kind, src.dataset), []).append(err)
-        value = float(np.mean([np.mean(v) for v in groups.values()]))
+        value = _combine(prepared, [_pair_error(p, cal, archs, anchor, model) for p in prepared])
         for idx in floor_groups:  # log floors' spread around their kind's mean
             value += floor_prior * float(np.mean((x[idx] - x[idx].mean()) ** 2))
         return value
@@ -404,21 +414,33 @@ def _tile_slots(prepared: Sequence[_Prepared]) -> list[tuple[str, str]]:
 def _choose_tiles(prepared: Sequence[_Prepared], layout: _Layout, x: np.ndarray,
                   base: Calibration, archs: dict[str, str],
                   start: dict[str, dict[str, list[int]]]) -> dict[str, dict[str, list[int]]]:
-    """Pick each (arch, path) GEMM tile from the candidates, one slot at a time."""
+    """Pick each (arch, path) GEMM tile from the candidates, one slot at a time.
+
+    A slot's tile reaches only the pairs with a GPU of its architecture (source or target): each
+    candidate re-predicts those pairs, the others keep their term (the same objective as
+    re-predicting every pair, at a fraction of the cost)."""
     slots = _tile_slots(prepared)
+    model = ScaledModel()
     tiles: dict[str, dict[str, list[int]]] = {}
     for arch, key in slots:
         tiles.setdefault(arch, {})[key] = list(start.get(arch, {}).get(key, [0, 0]))
+    errors = [_pair_error(p, _build_calibration(x, layout, tiles, base), archs, 0.0, model) for p in prepared]
     for _round in range(2):
         for arch, key in slots:
-            best: tuple[float, list[int]] | None = None
+            touched = [i for i, p in enumerate(prepared) if arch in (p.pair.source.spec.arch, p.pair.target.spec.arch)]
+            best: tuple[float, list[int], list[float]] | None = None
             for cand in TILE_CANDIDATES:
                 tiles[arch][key] = list(cand)
-                val = _objective(prepared, layout, tiles, base, archs, 0.0)(x)
+                cal = _build_calibration(x, layout, tiles, base)
+                trial = list(errors)
+                for i in touched:
+                    trial[i] = _pair_error(prepared[i], cal, archs, 0.0, model)
+                val = _combine(prepared, trial)
                 if best is None or val < best[0]:
-                    best = (val, list(cand))
+                    best = (val, list(cand), trial)
             assert best is not None
             tiles[arch][key] = best[1]
+            errors = best[2]
     return tiles
 
 

@@ -12,8 +12,12 @@ answer never depends on how a search breaks ties; chunked so memory stays bounde
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from scipy.spatial import cKDTree
+
+if TYPE_CHECKING:
+    from scipy.spatial import cKDTree
 
 _CHUNK = 512
 #: Candidates the tree returns beyond the ``neighbours`` wanted, so that shapes tied at the last
@@ -44,7 +48,7 @@ def interpolate(points: np.ndarray, residuals: np.ndarray, query: np.ndarray, *,
     dims = x.shape[1]
     eye = np.eye(dims + 1) * RIDGE
     eye[0, 0] = 0.0
-    tree = cKDTree(x) if k < len(x) else None
+    tree = _tree(x) if k < len(x) else None
     for start in range(0, m, _CHUNK):
         q = query[start:start + _CHUNK].astype(np.float64)
         if tree is None:
@@ -64,6 +68,14 @@ def interpolate(points: np.ndarray, residuals: np.ndarray, query: np.ndarray, *,
         out[start:start + len(q)] = np.clip(beta, rk.min(axis=1), rk.max(axis=1))
         nearest[start:start + len(q)] = np.sqrt(dk.min(axis=1))
     return out, nearest
+
+
+def _tree(x: np.ndarray) -> cKDTree:
+    """A k-d tree over ``x`` (scipy imported here, when a surface is first asked: half a second
+    that every process importing the engine would otherwise pay at start)."""
+    from scipy.spatial import cKDTree
+
+    return cKDTree(x)
 
 
 def _nearest(tree: cKDTree, x: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

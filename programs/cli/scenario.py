@@ -59,10 +59,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     g.add_argument("--trace", metavar="FILE.csv",
                    help="replay arrived_at,prompt_tokens,output_tokens (overrides --arrival)")
     g.add_argument("--requests", type=int,
-                   help="number of requests (default 1000; with --concurrency N: 10 x N)")
+                   help="number of requests measured (default 1000; with --concurrency N: 10 x N, after the warm-up's)")
     g.add_argument("--concurrency", type=int, default=None, metavar="N",
                    help="closed loop: N clients, each sending its next request when its previous one "
                         "finished (vllm bench serve --max-concurrency N); --arrival/--rate are ignored")
+    g.add_argument("--warmup", type=int, default=None, metavar="N",
+                   help="requests simulated first and left out of every figure, as a benchmark's warm-up "
+                        "(default: 2 x --concurrency in a closed loop, else 0)")
+    g.add_argument("--clients-start", choices=["together", "staggered"], default="together",
+                   help="with --concurrency: together (default), every client's first request at t=0 as a "
+                        "serving benchmark starts them; staggered, each client at its own phase")
     g.add_argument("--duration", type=float, help="seconds of traffic instead of --requests")
     g.add_argument("--prompt", default=None,
                    help="prompt tokens: N | uniform:LO:HI | lognormal:median=M,p90=P | "
@@ -146,7 +152,8 @@ def build_scenario(args: argparse.Namespace) -> Scenario:
         prompt=parse_length(args.prompt, "prompt") if args.prompt else None,
         output=parse_length(args.output, "output") if args.output else None,
         router={"kind": args.router}, scheduler=scheduler, slo=parse_slo(args.slo),
-        seed=args.seed, include_records=bool(args.records), max_context_tokens=_max_context(args))
+        seed=args.seed, include_records=bool(args.records), max_context_tokens=_max_context(args),
+        clients_start=args.clients_start, warmup_requests=args.warmup)
 
 
 def _max_context(args: argparse.Namespace) -> int | None:

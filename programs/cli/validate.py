@@ -61,6 +61,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         "other's measured times by scaled (TF32 off, as the campaign ran) beside the ratio roofline, "
                         "MAPE per pair and per target GPU, each target scored with the convolution algorithm model "
                         "fitted without it")
+    p.add_argument("--serving-clients-start", choices=["together", "staggered"], default="together",
+                   help="with --serving: the closed loop's clients started together (default, as the benchmark "
+                        "starts them) or each at its own phase")
     p.add_argument("--serving-left-out", action="store_true",
                    help="with --serving: each row's GPU predicted with its own LLM-kernel surfaces removed (a GPU "
                         "never measured)")
@@ -278,12 +281,13 @@ def _serving(args: argparse.Namespace, reg: object) -> int:
                                     lambda name: (cfg_dir / name).read_text())
     backends = tuple(b.strip() for b in args.serving_backends.split(",") if b.strip())
     report = serving.evaluate(rows, configs, reg, cal, backends=backends, requests_per_client=args.serving_requests,
-                              left_out=args.serving_left_out,
+                              left_out=args.serving_left_out, clients_start=args.serving_clients_start,
                               every=max(1, args.serving_every))
     for message in report.skipped:
         print(f"cascade validate: skipped {message}", file=sys.stderr)
     if args.json:
         doc = {"calibration": describe(cal), "data": str(root), "requests_per_client": args.serving_requests,
+               "clients_start": args.serving_clients_start,
                "every": args.serving_every, "serving": msgspec.to_builtins(report.scores),
                "rows": msgspec.to_builtins(report.rows), "skipped": report.skipped}
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(doc), indent=2).decode() + "\n")

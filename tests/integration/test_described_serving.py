@@ -30,6 +30,15 @@ def test_scenario_from_a_config_answers_ttft_and_tpot(tmp_path: Path) -> None:
     assert 0 < res["tpot_ms"]["mean"] < 100
     assert res["basis"]["gpu"] == "SM100_B200" and len(res["basis"]["llm_calibration"]["digest"]) == 16
     assert "TP 2" in res["basis"]["workload"] and res["scenario"]["concurrency"] == 8
+    # as a benchmark runs it: clients started together, 2 x 8 warm-up requests left out of the 80
+    assert res["scenario"]["clients_start"] == "together" and res["scenario"]["warmup_requests"] is None
+    spread = _cascade("scenario", "--hf-config", str(cfg), "--gpu", "NVIDIA B200", "--tp", "2", "--quant", "fp8",
+                      "--concurrency", "8", "--prompt", "256", "--output", "32", "--clients-start", "staggered",
+                      "--warmup", "0", "--json")
+    assert spread.returncode == 0, spread.stderr
+    other = json.loads(spread.stdout)
+    assert other["completed"] == 80 and other["scenario"]["clients_start"] == "staggered"
+    assert other["ttft_ms"]["mean"] != res["ttft_ms"]["mean"]
     bad = _cascade("scenario", "--hf-config", str(cfg), "--concurrency", "8")
     assert bad.returncode != 0 and "--gpu" in bad.stderr
 
@@ -61,6 +70,7 @@ def test_validate_serving_scores_rows_per_model_and_gpu(tmp_path: Path) -> None:
     out = _cascade("validate", "--data", str(tmp_path), "--serving", "--json")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
+    assert doc["clients_start"] == "together"
     groups = {(s["model"], s["gpu"]): s for s in doc["serving"]}
     assert set(groups) == {("me/tiny", "SM90_H100"), ("me/tiny", "SM90_H200")}
     h100 = groups[("me/tiny", "SM90_H100")]

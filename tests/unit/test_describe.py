@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -165,22 +166,27 @@ def _in_flight_max(arrival: np.ndarray, finished: np.ndarray) -> int:
     return int(np.max(np.cumsum(delta[order])))
 
 
+@pytest.mark.parametrize("start", ["together", "staggered"])
 @pytest.mark.parametrize("scheduler", [Vllm(max_num_seqs=64, max_num_batched_tokens=2048), Static(batch_size=4)])
 @pytest.mark.parametrize("n", [1, 3, 16])
-def test_closed_loop_keeps_at_most_n_in_flight_and_finishes_all(n: int, scheduler: Any) -> None:
+def test_closed_loop_keeps_at_most_n_in_flight_and_finishes_all(n: int, scheduler: Any, start: str) -> None:
     sc = Scenario(concurrency=n, n_requests=60, prompt=Uniform(lo=16, hi=600), output=Uniform(lo=1, hi=80),
-                  scheduler=scheduler, seed=n)
+                  scheduler=scheduler, seed=n, warmup_requests=0, clients_start=start)  # type: ignore[arg-type]
     rs = resolve(sc)
     kv = KVConfig(model=MODEL_SHAPES["llama-2-7b"], gpu_memory_bytes=80 << 30)
     out = simulate(rs, synthetic_step_model(), kv)
     assert np.all(out.finished_ns >= 0)
     assert np.array_equal(out.tokens_emitted, out.output_tokens)
     assert _in_flight_max(out.arrival_ns, out.finished_ns) == min(n, 60)
-    # the first wave is spread over one request's expected time (each client at its own phase,
-    # the steady state, not lockstep); every later request is sent after an earlier one finished,
-    # a client's gap of milliseconds later
+    # together: the first wave within the clients' own gaps of milliseconds, as a benchmark sends
+    # it; staggered: spread over one request's expected time (each client at its own phase).
+    # Every later request is sent after an earlier one finished, a client's gap later
     first = out.arrival_ns[:n]
-    assert first[0] < 50e6 and (n == 1 or np.all(np.diff(first) > 0))
+    assert np.all(np.diff(first) >= 0)
+    if start == "together":
+        assert first[-1] < 50e6
+    else:
+        assert first[0] < 50e6 and (n == 1 or (np.all(np.diff(first) > 0) and first[-1] > 50e6))
     ends = np.sort(out.finished_ns)
     for t in out.arrival_ns[n:]:
         before = ends[ends <= t]
@@ -202,6 +208,30 @@ def test_closed_loop_first_wave_is_in_time_order_and_disorder_is_refused() -> No
     shuffled = DrawnRequests(disordered, wl.prompt_tokens, wl.output_tokens, wl.client_gap_s)
     with pytest.raises(SimulationInvariantError, match="must not decrease"):
         simulate(resolve(sc), synthetic_step_model(), kv, workload=shuffled)
+
+
+def test_the_warm_up_is_simulated_and_left_out_of_every_figure() -> None:
+    kv = KVConfig(model=MODEL_SHAPES["llama-2-7b"], gpu_memory_bytes=80 << 30)
+    base = Scenario(concurrency=8, n_requests=40, prompt=Fixed(tokens=512), output=Fixed(tokens=16))
+    whole = simulate(resolve(msgspec.structs.replace(base, warmup_requests=0, n_requests=56)), synthetic_step_model(), kv)
+    # default: 2 x concurrency warm-up requests first, the same 56 simulated, the last 40 measured
+    measured = simulate(resolve(base), synthetic_step_model(), kv)
+    assert len(measured.arrival_ns) == 40
+    assert np.array_equal(measured.arrival_ns, whole.arrival_ns[16:])
+    assert np.array_equal(measured.first_token_ns, whole.first_token_ns[16:])
+    # every measured request's 15 gaps, none of the warm-up's
+    assert len(measured.itl_ns) == 40 * 15 and len(whole.itl_ns) == 56 * 15
+    assert np.array_equal(measured.token_times_ns(0), whole.token_times_ns(16))
+    res = run_scenario(base, synthetic_step_model(), kv)
+    assert res.completed == 40 and res.scenario["warmup_requests"] is None
+    # the figures are the measured requests' alone
+    ttft = (whole.first_token_ns - whole.arrival_ns) / 1e6
+    assert res.ttft_ms.mean == pytest.approx(float(np.mean(ttft[16:])))
+    assert res.ttft_ms.mean != pytest.approx(float(np.mean(ttft)))
+    with pytest.raises(ValidationError) as err:
+        run_scenario(Scenario(n_requests=None, duration_s=0.5, arrival={"kind": "constant", "rate": 4.0},
+                              warmup_requests=50), synthetic_step_model(), kv)
+    assert err.value.field == "warmup_requests" and "leave none" in str(err.value)
 
 
 def test_closed_loop_defaults_to_ten_requests_per_client() -> None:

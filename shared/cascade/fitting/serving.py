@@ -18,7 +18,8 @@ Each aggregated (``mode`` = ``agg``) row becomes one closed-loop scenario:
   with the reason;
 - load: ``silicon_concurrency=N`` of ``silicon_data_source`` (else ``batch_size``) clients in
   a closed loop, each request ``isl`` tokens in and ``osl`` out, ``requests_per_client`` x N
-  requests; vLLM V1 scheduling with max_num_batched_tokens 8192 and max_num_seqs 1024 (the
+  requests, the clients started together as a benchmark starts them (``clients_start``;
+  ``staggered``: each at its own phase); vLLM V1 scheduling with max_num_batched_tokens 8192 and max_num_seqs 1024 (the
   API server's defaults on 80 GB-class GPUs);
 - engine: vLLM's async scheduling where the row's ``backend_version`` turns it on by default
   (0.14 and later, or no version recorded: :data:`ASYNC_SCHEDULING_FROM`), else synchronous;
@@ -59,7 +60,7 @@ from cascade.llm.describe import ModelDescription, describe_model
 from cascade.llm.model import LlmCalibration, without_gpus
 from cascade.serving.arrivals import Fixed
 from cascade.serving.described import DescribedStepCost, described_kv
-from cascade.serving.scenario import Scenario, run_scenario
+from cascade.serving.scenario import ClientsStart, Scenario, run_scenario
 from cascade.serving.schedulers import Vllm
 
 #: ``system`` column -> GPU spec id.
@@ -222,7 +223,8 @@ def _ape(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
 
 def evaluate(rows: list[dict[str, str]], configs: Mapping[str, Mapping[str, Any]], reg: GPURegistry,
              cal: LlmCalibration, *, backends: tuple[str, ...] = ("vllm",), requests_per_client: int = REQUESTS_PER_CLIENT,
-             every: int = 1, log: Callable[[str], None] | None = None, left_out: bool = False) -> ServingReport:
+             every: int = 1, log: Callable[[str], None] | None = None, left_out: bool = False,
+             clients_start: ClientsStart = "together") -> ServingReport:
     """Predict every ``agg`` row of the chosen ``backends`` (every ``every``-th of each group
     when subsampling) and score it per (backend, model, GPU)."""
     skipped: list[str] = []
@@ -284,6 +286,7 @@ def evaluate(rows: list[dict[str, str]], configs: Mapping[str, Mapping[str, Any]
         try:
             kv = described_kv(desc, spec, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS, max_num_seqs=MAX_NUM_SEQS)
             sc = Scenario(concurrency=n, n_requests=requests_per_client * n, prompt=Fixed(tokens=isl),
+                          clients_start=clients_start,
                           output=Fixed(tokens=osl), scheduler=Vllm(max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
                                                                    max_num_seqs=MAX_NUM_SEQS, async_scheduling=overlap))
             res = run_scenario(sc, source, kv)

@@ -38,6 +38,7 @@ from cascade.serving.routers import ROUTERS
 from cascade.serving.scenario import (
     MAX_REPLICAS,
     MAX_REQUESTS,
+    ClientsStart,
     Scenario,
     ScenarioResult,
     expected_arrivals,
@@ -199,6 +200,12 @@ class ScenarioRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     """Closed loop: this many clients, each sending its next request when its previous one
     finished (``vllm bench serve --max-concurrency``); the arrival is then ignored and
     n_requests defaults to 10 x concurrency."""
+    warmup_requests: Annotated[int, msgspec.Meta(ge=0, le=MAX_REQUESTS)] | None = None
+    """Requests simulated before the measured ones and left out of every figure (a benchmark's
+    warm-up); default 2 x concurrency in a closed loop, else none."""
+    clients_start: ClientsStart = "together"
+    """Closed loop: ``together`` (every client's first request at t=0, as a serving benchmark
+    starts) or ``staggered`` (each client at its own phase)."""
     lengths: LengthsSpec = LengthsSpec()
     n_requests: Annotated[int, msgspec.Meta(ge=1, le=MAX_REQUESTS)] | None = None
     duration: PosF | None = None
@@ -329,6 +336,7 @@ def build_scenario(req: ScenarioRequest, tmpdir: Path) -> Scenario:
         "duration_s": req.duration if req.duration is not None else req.duration_s,
         "replicas": req.replicas, "router": _law(req.router), "scheduler": _scheduler(req.scheduler),
         "slo": msgspec.to_builtins(req.slos), "seed": req.seed, "include_records": req.include_records,
+        "clients_start": req.clients_start, "warmup_requests": req.warmup_requests,
     }
     if req.concurrency is not None and raw["arrival"]["kind"] == "trace":  # a closed loop draws its lengths
         raw["arrival"] = {"kind": "poisson", "rate": 1.0}

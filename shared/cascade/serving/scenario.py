@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 import numpy as np
@@ -44,14 +44,18 @@ MAX_REQUESTS = 2_000_000
 #: concurrency sweeps of `vllm bench serve` commonly send, so the first wave, every client
 #: sending at t=0, is a tenth of the run).
 REQUESTS_PER_CLIENT = 10
+#: Closed loop without warmup_requests: warm-up requests per client, simulated first and left out
+#: of every figure (aiperf's ``--warmup-request-count 2N`` in concurrency sweeps, AIConfigurator's
+#: and GenAI-Perf's benchmark scripts among them): the first wave, every request prefilled at
+#: once, is not what the benchmark reports.
+WARMUP_PER_CLIENT = 2
 #: Closed loop: a benchmark client's own time between a response's last token and its next
 #: request reaching the server (HTTP round trip, stream parsing, tokenising the next prompt: a few
 #: milliseconds for `vllm bench serve` or aiperf beside the server), drawn per request from an
-#: exponential of this mean (seeded). It is what keeps N identical clients from running in
-#: lockstep: without it the N requests of every wave arrive in the same instant, prefill in one
-#: step and finish in one step, forever (Qwen3-32B, TP 2, H100, 8 clients of 1024 / 128 tokens:
-#: TTFT 432 ms in lockstep against 154 measured).
+#: exponential of this mean (seeded).
 CLIENT_GAP_MS = 2.0
+#: How a closed loop's clients start (:attr:`Scenario.clients_start`).
+ClientsStart = Literal["together", "staggered"]
 
 
 class Scenario(msgspec.Struct, frozen=True, kw_only=True):
@@ -86,6 +90,17 @@ class Scenario(msgspec.Struct, frozen=True, kw_only=True):
     finished (``vllm bench serve --max-concurrency N`` with every request queued at t=0);
     the arrival law is then ignored. Default number of requests: :data:`REQUESTS_PER_CLIENT`
     x concurrency."""
+    warmup_requests: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    """Requests simulated before the ``n_requests`` measured ones and left out of every figure
+    (a benchmark's warm-up); default :data:`WARMUP_PER_CLIENT` x concurrency in a closed loop,
+    else none."""
+    clients_start: ClientsStart = "together"
+    """Closed loop: ``together``, every client sends its first request at t=0, as a serving
+    benchmark's clients do (``vllm bench serve --max-concurrency N``, ``aiperf --concurrency N``):
+    requests of equal lengths prefilled in one step finish in one step and come back together,
+    so the waves a benchmark measures persist; ``staggered``, the first wave spread over one
+    request's expected time, each client at its own phase (independent users in a steady
+    state: the lower end of TTFT)."""
     max_context_tokens: Annotated[int, msgspec.Meta(ge=2)] | None = None
     """The model's context window: a drawn request holding more tokens (prompt + output)
     is refused with the count and the longest, as a vLLM server refuses it (None: no
@@ -141,6 +156,8 @@ def resolve(scenario: Scenario | dict[str, Any]) -> ResolvedScenario:
         raise ValidationError("give n_requests or duration_s, not both", field="duration_s")
     if scenario.n_requests is not None and scenario.n_requests > MAX_REQUESTS:
         raise ValidationError(f"at most {MAX_REQUESTS}", field="n_requests")
+    if scenario.warmup_requests is not None and scenario.warmup_requests > MAX_REQUESTS:
+        raise ValidationError(f"at most {MAX_REQUESTS}", field="warmup_requests")
     if scenario.replicas > MAX_REPLICAS:
         raise ValidationError(f"at most {MAX_REPLICAS}", field="replicas")
     for name in ("ttft_ms", "tpot_ms", "e2e_ms"):
@@ -176,8 +193,16 @@ def expected_arrivals(rs: ResolvedScenario) -> float | None:
     return rate * sc.duration_s  # finite or inf: both compare against a limit
 
 
+def warmup_of(sc: Scenario) -> int:
+    """Warm-up requests of a scenario (:attr:`Scenario.warmup_requests`)."""
+    if sc.warmup_requests is not None:
+        return sc.warmup_requests
+    return WARMUP_PER_CLIENT * sc.concurrency if sc.concurrency is not None else 0
+
+
 def draw_workload(rs: ResolvedScenario) -> DrawnRequests:
-    """Arrivals and lengths for a scenario (independent RNG streams per quantity, from the seed)."""
+    """Arrivals and lengths for a scenario (independent RNG streams per quantity, from the seed):
+    the warm-up's first, then the measured requests."""
     sc = rs.scenario
     s_arr, s_prompt, s_out = np.random.SeedSequence(sc.seed).spawn(3)
     n = sc.n_requests
@@ -185,6 +210,11 @@ def draw_workload(rs: ResolvedScenario) -> DrawnRequests:
         n = REQUESTS_PER_CLIENT * sc.concurrency
     if n is None and sc.duration_s is None and not isinstance(rs.arrival, Trace):
         n = 1000
+    if n is not None:
+        n += warmup_of(sc)
+        if n > MAX_REQUESTS:
+            raise ValidationError(f"{n} requests with the warm-up's, more than {MAX_REQUESTS}",
+                                  field="warmup_requests")
     if sc.concurrency is not None:  # closed loop: the first wave at t=0, the rest on finishes
         n = n if n is not None else REQUESTS_PER_CLIENT * sc.concurrency
         lens = []
@@ -313,9 +343,8 @@ class ScenarioResult(msgspec.Struct, frozen=True, kw_only=True):
 
 def staggered(wl: DrawnRequests, concurrency: int, replicas: int, cost: Any) -> DrawnRequests:
     """A closed loop's first wave spread over one request's expected time at full load, so the
-    run starts in the steady state real clients reach (each client at its own phase), not in
-    lockstep (every client sending at t=0, prefilling in one step, finishing in one step, again
-    and again: :data:`CLIENT_GAP_MS`). The expected time: the mean prompt's prefill alone, then
+    run starts with each client at its own phase (``clients_start="staggered"``), not in the
+    waves of clients started together. The expected time: the mean prompt's prefill alone, then
     the mean output's decode steps at the full per-replica batch and the mean context."""
     n = min(concurrency, len(wl.arrived_at))
     if n <= 1:
@@ -340,8 +369,13 @@ def simulate(rs: ResolvedScenario, step_model: StepTimeModel | StepTimeSource, k
     """Run the simulation of a resolved scenario and return the raw outcome."""
     wl = workload if workload is not None else draw_workload(rs)
     cost = step_model.step_cost()
-    if rs.scenario.concurrency is not None and wl.client_gap_s is not None and workload is None:
+    if rs.scenario.concurrency is not None and wl.client_gap_s is not None and workload is None \
+            and rs.scenario.clients_start == "staggered":
         wl = staggered(wl, rs.scenario.concurrency, rs.scenario.replicas, cost)
+    warmup = warmup_of(rs.scenario)
+    if warmup >= len(wl.arrived_at):
+        raise ValidationError(f"the warm-up's {warmup} requests leave none of the {len(wl.arrived_at)} drawn "
+                              "to measure: lower warmup_requests", field="warmup_requests")
     num_blocks = kv_config.num_blocks()
     bs = kv_config.block_size
     biggest = int(np.max(wl.prompt_tokens + wl.output_tokens))
@@ -367,7 +401,7 @@ def simulate(rs: ResolvedScenario, step_model: StepTimeModel | StepTimeSource, k
         cost=cost, num_blocks=num_blocks, block_size=bs,
         record_steps=record_steps, progress=progress, fast_forward=fast_forward,
         progress_every=max(1000, len(wl.arrived_at) // 100), concurrency=rs.scenario.concurrency,
-        client_gap_ns=None if wl.client_gap_s is None else wl.client_gap_s * 1e9)
+        client_gap_ns=None if wl.client_gap_s is None else wl.client_gap_s * 1e9, warmup=warmup)
     return sim.run()
 
 

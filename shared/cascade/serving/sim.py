@@ -168,9 +168,15 @@ class Simulation:
                  scheduler: msgspec.Struct, cost: StepCostModel, num_blocks: int, block_size: int,
                  record_steps: bool = False, progress: Progress | None = None,
                  progress_every: int = 1000, fast_forward: bool = True,
-                 concurrency: int | None = None, client_gap_ns: np.ndarray | None = None) -> None:
+                 concurrency: int | None = None, client_gap_ns: np.ndarray | None = None,
+                 warmup: int = 0) -> None:
         n = len(arrival_ns)
         self.n = n
+        if warmup < 0:
+            raise SimulationInvariantError(f"warmup must be >= 0, got {warmup}")
+        self.warmup = min(warmup, n)
+        """The first requests (in index order) are simulated and left out of the outcome: a
+        benchmark's warm-up."""
         self.arrival = np.asarray(arrival_ns, dtype=float).tolist()
         self.prompt = np.asarray(prompt_tokens, dtype=np.int64).tolist()
         self.target = np.asarray(output_tokens, dtype=np.int64).tolist()
@@ -324,7 +330,9 @@ class Simulation:
                 f"capacity {rep.num_blocks}")
 
     def _outcome(self) -> SimOutcome:
-        n = self.n
+        """The measured requests' outcome (the warm-up's left out: their inter-token gaps too)."""
+        w = self.warmup
+        n = self.n - w
         step_ends = [np.asarray(rep.ends, dtype=float) for rep in self.reps]
         first = np.empty(n)
         last = np.empty(n)
@@ -332,14 +340,14 @@ class Simulation:
         pieces: list[np.ndarray] = []
         counts = [np.zeros(len(e) + 1, dtype=np.int64) for e in step_ends]
         for rid in range(n):
-            rg = self.ranges[rid]
-            ends = step_ends[self.req_replica[rid]]
+            rg = self.ranges[w + rid]
+            ends = step_ends[self.req_replica[w + rid]]
             if not rg:
                 first[rid] = last[rid] = np.nan
                 continue
             first[rid] = ends[rg[0]]
             last[rid] = ends[rg[-1]]
-            cnt = counts[self.req_replica[rid]]
+            cnt = counts[self.req_replica[w + rid]]
             tot = 0
             for i in range(0, len(rg), 2):
                 s, e = rg[i], rg[i + 1]
@@ -355,12 +363,12 @@ class Simulation:
                 pieces.append(np.repeat(np.diff(ends), mult))
         itl = np.concatenate(pieces) if pieces else np.zeros(0)
         return SimOutcome(
-            arrival_ns=np.asarray(self.arrival), prompt_tokens=np.asarray(self.prompt),
-            output_tokens=np.asarray(self.target), replica=np.asarray(self.req_replica),
-            first_scheduled_ns=np.asarray(self.first_sched), first_token_ns=first,
-            finished_ns=np.asarray(self.finish), tokens_emitted=emitted,
-            preemptions=np.asarray(self.npre), itl_ns=itl, step_ends=step_ends,
-            token_ranges=self.ranges, replicas=self.reps, extents=self.extents,
+            arrival_ns=np.asarray(self.arrival[w:]), prompt_tokens=np.asarray(self.prompt[w:]),
+            output_tokens=np.asarray(self.target[w:]), replica=np.asarray(self.req_replica[w:]),
+            first_scheduled_ns=np.asarray(self.first_sched[w:]), first_token_ns=first,
+            finished_ns=np.asarray(self.finish[w:]), tokens_emitted=emitted,
+            preemptions=np.asarray(self.npre[w:]), itl_ns=itl, step_ends=step_ends,
+            token_ranges=self.ranges[w:], replicas=self.reps, extents=self.extents,
             num_blocks=self.num_blocks, block_size=self.bs)
 
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
@@ -47,7 +47,8 @@ from cascade.calibration import Calibration, Transfer
 from cascade.calibration.accuracy import OPERATOR_LOGO_VARIANT, WORK_MODEL
 from cascade.engine import convmath
 from cascade.engine.models import RooflineConfig, ScaledConfig
-from cascade.engine.predict import predict
+from cascade.engine.predict import predict, predict_many
+from cascade.engine.workload import Workload, workload_of
 from cascade.errors import TraceFormatError, UnknownGPUError
 from cascade.gpus.registry import GPURegistry
 from cascade.gpus.spec import GPUSpec
@@ -94,6 +95,38 @@ class OperatorSet:
     times_ns: dict[str, np.ndarray]
     """Spec id -> measured time per operator."""
     specs: dict[str, GPUSpec]
+    _pairs: dict[tuple[str, str, float], PairRows | None] = field(default_factory=dict, compare=False, repr=False)
+    """:meth:`pair`'s answers: a fit asks every pair again at each grid point."""
+
+    def pair(self, source: str, target: str, min_ms: float) -> PairRows | None:
+        """The operators measured on both GPUs as a table timed on ``source``, its work, and which
+        of them are scored (target time at least ``min_ms``); None when none is."""
+        key = (source, target, min_ms)
+        if key not in self._pairs:
+            ts, tt = self.times_ns[source], self.times_ns[target]
+            # every operator measured on both is predicted (the harness's fixed time is read from
+            # all of them), the long ones scored
+            both = np.flatnonzero(np.isfinite(ts) & np.isfinite(tt))
+            scored = tt[both] >= min_ms * 1e6
+            if not scored.any():
+                self._pairs[key] = None
+            else:
+                table = self.work.take(both)
+                table["duration_ns"] = ts[both]
+                self._pairs[key] = PairRows(table=table, work=workload_of(table), rows=both, scored=scored)
+        return self._pairs[key]
+
+
+@dataclass(frozen=True, slots=True)
+class PairRows:
+    """:meth:`OperatorSet.pair`'s answer."""
+
+    table: KernelTable
+    work: Workload
+    rows: np.ndarray
+    """Operator indices measured on both GPUs."""
+    scored: np.ndarray
+    """Of those, the ones scored."""
 
 
 class WholeCell(msgspec.Struct, frozen=True, kw_only=True):
@@ -291,20 +324,15 @@ def operator_cells(ops: OperatorSet, cal: Calibration, reg: GPURegistry, *,
                 for t in ids:
                     if s == t:
                         continue
-                    ts, tt = ops.times_ns[s], ops.times_ns[t]
-                    # every operator measured on both is predicted (the harness's fixed time is read
-                    # from all of them), the long ones scored
-                    both = np.flatnonzero(np.isfinite(ts) & np.isfinite(tt))
-                    scored = tt[both] >= min_ms * 1e6
-                    if not scored.any():
+                    rows = ops.pair(s, t, min_ms)
+                    if rows is None:
                         continue
-                    table = ops.work.take(both)
-                    table["duration_ns"] = ts[both]
                     use = without_gpu(cal, t) if variant == "target uncalibrated" else cal
-                    p = predict(table, ops.specs[t], source=ops.specs[s], model=model, calibration=use,
-                                config=_config(model, measurement), registry=reg)
-                    idx = both[scored]
-                    err = np.abs(p.predicted_ns[scored] / tt[idx] - 1.0) * 100.0
+                    p = predict_many(rows.table, [ops.specs[t]], source=ops.specs[s], model=model, calibration=use,
+                                     config=_config(model, measurement), registry=reg, workload=rows.work)[0]
+                    scored = rows.scored
+                    idx = rows.rows[scored]
+                    err = np.abs(p.predicted_ns[scored] / ops.times_ns[t][idx] - 1.0) * 100.0
                     fams = ops.families[idx]
                     for fam in [*sorted(set(fams.tolist())), "all"]:
                         sel = np.ones(len(idx), dtype=bool) if fam == "all" else fams == fam

@@ -319,8 +319,11 @@ async def test_request_simulator_described_model(stack: UIStack, browser: Any, t
     await p.page.select_option("#sc-config", "llama-3.1-8b")
     await p.page.select_option("#sc-gpu", "SM90_H100")
     assert "Llama-3.1-8B" in await text_of(p, "#sc-config-note")
+    assert await p.page.locator("select[name=clients_start]").is_hidden()  # an open loop has no clients
     await p.page.check("input[name=load][value=concurrency]")
     assert await p.page.locator("input[name=rate]").is_hidden()
+    # clients started together, as a serving benchmark starts them, unless told otherwise
+    assert await p.page.locator("select[name=clients_start]").input_value() == "together"
     await p.page.fill("input[name=concurrency]", "8")
     await p.page.fill("input[name=n]", "40")
     await p.page.fill("input[name=prompt-tokens]", "512")

@@ -8,6 +8,9 @@
 - ``timeline``: W warm-ups, then one generation under the PyTorch profiler with a
   ``step:prefill|decode:tokens=..:context=..`` range around every forward; writes
   ``CASCADE_PROFILE_TIMELINE``.
+- ``baseline+timeline``: both of the above in one process, the baseline first (before the
+  profiler is imported): ``cascade profile hf`` runs this, so the model is built and torch and
+  transformers imported once (on a CPU those take most of a pass).
 - ``nsys``: W warm-ups and one generation with an NVTX ``step:..`` range per forward
   (Nsight Systems, around the process, records).
 - ``instructions`` (or none): W warm-ups and one generation, nothing recorded here (the
@@ -237,16 +240,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     recipe = Recipe(args)
     which = os.environ.get(ENV_PASS, "")
-    if which == "baseline":
+    if which in ("baseline", "baseline+timeline"):
         base = recipe.baseline()
         target = os.environ.get(ENV_BASELINE)
         if target:
             write_baseline(Path(target), base)
         print(f"baseline: e2e {base.summary()['e2e_ms']:.2f} ms mean of {len(base.e2e_ms)}", file=sys.stderr)
-    elif which == "timeline":
+    if which in ("timeline", "baseline+timeline"):
         e2e = recipe.timeline(Path(os.environ.get(ENV_TIMELINE) or "timeline.pt.trace.json"))
         print(f"timeline pass: profiled e2e {e2e:.2f} ms", file=sys.stderr)
-    else:
+    elif which != "baseline":
         for _ in range(args.warmup):
             recipe.generate()
         e2e, _ = recipe.generate()

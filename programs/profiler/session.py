@@ -1,8 +1,9 @@
 """``cascade profile``: the passes around COMMAND, streaming uploads, the seal.
 
 1. **Baseline** (unprofiled): COMMAND ``warmup + repeats`` times (a recipe that times
-   itself runs once and writes ``baseline.json``); end-to-end wall time per run and the
-   step times :func:`programs.profiler.step` marked.
+   itself runs once and writes ``baseline.json``, in the same process as its timeline when
+   that runs under the PyTorch profiler: ``baseline+timeline``); end-to-end wall time per run
+   and the step times :func:`programs.profiler.step` marked.
 2. **Timeline**: COMMAND under the PyTorch profiler (Python commands, through
    :mod:`programs.profiler.torchrun`) or Nsight Systems (``nsys`` on PATH).
 3. **Instructions**: COMMAND with the NVBit tracer injected (``CUDA_INJECTION64_PATH`` =
@@ -369,6 +370,20 @@ class ProfileSession:
         return ([argv[0], "-m", "programs.profiler.torchrun", "--out", timeline, "--", *argv[1:]],
                 {ENV_TIMELINE: timeline})
 
+    async def recipe_passes(self) -> int:
+        """A built-in recipe's baseline and PyTorch-profiler timeline in one process
+        (``baseline+timeline``: the baseline first, unprofiled), so the workload is built once."""
+        argv, extra = self.timeline_argv()
+        return await self._run(argv, self._env("baseline+timeline", self.folder, **extra, **{
+            ENV_BASELINE: str(self.folder / BASELINE_NAME)}), watch=True)
+
+    def _one_recipe_process(self) -> bool:
+        """Baseline and timeline in one recipe process: a built-in recipe, both passes wanted,
+        the timeline under the PyTorch profiler."""
+        o = self.opts
+        return (o.recipe and o.baseline_repeats > 0 and o.mode in ("timeline", "both")
+                and ENV_TIMELINE in self.timeline_argv()[1])
+
     async def timeline_pass(self) -> int:
         argv, extra = self.timeline_argv()
         # under nsys a recipe only marks its steps (NVTX ranges); under torch it profiles itself
@@ -494,10 +509,13 @@ class ProfileSession:
             else:
                 if o.mode in ("timeline", "both"):
                     self.timeline_argv()  # fail early when no timeline tool fits
-                if o.baseline_repeats > 0:
-                    rc = await self.baseline_pass()
-                if rc == 0 and not self.runner.interrupted.is_set() and o.mode in ("timeline", "both"):
-                    rc = await self.timeline_pass()
+                if self._one_recipe_process():
+                    rc = await self.recipe_passes()
+                else:
+                    if o.baseline_repeats > 0:
+                        rc = await self.baseline_pass()
+                    if rc == 0 and not self.runner.interrupted.is_set() and o.mode in ("timeline", "both"):
+                        rc = await self.timeline_pass()
                 if rc == 0 and not self.runner.interrupted.is_set() and o.mode in ("instructions", "both"):
                     rc = await self.instruction_pass()
             if self.runner.interrupted.is_set():

@@ -64,6 +64,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--serving-clients-start", choices=["together", "staggered"], default="together",
                    help="with --serving: the closed loop's clients started together (default, as the benchmark "
                         "starts them) or each at its own phase")
+    p.add_argument("--serving-engine", choices=["aiconfigurator", "defaults"], default="aiconfigurator",
+                   help="with --serving: each engine's token budget and sequences as AIConfigurator's generator sets "
+                        "them for a benchmark (default: batch_size + isl + 1500 tokens, batch_size sequences; vLLM and "
+                        "TRT-LLM rows) or vLLM's API-server defaults (8192, 1024)")
     p.add_argument("--serving-left-out", action="store_true",
                    help="with --serving: each row's GPU predicted with its own LLM-kernel surfaces removed (a GPU "
                         "never measured)")
@@ -282,12 +286,13 @@ def _serving(args: argparse.Namespace, reg: object) -> int:
     backends = tuple(b.strip() for b in args.serving_backends.split(",") if b.strip())
     report = serving.evaluate(rows, configs, reg, cal, backends=backends, requests_per_client=args.serving_requests,
                               left_out=args.serving_left_out, clients_start=args.serving_clients_start,
+                              engine=args.serving_engine,
                               every=max(1, args.serving_every))
     for message in report.skipped:
         print(f"cascade validate: skipped {message}", file=sys.stderr)
     if args.json:
         doc = {"calibration": describe(cal), "data": str(root), "requests_per_client": args.serving_requests,
-               "clients_start": args.serving_clients_start,
+               "clients_start": args.serving_clients_start, "engine": args.serving_engine,
                "every": args.serving_every, "serving": msgspec.to_builtins(report.scores),
                "rows": msgspec.to_builtins(report.rows), "skipped": report.skipped}
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(doc), indent=2).decode() + "\n")

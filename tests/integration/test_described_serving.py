@@ -70,7 +70,7 @@ def test_validate_serving_scores_rows_per_model_and_gpu(tmp_path: Path) -> None:
     out = _cascade("validate", "--data", str(tmp_path), "--serving", "--json")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
-    assert doc["clients_start"] == "together"
+    assert doc["clients_start"] == "together" and doc["engine"] == "aiconfigurator"
     groups = {(s["model"], s["gpu"]): s for s in doc["serving"]}
     assert set(groups) == {("me/tiny", "SM90_H100"), ("me/tiny", "SM90_H200")}
     h100 = groups[("me/tiny", "SM90_H100")]
@@ -79,3 +79,5 @@ def test_validate_serving_scores_rows_per_model_and_gpu(tmp_path: Path) -> None:
     by_id = {r["id"]: r for r in doc["rows"]}
     assert by_id["b"]["concurrency"] == 16 and by_id["c"]["concurrency"] == 8 and by_id["c"]["quant"] == "fp8"
     assert by_id["c"]["tp"] == 2
+    # the engine as the benchmark's generator deploys it: batch_size + isl + 1500 tokens a step
+    assert (by_id["a"]["max_num_batched_tokens"], by_id["a"]["max_num_seqs"]) == (4 + 512 + 1500, 4)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cascade.fitting.serving import ServingRow, async_scheduling_of, flag_load_not_reached, score
+from cascade.fitting.serving import ServingRow, async_scheduling_of, engine_limits, flag_load_not_reached, score
 
 
 @pytest.mark.parametrize(("backend", "version", "overlap"), [
@@ -31,3 +31,23 @@ def test_a_decode_faster_under_more_clients_marks_the_load_as_not_reached() -> N
     assert s.n == 5 and s.n_load_not_reached == 1
     # the plain MAPE counts every row; the "reached" one leaves the flagged row out
     assert s.tpot_mape_pct_reached is not None and s.tpot_mape_pct_reached < s.tpot_mape_pct
+
+
+@pytest.mark.parametrize(("row", "engine", "limits"), [
+    # AIConfigurator's generated aggregated engine: max_batch_size + isl + 1500 tokens, max_batch_size sequences
+    ({"backend": "vllm", "batch_size": "8", "isl": "1024", "silicon_data_source": "x; silicon_concurrency=8"},
+     "aiconfigurator", (2532, 8)),
+    ({"backend": "trtllm", "batch_size": "64", "isl": "8192"}, "aiconfigurator", (9756, 64)),
+    # a per-rank batch (concurrency / tp): the engine holds every client
+    ({"backend": "trtllm", "batch_size": "16", "isl": "1024", "silicon_data_source": "silicon_concurrency=128"},
+     "aiconfigurator", (2652, 128)),
+    # no batch size recorded: the clients
+    ({"backend": "vllm", "batch_size": "", "isl": "4000", "silicon_data_source": "silicon_concurrency=32"},
+     "aiconfigurator", (5532, 32)),
+    # SGLang's rule sets no such budget; --serving-engine defaults: vLLM's API-server defaults everywhere
+    ({"backend": "sglang", "batch_size": "8", "isl": "1024"}, "aiconfigurator", (8192, 1024)),
+    ({"backend": "vllm", "batch_size": "8", "isl": "1024"}, "defaults", (8192, 1024)),
+])
+def test_each_row_runs_the_engine_limits_its_benchmark_deployed(row: dict[str, str], engine: str,
+                                                                 limits: tuple[int, int]) -> None:
+    assert engine_limits(row, engine) == limits  # type: ignore[arg-type]

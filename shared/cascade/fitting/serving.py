@@ -19,8 +19,15 @@ Each aggregated (``mode`` = ``agg``) row becomes one closed-loop scenario:
 - load: ``silicon_concurrency=N`` of ``silicon_data_source`` (else ``batch_size``) clients in
   a closed loop, each request ``isl`` tokens in and ``osl`` out, ``requests_per_client`` x N
   requests, the clients started together as a benchmark starts them (``clients_start``;
-  ``staggered``: each at its own phase); vLLM V1 scheduling with max_num_batched_tokens 8192 and max_num_seqs 1024 (the
-  API server's defaults on 80 GB-class GPUs);
+  ``staggered``: each at its own phase), after 2 x N warm-up requests left out;
+- engine limits (``engine``): ``aiconfigurator`` (default), the deployment as AIConfigurator's
+  generator configures an aggregated vLLM or TensorRT-LLM engine for a benchmark
+  (``rule_plugin/benchmark/{vllm,trtllm}.rule``: ``max_num_tokens = max_batch_size + isl +
+  1500``, mapped to vLLM's ``--max-num-batched-tokens``, and ``max_batch_size`` to
+  ``--max-num-seqs``; ``batch_size`` is the row's, at least its clients): the token budget of a step and the
+  sequences it holds; SGLang rows (whose rule sets no such budget) keep the defaults;
+  ``defaults``: vLLM's API-server defaults on 80 GB-class GPUs for every row
+  (max_num_batched_tokens 8192, max_num_seqs 1024);
 - engine: vLLM's async scheduling where the row's ``backend_version`` turns it on by default
   (0.14 and later, or no version recorded: :data:`ASYNC_SCHEDULING_FROM`), else synchronous;
   SGLang's and TensorRT-LLM's overlap schedulers (on by default) alike;
@@ -47,7 +54,7 @@ import io
 import json
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import numpy as np
@@ -67,6 +74,12 @@ from cascade.serving.schedulers import Vllm
 SYSTEMS: dict[str, str] = {"h100_sxm": "SM90_H100", "h200_sxm": "SM90_H200", "b200_sxm": "SM100_B200"}
 MAX_NUM_BATCHED_TOKENS = 8192
 MAX_NUM_SEQS = 1024
+#: Tokens beyond a step's prompt and batch in AIConfigurator's generated aggregated engines
+#: (``agg max_num_tokens = max_batch_size + isl + 1500``).
+AIC_TOKEN_MARGIN = 1500
+#: Backends whose aggregated engines that rule sizes.
+AIC_BUDGET_BACKENDS = ("vllm", "trtllm")
+EngineLimits = Literal["aiconfigurator", "defaults"]
 #: Requests each closed-loop client sends by default (the whole run: this x concurrency).
 REQUESTS_PER_CLIENT = 5
 #: First vLLM release whose engine resolves an unset ``async_scheduling`` to on (vLLM PR #27614,
@@ -103,6 +116,9 @@ class ServingRow(msgspec.Struct, frozen=True, kw_only=True):
     roofline_ttft_ms: float
     roofline_tpot_ms: float
     preemptions: int = 0
+    max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS
+    """The engine limits the row was predicted with (:func:`engine_limits`)."""
+    max_num_seqs: int = MAX_NUM_SEQS
     load_not_reached: bool = False
     """Measured TPOT below :data:`LOAD_NOT_REACHED` of the same deployment's at a lower
     concurrency: more clients cannot make a GPU-bound decode faster, so the engine did not run
@@ -206,6 +222,16 @@ def concurrency_of(row: Mapping[str, str]) -> int:
     return int(m.group(1)) if m else _int(row, "batch_size")
 
 
+def engine_limits(row: Mapping[str, str], engine: EngineLimits) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) of the row's engine (see the module's ``engine``)."""
+    if engine == "defaults" or row.get("backend") not in AIC_BUDGET_BACKENDS:
+        return MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
+    # a batch below the clients is a per-rank figure (the data's 5 TRT-LLM gpt-oss rows record
+    # concurrency / tp): the engine holds every client
+    batch = max(_int(row, "batch_size", 0), concurrency_of(row))
+    return batch + _int(row, "isl") + AIC_TOKEN_MARGIN, batch
+
+
 def roofline_ms(desc: ModelDescription, spec: GPUSpec, isl: int, osl: int, concurrency: int) -> tuple[float, float]:
     """(TTFT, TPOT) of the roofline baseline, ms."""
     math_dtype = work.MATH_DTYPE.get(desc.quant, "bf16")
@@ -224,7 +250,7 @@ def _ape(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
 def evaluate(rows: list[dict[str, str]], configs: Mapping[str, Mapping[str, Any]], reg: GPURegistry,
              cal: LlmCalibration, *, backends: tuple[str, ...] = ("vllm",), requests_per_client: int = REQUESTS_PER_CLIENT,
              every: int = 1, log: Callable[[str], None] | None = None, left_out: bool = False,
-             clients_start: ClientsStart = "together") -> ServingReport:
+             clients_start: ClientsStart = "together", engine: EngineLimits = "aiconfigurator") -> ServingReport:
     """Predict every ``agg`` row of the chosen ``backends`` (every ``every``-th of each group
     when subsampling) and score it per (backend, model, GPU)."""
     skipped: list[str] = []
@@ -275,20 +301,21 @@ def evaluate(rows: list[dict[str, str]], configs: Mapping[str, Mapping[str, Any]
             skipped.append(f"{rid}: {exc}")
             continue
         overlap = async_scheduling_of(row)
-        key = (model, spec.id, quant, moe_quant, tp, ep, overlap)
+        budget, seqs = engine_limits(row, engine)
+        key = (model, spec.id, quant, moe_quant, tp, ep, overlap, budget, seqs)
         source = sources.get(key)
         if source is None:
             # left_out: the GPU's own LLM surfaces removed, as for a GPU never measured
             use = without_gpus(cal, frozenset({spec.id})) if left_out else cal
-            source = DescribedStepCost(desc, spec, use, max_tokens=MAX_NUM_BATCHED_TOKENS, max_seqs=MAX_NUM_SEQS,
+            source = DescribedStepCost(desc, spec, use, max_tokens=budget, max_seqs=seqs,
                                        calibration_digest=digest, async_scheduling=overlap)
             sources[key] = source
         try:
-            kv = described_kv(desc, spec, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS, max_num_seqs=MAX_NUM_SEQS)
+            kv = described_kv(desc, spec, max_num_batched_tokens=budget, max_num_seqs=seqs)
             sc = Scenario(concurrency=n, n_requests=requests_per_client * n, prompt=Fixed(tokens=isl),
                           clients_start=clients_start,
-                          output=Fixed(tokens=osl), scheduler=Vllm(max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
-                                                                   max_num_seqs=MAX_NUM_SEQS, async_scheduling=overlap))
+                          output=Fixed(tokens=osl), scheduler=Vllm(max_num_batched_tokens=budget,
+                                                                   max_num_seqs=seqs, async_scheduling=overlap))
             res = run_scenario(sc, source, kv)
         except ValidationError as exc:
             skipped.append(f"{rid}: {exc}")
@@ -297,7 +324,8 @@ def evaluate(rows: list[dict[str, str]], configs: Mapping[str, Mapping[str, Any]
         out.append(ServingRow(id=rid, backend=row["backend"], model=model, gpu=spec.id, quant=quant,
                               moe_quant=moe_quant, tp=tp, ep=ep, concurrency=n, isl=isl, osl=osl, ttft_ms=ttft,
                               tpot_ms=tpot, pred_ttft_ms=res.ttft_ms.mean, pred_tpot_ms=res.tpot_ms.mean,
-                              roofline_ttft_ms=rt, roofline_tpot_ms=rp, preemptions=res.preemptions))
+                              roofline_ttft_ms=rt, roofline_tpot_ms=rp, preemptions=res.preemptions,
+                              max_num_batched_tokens=budget, max_num_seqs=seqs))
         if log is not None:
             log(f"{rid}: TTFT {ttft:.1f} -> {res.ttft_ms.mean:.1f} ms, TPOT {tpot:.2f} -> {res.tpot_ms.mean:.2f} ms")
     out = flag_load_not_reached(out)

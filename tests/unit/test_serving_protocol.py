@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from cascade.fitting.serving import ServingRow, async_scheduling_of, engine_limits, flag_load_not_reached, score
+from cascade.fitting.serving import (
+    ServingRow,
+    async_scheduling_of,
+    engine_limits,
+    flag_load_not_reached,
+    score,
+)
 
 
 @pytest.mark.parametrize(("backend", "version", "overlap"), [

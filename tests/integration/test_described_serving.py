@@ -31,7 +31,7 @@ def test_scenario_from_a_config_answers_ttft_and_tpot(tmp_path: Path) -> None:
     assert res["basis"]["gpu"] == "SM100_B200" and len(res["basis"]["llm_calibration"]["digest"]) == 16
     assert "TP 2" in res["basis"]["workload"] and res["scenario"]["concurrency"] == 8
     # as a benchmark runs it: clients started together, 2 x 8 warm-up requests left out of the 80
-    assert res["scenario"]["clients_start"] == "together" and res["scenario"]["warmup_requests"] is None
+    assert res["scenario"]["clients_start"] == "together" and res["scenario"]["warmup_requests"] == 16
     spread = _cascade("scenario", "--hf-config", str(cfg), "--gpu", "NVIDIA B200", "--tp", "2", "--quant", "fp8",
                       "--concurrency", "8", "--prompt", "256", "--output", "32", "--clients-start", "staggered",
                       "--warmup", "0", "--json")

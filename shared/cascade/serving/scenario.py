@@ -448,7 +448,7 @@ def summarise(rs: ResolvedScenario, outcome: SimOutcome,
         basis=dict(getattr(step_model, "basis", None) or {}),
         scenario=msgspec.to_builtins(msgspec.structs.replace(
             sc, arrival=rs.arrival, prompt=rs.prompt, output=rs.output, router=rs.router,
-            scheduler=rs.scheduler)),
+            scheduler=rs.scheduler, warmup_requests=warmup_of(sc))),
         records=records(outcome, sc.slo) if sc.include_records else None)
 
 

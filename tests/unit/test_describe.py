@@ -224,6 +224,8 @@ def test_the_warm_up_is_simulated_and_left_out_of_every_figure() -> None:
     assert np.array_equal(measured.token_times_ns(0), whole.token_times_ns(16))
     res = run_scenario(base, synthetic_step_model(), kv)
     assert res.completed == 40 and res.scenario["warmup_requests"] == 16  # the answer says what it left out
+    # the replicas' busy time and KV area are over the whole run they were accumulated over
+    assert 0 < res.replicas[0].busy_fraction <= 1.0 and 0 < res.kv_cache.mean_utilisation <= 1.0
     # the figures are the measured requests' alone
     ttft = (whole.first_token_ns - whole.arrival_ns) / 1e6
     assert res.ttft_ms.mean == pytest.approx(float(np.mean(ttft[16:])))

@@ -421,7 +421,8 @@ def summarise(rs: ResolvedScenario, outcome: SimOutcome,
         ok = slo_mask(lat, sc.slo)
         goodput = float(ok.sum()) / duration_s
         attainment = float(ok.mean())
-    span_ns = duration_s * 1e9
+    # the replicas accumulated busy time and KV area over the whole run, a warm-up's included
+    span_ns = max(outcome.run_span_ns, 1.0) if outcome.run_span_ns else duration_s * 1e9
     reps = []
     cap = outcome.num_blocks
     for rep in outcome.replicas:

@@ -140,6 +140,9 @@ class SimOutcome:
     extents: StepExtents
     num_blocks: int
     block_size: int
+    run_span_ns: float = 0.0
+    """First arrival to last finish of every simulated request, a warm-up's included: the
+    window the replicas' busy time and KV-cache area were accumulated over."""
 
     def token_times_ns(self, rid: int) -> np.ndarray:
         """Emission time of every output token of request ``rid``."""
@@ -369,7 +372,8 @@ class Simulation:
             finished_ns=np.asarray(self.finish[w:]), tokens_emitted=emitted,
             preemptions=np.asarray(self.npre[w:]), itl_ns=itl, step_ends=step_ends,
             token_ranges=self.ranges[w:], replicas=self.reps, extents=self.extents,
-            num_blocks=self.num_blocks, block_size=self.bs)
+            num_blocks=self.num_blocks, block_size=self.bs,
+            run_span_ns=(max(self.finish) - min(self.arrival)) if self.n else 0.0)
 
 
 def _cdiv(a: int, b: int) -> int:

@@ -92,6 +92,11 @@ async def test_low_rate_ttft_equals_prefill_step(client: TestClient, finished: F
     ({"duration": 5.0}, 422, "duration"),
     ({"kv": {"model": "gpt-5"}}, 400, "kv.model"),
     ({"bogus": 1}, 400, "body"),
+    ({"concurrency": 4, "clients_start": "sideways"}, 400, "clients_start"),
+    ({"concurrency": 4, "warmup_requests": -1}, 400, "warmup_requests"),
+    # a warm-up that leaves nothing to measure
+    ({"arrival": {"pattern": "constant", "rate": 0.5}, "duration": 4.0, "n_requests": None,
+      "warmup_requests": 50}, 422, "warmup_requests"),
 ])
 async def test_validation_names_the_field(client: TestClient, finished: FinishedSim,
                                           change: dict[str, Any], status: int, field: str) -> None:
@@ -250,6 +255,13 @@ async def test_a_described_model_answers_ttft_and_tpot_with_its_basis(client: Te
     assert body["model"] == "described/llama-3.1-8b" and body["sim"] == "" and body["config"] == "SM90_H100"
     assert "described, no trace" in body["summary"] and "expected error" in body["summary"]
     assert res["scenario"]["concurrency"] == 8
+    # as a benchmark runs it: clients together, 2 x 8 warm-up requests simulated and left out
+    assert res["scenario"]["clients_start"] == "together" and res["scenario"]["warmup_requests"] == 16
+    spread = await client.post("/api/scenarios", json=_described(clients_start="staggered", warmup_requests=0))
+    assert spread.status == 200, await spread.text()
+    other = (await spread.json())["result"]
+    assert other["completed"] == 40 and other["scenario"]["clients_start"] == "staggered"
+    assert other["scenario"]["warmup_requests"] == 0 and other["ttft_ms"] != res["ttft_ms"]
     # the same config sent inline (as the UI sends an uploaded file) gives the same answer
     configs = {c["name"]: c["config"] for c in (await (await client.get("/api/model-configs")).json())["configs"]}
     inline = _described()

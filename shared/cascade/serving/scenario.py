@@ -422,7 +422,7 @@ def summarise(rs: ResolvedScenario, outcome: SimOutcome,
         goodput = float(ok.sum()) / duration_s
         attainment = float(ok.mean())
     # the replicas accumulated busy time and KV area over the whole run, a warm-up's included
-    span_ns = max(outcome.run_span_ns, 1.0) if outcome.run_span_ns else duration_s * 1e9
+    span_ns = outcome.run_span_ns or duration_s * 1e9
     reps = []
     cap = outcome.num_blocks
     for rep in outcome.replicas:

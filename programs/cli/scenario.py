@@ -82,8 +82,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     s.add_argument("--replicas", type=int, default=1)
     s.add_argument("--router", choices=ROUTERS.names(), default="round_robin")
     s.add_argument("--scheduler", choices=["vllm", "static"], default="vllm")
-    s.add_argument("--max-num-batched-tokens", type=int, default=8192)
-    s.add_argument("--max-num-seqs", type=int, default=256)
+    s.add_argument("--max-num-batched-tokens", type=int, default=None, metavar="TOKENS",
+                   help="token budget of one step (default: vLLM's for the GPU, 8192 on GPUs of 70 GiB and "
+                        "more but A100s, else 2048)")
+    s.add_argument("--max-num-seqs", type=int, default=None, metavar="N",
+                   help="most requests running at once (default: vLLM's for the GPU, 1024 on GPUs of 70 GiB "
+                        "and more but A100s, else 256)")
     s.add_argument("--no-chunked-prefill", action="store_true")
     s.add_argument("--no-async-scheduling", action="store_true",
                    help="vLLM without async scheduling (the 0.12 series, or --no-async-scheduling there): a "
@@ -194,11 +198,13 @@ def _write_records(path: str, res: ScenarioResult) -> None:
         Path(path).write_text(records_csv(recs))
 
 
-def described(args: argparse.Namespace) -> tuple[DescribedStepCost, KVConfig]:
+def described(args: argparse.Namespace, scenario: Scenario) -> tuple[DescribedStepCost, KVConfig, Scenario]:
     """The step-time source and KV cache of --hf-config on --gpu
-    (:func:`cascade.serving.description.describe_serving`, as the api wires it)."""
+    (:func:`cascade.serving.description.describe_serving`, as the api wires it), and the
+    scenario with vLLM's limits for that GPU where none were given."""
     from cascade.gpus import default_registry
     from cascade.serving.description import describe_serving
+    from cascade.serving.requests import for_gpu, scheduler_limits
 
     if not args.gpu:
         raise ValidationError("--hf-config needs --gpu", field="--gpu")
@@ -209,14 +215,17 @@ def described(args: argparse.Namespace) -> tuple[DescribedStepCost, KVConfig]:
         config = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValidationError(f"{path} is not JSON: {exc}", field="--hf-config") from None
+    spec = default_registry().get(args.gpu)
+    scenario = for_gpu(scenario, spec)
+    tokens, seqs = scheduler_limits(scenario)
     served = describe_serving(
-        config, default_registry().get(args.gpu), quant=args.quant, moe_quant=args.moe_quant,
+        config, spec, quant=args.quant, moe_quant=args.moe_quant,
         kv_dtype=args.kv_dtype, tp=args.tp, ep=args.ep, calibration=args.llm_calibration,
-        max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=tokens, max_num_seqs=seqs,
         gpu_memory_utilization=args.gpu_memory_utilization, block_size=args.block_size,
         num_gpu_blocks_override=args.num_gpu_blocks, label=str(path),
         async_scheduling=args.scheduler != "vllm" or not args.no_async_scheduling)
-    return served.cost, served.kv
+    return served.cost, served.kv, scenario
 
 
 def run(args: argparse.Namespace) -> int:
@@ -224,8 +233,8 @@ def run(args: argparse.Namespace) -> int:
         if args.capacity or args.save_step_model:
             raise ValidationError("not available with --hf-config", field="--capacity" if args.capacity
                                   else "--save-step-model")
-        source, kv = described(args)
-        return _answer(args, run_scenario(build_scenario(args), source, kv))
+        source, kv, scenario = described(args, build_scenario(args))
+        return _answer(args, run_scenario(scenario, source, kv))
     model = load_step_model(args)
     if args.save_step_model:
         Path(args.save_step_model).write_bytes(model.to_json())

@@ -32,6 +32,9 @@ def test_scenario_from_a_config_answers_ttft_and_tpot(tmp_path: Path) -> None:
     assert "TP 2" in res["basis"]["workload"] and res["scenario"]["concurrency"] == 8
     # as a benchmark runs it: clients started together, 2 x 8 warm-up requests left out of the 80
     assert res["scenario"]["clients_start"] == "together" and res["scenario"]["warmup_requests"] == 16
+    # the engine vllm serve starts on a B200 (>= 70 GiB): its token budget and sequences, echoed
+    sched = res["scenario"]["scheduler"]
+    assert (sched["max_num_batched_tokens"], sched["max_num_seqs"]) == (8192, 1024)
     spread = _cascade("scenario", "--hf-config", str(cfg), "--gpu", "NVIDIA B200", "--tp", "2", "--quant", "fp8",
                       "--concurrency", "8", "--prompt", "256", "--output", "32", "--clients-start", "staggered",
                       "--warmup", "0", "--json")
@@ -41,6 +44,31 @@ def test_scenario_from_a_config_answers_ttft_and_tpot(tmp_path: Path) -> None:
     assert other["ttft_ms"]["mean"] != res["ttft_ms"]["mean"]
     bad = _cascade("scenario", "--hf-config", str(cfg), "--concurrency", "8")
     assert bad.returncode != 0 and "--gpu" in bad.stderr
+
+
+def test_each_gpu_gets_the_batch_limits_vllm_gives_it(tmp_path: Path) -> None:
+    """vllm serve on an A100 or a 48 GB L40S budgets 2048 tokens and 256 sequences a step: 64
+    clients of 4k prompts are then prefilled in 2k chunks; a limit given is kept."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(TINY))
+    base = ("scenario", "--hf-config", str(cfg), "--concurrency", "64", "--requests", "64", "--warmup", "0",
+            "--prompt", "4096", "--output", "8", "--json")
+    got = {}
+    for gpu in ("A100", "L40S", "H100"):
+        out = _cascade(*base, "--gpu", gpu)
+        assert out.returncode == 0, out.stderr
+        res = json.loads(out.stdout)
+        got[gpu] = res
+        sched = res["scenario"]["scheduler"]
+        assert (sched["max_num_batched_tokens"], sched["max_num_seqs"]) == \
+            ((8192, 1024) if gpu == "H100" else (2048, 256)), gpu
+    given = _cascade(*base, "--gpu", "A100", "--max-num-batched-tokens", "8192", "--max-num-seqs", "32")
+    assert given.returncode == 0, given.stderr
+    res = json.loads(given.stdout)
+    assert (res["scenario"]["scheduler"]["max_num_batched_tokens"], res["scenario"]["scheduler"]["max_num_seqs"]) \
+        == (8192, 32)
+    # a 4k prompt in 2k chunks takes two steps of the A100 where the 8k budget takes one
+    assert res["steps"] != got["A100"]["steps"]
 
 
 def test_the_context_limit_is_the_configs_own(tmp_path: Path) -> None:

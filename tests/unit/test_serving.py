@@ -399,3 +399,33 @@ def test_requests_longer_than_the_context_window_are_refused() -> None:
         draw_workload(resolve({**base, "max_context_tokens": 500}))
     assert exc.value.field == "prompt"  # some prompts alone are longer than the context
     assert draw_workload(resolve(base)).prompt_tokens.max() <= 900  # no window: no check
+
+
+@pytest.mark.parametrize(("gpu", "limits"), [
+    ("SM90_H100", (8192, 1024)), ("SM90_H200", (8192, 1024)), ("SM100_B200", (8192, 1024)),
+    ("SM80_A100", (2048, 256)), ("SM80_A100_PCIE_80GB", (2048, 256)), ("SM89_L40S", (2048, 256)),
+    ("SM89_L4", (2048, 256)),
+])
+def test_vllm_batch_defaults_follow_the_gpu(gpu: str, limits: tuple[int, int]) -> None:
+    """vLLM's API server: 8192 tokens / 1024 sequences on GPUs of >= 70 GiB that are not A100s."""
+    from cascade.gpus import default_registry
+    from cascade.serving.requests import for_gpu, scheduler_limits
+
+    spec = default_registry().get(gpu)
+    assert scheduler_limits(for_gpu(Scenario(), spec)) == limits
+    # given limits are kept; an unset max_num_seqs never exceeds the token budget given
+    assert scheduler_limits(for_gpu(Scenario(scheduler=Vllm(max_num_batched_tokens=512)), spec)) == \
+        (512, min(512, limits[1]))
+    assert scheduler_limits(for_gpu(Scenario(scheduler=Vllm(max_num_seqs=7)), spec)) == (limits[0], 7)
+    # without chunked prefill the budget holds the model's whole context window
+    whole = Scenario(scheduler=Vllm(enable_chunked_prefill=False), max_context_tokens=32768)
+    assert scheduler_limits(for_gpu(whole, spec))[0] == 32768
+
+
+def test_unset_limits_are_filled_from_the_replicas_memory() -> None:
+    """A scenario run without a GPU named gets the limits of its KV config's memory, echoed."""
+    model = synthetic_step_model()
+    small = KVConfig(model=MODEL_SHAPES["llama-2-7b"], gpu_memory_bytes=48 * 10**9)
+    res = run_scenario(Scenario(n_requests=20, prompt=Fixed(tokens=64), output=Fixed(tokens=8)), model, small)
+    assert (res.scenario["scheduler"]["max_num_batched_tokens"], res.scenario["scheduler"]["max_num_seqs"]) \
+        == (2048, 256)

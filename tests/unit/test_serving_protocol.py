@@ -57,3 +57,14 @@ def test_a_decode_faster_under_more_clients_marks_the_load_as_not_reached() -> N
 def test_each_row_runs_the_engine_limits_its_benchmark_deployed(row: dict[str, str], engine: str,
                                                                  limits: tuple[int, int]) -> None:
     assert engine_limits(row, engine) == limits  # type: ignore[arg-type]
+
+
+def test_default_limits_are_vllms_for_the_rows_gpu() -> None:
+    """SGLang rows and --serving-engine defaults run vLLM's API-server defaults of that GPU."""
+    from cascade.gpus import default_registry
+
+    reg = default_registry()
+    row = {"backend": "vllm", "batch_size": "8", "isl": "1024"}
+    assert engine_limits(row, "defaults", reg.get("SM90_H200")) == (8192, 1024)
+    assert engine_limits(row, "defaults", reg.get("SM80_A100")) == (2048, 256)
+    assert engine_limits({**row, "backend": "sglang"}, "aiconfigurator", reg.get("SM89_L40S")) == (2048, 256)

@@ -76,6 +76,7 @@ from cascade.serving.requests import (
     build_scenario,
     check_selection,
     compute,
+    for_gpu,
     remap_field,
     scenario_answer,
     scheduler_limits,
@@ -147,6 +148,7 @@ async def _prepare(request: web.Request, req: ScenarioRequest, tmpdir: Path) -> 
     scenario = msgspec.structs.replace(scenario, max_context_tokens=entry.context_length)
     sm = await models.step_model(entry)
     spec = default_registry().resolve(entry.config)
+    scenario = for_gpu(scenario, spec)
     kv = traced_kv(req.kv, spec, entry.config, f"{sm.stored.workload} {entry.trace_id}")
     basis = traced_basis(workload=entry.trace_id, spec_id=entry.config, spec=spec, step_model=sm.model.source,
                          kv=kv, context_tokens=entry.context_length)
@@ -165,7 +167,8 @@ async def _described(request: web.Request, req: ScenarioRequest, scenario: Scena
     name = d.config if isinstance(d.config, str) else ""
     config = example_config(name) if name else checked_config(d.config, "description.config")
     spec = resolve_config(d.gpu, custom=spec_index(request.app).specs(), where="description.gpu").spec
-    tokens, seqs = scheduler_limits(req)
+    scenario = for_gpu(scenario, spec)
+    tokens, seqs = scheduler_limits(scenario)
     kv = req.kv
     prompt = getattr(req.lengths.prompt, "tokens", req.lengths.prompt)
     try:

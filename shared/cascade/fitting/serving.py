@@ -26,8 +26,9 @@ Each aggregated (``mode`` = ``agg``) row becomes one closed-loop scenario:
   1500``, mapped to vLLM's ``--max-num-batched-tokens``, and ``max_batch_size`` to
   ``--max-num-seqs``; ``batch_size`` is the row's, at least its clients): the token budget of a step and the
   sequences it holds; SGLang rows (whose rule sets no such budget) keep the defaults;
-  ``defaults``: vLLM's API-server defaults on 80 GB-class GPUs for every row
-  (max_num_batched_tokens 8192, max_num_seqs 1024);
+  ``defaults``: vLLM's API-server defaults for the row's GPU for every row
+  (max_num_batched_tokens 8192, max_num_seqs 1024 on GPUs of 70 GiB and more but A100s; 2048 /
+  256 on others);
 - engine: vLLM's async scheduling where the row's ``backend_version`` turns it on by default
   (0.14 and later, or no version recorded: :data:`ASYNC_SCHEDULING_FROM`), else synchronous;
   SGLang's and TensorRT-LLM's overlap schedulers (on by default) alike;
@@ -68,12 +69,11 @@ from cascade.llm.model import LlmCalibration, without_gpus
 from cascade.serving.arrivals import Fixed
 from cascade.serving.described import DescribedStepCost, described_kv
 from cascade.serving.scenario import ClientsStart, Scenario, run_scenario
-from cascade.serving.schedulers import Vllm
+from cascade.serving.schedulers import LARGE_GPU_DEFAULTS, Vllm, vllm_batch_defaults
 
 #: ``system`` column -> GPU spec id.
 SYSTEMS: dict[str, str] = {"h100_sxm": "SM90_H100", "h200_sxm": "SM90_H200", "b200_sxm": "SM100_B200"}
-MAX_NUM_BATCHED_TOKENS = 8192
-MAX_NUM_SEQS = 1024
+MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS = LARGE_GPU_DEFAULTS
 #: Tokens beyond a step's prompt and batch in AIConfigurator's generated aggregated engines
 #: (``agg max_num_tokens = max_batch_size + isl + 1500``).
 AIC_TOKEN_MARGIN = 1500
@@ -222,10 +222,14 @@ def concurrency_of(row: Mapping[str, str]) -> int:
     return int(m.group(1)) if m else _int(row, "batch_size")
 
 
-def engine_limits(row: Mapping[str, str], engine: EngineLimits) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) of the row's engine (see the module's ``engine``)."""
+def engine_limits(row: Mapping[str, str], engine: EngineLimits, spec: GPUSpec | None = None) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) of the row's engine (see the module's ``engine``);
+    the defaults: vLLM's API server's on ``spec`` (:func:`vllm_batch_defaults`; an 80 GB H100's
+    without one)."""
     if engine == "defaults" or row.get("backend") not in AIC_BUDGET_BACKENDS:
-        return MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
+        if spec is None:
+            return MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
+        return vllm_batch_defaults(spec.memory_gb * 1e9, f"{spec.id} {spec.name}")
     # a batch below the clients is a per-rank figure (the data's 5 TRT-LLM gpt-oss rows record
     # concurrency / tp): the engine holds every client
     batch = max(_int(row, "batch_size", 0), concurrency_of(row))
@@ -301,7 +305,7 @@ def evaluate(rows: list[dict[str, str]], configs: Mapping[str, Mapping[str, Any]
             skipped.append(f"{rid}: {exc}")
             continue
         overlap = async_scheduling_of(row)
-        budget, seqs = engine_limits(row, engine)
+        budget, seqs = engine_limits(row, engine, spec)
         key = (model, spec.id, quant, moe_quant, tp, ep, overlap, budget, seqs)
         source = sources.get(key)
         if source is None:

@@ -42,9 +42,11 @@ from cascade.serving.scenario import (
     Scenario,
     ScenarioResult,
     expected_arrivals,
+    on_gpu,
     resolve,
     run_scenario,
 )
+from cascade.serving.schedulers import Vllm
 from cascade.serving.sim import SCHEDULERS
 from cascade.serving.stepmodel import StepTimeModel, StepTimeSource
 
@@ -388,11 +390,19 @@ def traced_kv(req: Any, gpu: GPUSpec | None, gpu_id: str, model_text: str) -> KV
     return cfg
 
 
-def scheduler_limits(req: ScenarioRequest) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) of the request's scheduler (vLLM's defaults
-    for a scheduler without them)."""
-    settings = getattr(req.scheduler, "settings", None)
-    return (int(getattr(settings, "max_num_batched_tokens", 8192)), int(getattr(settings, "max_num_seqs", 256)))
+def for_gpu(scenario: Scenario, spec: GPUSpec | None) -> Scenario:
+    """The scenario with a vLLM scheduler's unset limits as ``vllm serve`` sets them on ``spec``
+    (:func:`cascade.serving.scenario.on_gpu`; without a spec, from the replica's memory later)."""
+    if spec is None:
+        return scenario
+    return on_gpu(scenario, spec.memory_gb * 1e9, f"{spec.id} {spec.name}")
+
+
+def scheduler_limits(scenario: Scenario) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) of a scenario :func:`for_gpu` filled (vLLM's
+    on an 80 GB H100 for a scheduler without them)."""
+    sched = scenario.scheduler
+    return sched.limits if isinstance(sched, Vllm) else Vllm().limits
 
 
 def async_scheduling(req: ScenarioRequest) -> bool:

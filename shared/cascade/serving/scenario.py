@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -169,6 +169,27 @@ def resolve(scenario: Scenario | dict[str, Any]) -> ResolvedScenario:
     router = ROUTERS.resolve(scenario.router, "router")
     scheduler = SCHEDULERS.resolve(scenario.scheduler, "scheduler")
     return ResolvedScenario(scenario, arrival, prompt, output, router, scheduler)
+
+
+def on_gpu(scenario: Scenario, memory_bytes: float, gpu_name: str = "") -> Scenario:
+    """The scenario with a vLLM scheduler's unset ``max_num_batched_tokens`` / ``max_num_seqs``
+    filled as ``vllm serve`` fills them on that GPU (:meth:`Vllm.on_gpu`; the model's context
+    window where chunked prefill is off); other schedulers as they are."""
+    sched = SCHEDULERS.resolve(scenario.scheduler, "scheduler")
+    if not isinstance(sched, Vllm):
+        return scenario
+    return msgspec.structs.replace(scenario, scheduler=sched.on_gpu(
+        memory_bytes, gpu_name, context_tokens=scenario.max_context_tokens))
+
+
+def engine_defaults(rs: ResolvedScenario, kv_config: KVConfig) -> ResolvedScenario:
+    """``rs`` with a vLLM scheduler's unset limits filled from the replica's GPU memory (where
+    the caller did not fill them with the GPU's name, :func:`on_gpu`)."""
+    sched = rs.scheduler
+    if not isinstance(sched, Vllm) or (sched.max_num_batched_tokens and sched.max_num_seqs):
+        return rs
+    filled = sched.on_gpu(kv_config.gpu_memory_bytes, context_tokens=rs.scenario.max_context_tokens)
+    return replace(rs, scenario=msgspec.structs.replace(rs.scenario, scheduler=filled), scheduler=filled)
 
 
 @dataclass(frozen=True)
@@ -367,6 +388,7 @@ def simulate(rs: ResolvedScenario, step_model: StepTimeModel | StepTimeSource, k
              workload: DrawnRequests | None = None, record_steps: bool = False,
              progress: Progress | None = None, fast_forward: bool = True) -> SimOutcome:
     """Run the simulation of a resolved scenario and return the raw outcome."""
+    rs = engine_defaults(rs, kv_config)
     wl = workload if workload is not None else draw_workload(rs)
     cost = step_model.step_cost()
     if rs.scenario.concurrency is not None and wl.client_gap_s is not None and workload is None \
@@ -385,7 +407,7 @@ def simulate(rs: ResolvedScenario, step_model: StepTimeModel | StepTimeSource, k
             f"{num_blocks * bs} tokens", field="prompt")
     sched = rs.scheduler
     if isinstance(sched, Vllm) and not sched.enable_chunked_prefill \
-            and biggest > sched.max_num_batched_tokens:
+            and biggest > sched.limits[0]:
         raise ValidationError(
             f"without chunked prefill a request of {biggest} tokens needs "
             f"max_num_batched_tokens >= {biggest}", field="scheduler.max_num_batched_tokens")
@@ -476,6 +498,6 @@ def run_scenario(scenario: Scenario | dict[str, Any], step_model: StepTimeModel 
 
     ``progress(done, total)`` is called every ~1% of requests (at least every 1000).
     """
-    rs = resolve(scenario)
+    rs = engine_defaults(resolve(scenario), kv_config)
     outcome = simulate(rs, step_model, kv_config, progress=progress)
     return summarise(rs, outcome, step_model)

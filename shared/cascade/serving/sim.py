@@ -387,6 +387,7 @@ class VllmScheduler:
 
     def __init__(self, cfg: Vllm, sim: Simulation) -> None:
         self.cfg = cfg
+        self.budget, self.max_seqs = cfg.limits
         self.sim = sim
         self.lookahead = cfg.async_scheduling
 
@@ -395,7 +396,7 @@ class VllmScheduler:
         cfg = self.cfg
         bs = sim.bs
         comp, ntok, held, out = sim.comp, sim.ntok, sim.held, sim.out
-        budget = cfg.max_num_batched_tokens
+        budget = self.budget
         thr = cfg.long_prefill_token_threshold
         free = rep.free
         running = rep.running
@@ -444,7 +445,7 @@ class VllmScheduler:
         admitted = False
         deferred = False
         if not preempted:
-            max_seqs = cfg.max_num_seqs
+            max_seqs = self.max_seqs
             chunked = cfg.enable_chunked_prefill
             # async scheduling: this step was built while the last one ran, so whoever arrived
             # during that one waits for the next (unless nothing else would run: an idle engine

@@ -43,7 +43,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     h.add_argument("--gpu", help="GPU spec id or alias (SM100_B200, 'NVIDIA B200', h100, ...)")
     h.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs of one replica (default 1)")
     h.add_argument("--ep", type=int, default=1,
-                   help="expert-parallel ranks among the tp GPUs (default 1: experts split by TP)")
+                   help="expert-parallel ranks among the MoE layers' GPUs (tp, or dp x tp with --dp; default 1: "
+                        "experts split by TP)")
+    h.add_argument("--dp", type=int, default=1,
+                   help="attention data-parallel ranks of one replica (vllm serve --data-parallel-size): each "
+                        "rank tp GPUs with its own scheduler and KV cache, the MoE layers over all dp x tp GPUs "
+                        "(with --ep dp x tp: vLLM's --enable-expert-parallel); default 1"),
     h.add_argument("--quant", default="bf16", choices=["bf16", "fp8", "fp8-block", "fp4", "int4", "mxfp4"],
                    help="dtype of the linear layers (default bf16)")
     h.add_argument("--moe-quant", default=None, choices=["bf16", "fp8", "fp8-block", "fp4", "int4", "mxfp4"],
@@ -203,7 +208,7 @@ def described(args: argparse.Namespace, scenario: Scenario) -> tuple[DescribedSt
     (:func:`cascade.serving.description.describe_serving`, as the api wires it), and the
     scenario with vLLM's limits for that GPU where none were given."""
     from cascade.gpus import default_registry
-    from cascade.serving.description import describe_serving
+    from cascade.serving.description import data_parallel, describe_serving
     from cascade.serving.requests import for_gpu, scheduler_limits
 
     if not args.gpu:
@@ -220,12 +225,12 @@ def described(args: argparse.Namespace, scenario: Scenario) -> tuple[DescribedSt
     tokens, seqs = scheduler_limits(scenario)
     served = describe_serving(
         config, spec, quant=args.quant, moe_quant=args.moe_quant,
-        kv_dtype=args.kv_dtype, tp=args.tp, ep=args.ep, calibration=args.llm_calibration,
+        kv_dtype=args.kv_dtype, tp=args.tp, ep=args.ep, dp=args.dp, calibration=args.llm_calibration,
         max_num_batched_tokens=tokens, max_num_seqs=seqs,
         gpu_memory_utilization=args.gpu_memory_utilization, block_size=args.block_size,
         num_gpu_blocks_override=args.num_gpu_blocks, label=str(path),
         async_scheduling=args.scheduler != "vllm" or not args.no_async_scheduling)
-    return served.cost, served.kv, scenario
+    return served.cost, served.kv, data_parallel(scenario, args.dp)
 
 
 def run(args: argparse.Namespace) -> int:

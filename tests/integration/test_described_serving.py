@@ -71,6 +71,28 @@ def test_each_gpu_gets_the_batch_limits_vllm_gives_it(tmp_path: Path) -> None:
     assert res["steps"] != got["A100"]["steps"]
 
 
+TINY_MOE = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 1024,
+            "intermediate_size": 4096, "moe_intermediate_size": 512, "num_experts": 16, "num_experts_per_tok": 4,
+            "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 64, "num_hidden_layers": 4,
+            "vocab_size": 32000, "tie_word_embeddings": True}
+
+
+def test_data_parallel_ranks_serve_as_engines_of_their_own(tmp_path: Path) -> None:
+    """--dp 4 --ep 4: four engines of one GPU, the clients spread over them, the experts shared."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(TINY_MOE))
+    base = ("scenario", "--hf-config", str(cfg), "--gpu", "H200", "--concurrency", "16", "--requests", "64",
+            "--prompt", "512", "--output", "32", "--json")
+    out = _cascade(*base, "--dp", "4", "--ep", "4")
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    assert res["completed"] == 64 and len(res["replicas"]) == 4
+    assert all(r["requests"] > 0 for r in res["replicas"])
+    assert "DP 4" in res["basis"]["workload"]
+    bad = _cascade(*base, "--dp", "2", "--ep", "3")
+    assert bad.returncode != 0 and "ep" in bad.stderr and "dp x tp = 2" in bad.stderr
+
+
 def test_the_context_limit_is_the_configs_own(tmp_path: Path) -> None:
     """A described model's requests are held to its max_position_embeddings, not --model's window."""
     cfg = tmp_path / "config.json"
@@ -93,19 +115,25 @@ def test_validate_serving_scores_rows_per_model_and_gpu(tmp_path: Path) -> None:
             "silicon_tpot_ms")
     rows = ["a,src; silicon_concurrency=4,vllm,0.12.0,me/tiny,h100_sxm,,agg,512,64,,,4,1,1,,1,1,20.0,2.0",
             "b,src; silicon_concurrency=16,vllm,0.12.0,me/tiny,h100_sxm,,agg,512,64,,,16,1,1,,1,1,40.0,3.0",
-            "c,src,vllm,0.12.0,me/tiny,h200_sxm,fp8,agg,1024,32,fp8,fp8,8,2,1,,1,1,30.0,2.5"]
+            "c,src,vllm,0.12.0,me/tiny,h200_sxm,fp8,agg,1024,32,fp8,fp8,8,2,1,,1,1,30.0,2.5",
+            # the MoE over 4 GPUs, attention over 2: two data-parallel engines of TP 2
+            "d,src; silicon_concurrency=8,vllm,0.12.0,me/moe,h200_sxm,,agg,512,32,,,8,2,1,,4,1,30.0,2.5"]
+    (tmp_path / "model_configs" / "moe.json").write_text(json.dumps(TINY_MOE))
+    with (tmp_path / "model_configs" / "model_map.csv").open("a") as fh:
+        fh.write("me/moe,moe.json,exact\n")
     (tmp_path / "serving.csv").write_text("\n".join([head, *rows]) + "\n")
     out = _cascade("validate", "--data", str(tmp_path), "--serving", "--json")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["clients_start"] == "together" and doc["engine"] == "aiconfigurator"
     groups = {(s["model"], s["gpu"]): s for s in doc["serving"]}
-    assert set(groups) == {("me/tiny", "SM90_H100"), ("me/tiny", "SM90_H200")}
+    assert set(groups) == {("me/tiny", "SM90_H100"), ("me/tiny", "SM90_H200"), ("me/moe", "SM90_H200")}
     h100 = groups[("me/tiny", "SM90_H100")]
     assert h100["n"] == 2 and h100["backend"] == "vllm"
     assert h100["ttft_mape_pct"] >= 0 and h100["tpot_mape_pct"] >= 0 and h100["group_mean_tpot_mape_pct"] is not None
     by_id = {r["id"]: r for r in doc["rows"]}
     assert by_id["b"]["concurrency"] == 16 and by_id["c"]["concurrency"] == 8 and by_id["c"]["quant"] == "fp8"
     assert by_id["c"]["tp"] == 2
+    assert (by_id["d"]["tp"], by_id["d"]["dp"], by_id["d"]["pred_tpot_ms"] > 0) == (2, 2, True)
     # the engine as the benchmark's generator deploys it: batch_size + isl + 1500 tokens a step
     assert (by_id["a"]["max_num_batched_tokens"], by_id["a"]["max_num_seqs"]) == (4 + 512 + 1500, 4)

@@ -326,9 +326,24 @@ async def test_an_oversized_config_is_refused(client: TestClient) -> None:
     ({"kv": {"model": "opt-125m"}}, 400, "kv.model"),
     ({"description": {"config": "qwen3-32b", "gpu": "SM89_L4"}}, 422, "kv"),
     ({"capacity_search": {"kind": "max_rate"}, "slos": {"ttft_ms": 100}}, 422, "capacity_search.kind"),
+    ({"description": {"config": "gpt-oss-120b", "gpu": "SM90_H200", "dp": 2, "ep": 3}}, 422, "description.ep"),
+    ({"description": {"config": "llama-3.1-8b", "gpu": "SM90_H100", "dp": 64}, "replicas": 100}, 422,
+     "description.dp"),
 ])
 async def test_description_validation_names_the_field(client: TestClient, change: dict[str, Any], status: int,
                                                       field: str) -> None:
     resp = await client.post("/api/scenarios", json=_described(**change))
     assert resp.status == status, await resp.text()
     assert (await resp.json())["field"] == field
+
+
+async def test_data_parallel_ranks_are_engines_of_their_own(client: TestClient) -> None:
+    """description.dp: gpt-oss-120b as vllm serve --data-parallel-size 2 --enable-expert-parallel."""
+    body = _described(concurrency=8, n_requests=32)
+    body["description"] = {"config": "gpt-oss-120b", "gpu": "SM90_H200", "tp": 1, "dp": 2, "ep": 2,
+                           "moe_quant": "mxfp4"}
+    resp = await client.post("/api/scenarios", json=body)
+    assert resp.status == 200, await resp.text()
+    out = await resp.json()
+    assert len(out["result"]["replicas"]) == 2 and out["basis"]["data_parallel"] == 2
+    assert "DP 2" in out["basis"]["workload"] and out["result"]["completed"] == 32

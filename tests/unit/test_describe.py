@@ -101,6 +101,38 @@ def test_gpt_oss_alternates_sliding_and_full_layers() -> None:
     assert head["m"][0] == 11 and head["n"][0] == 201088 // 2
 
 
+def test_data_parallel_attention_runs_every_ranks_tokens_through_the_experts() -> None:
+    """vllm serve --data-parallel-size 4 --enable-expert-parallel: four engines of one GPU each,
+    the experts split over all four, every rank's tokens gathered into them and scattered back."""
+    one = describe_model(QWEN3_MOE, quant="fp8", tp=1)
+    dp = describe_model(QWEN3_MOE, quant="fp8", tp=1, ep=4, dp=4)
+    assert dp.moe_tp == 1 and dp.ep == 4 and "DP 4" in dp.label()
+    # a quarter of the experts per GPU; attention and KV cache as one GPU's
+    expert_bytes = 48 * 128 * 3 * 2048 * 768  # FP8: a byte a weight
+    assert one.weight_bytes_per_gpu() - dp.weight_bytes_per_gpu() == pytest.approx(expert_bytes * 3 / 4, rel=1e-6)
+    assert dp.kv_bytes_per_token() == one.kv_bytes_per_token()
+    table = step_table(dp, decode_contexts=np.full(16, 500))
+    moe = table.take(table["op"] == work.MOE)
+    assert moe["tokens"][0] == 4 * 16 and moe["ep"][0] == 4 and moe["tp"][0] == 1
+    assert table.take(table["name"] == "router")["m"][0] == 16  # the router runs the rank's own tokens
+    comm = {str(n): (str(c), int(r), float(b)) for n, c, r, b in zip(
+        table["name"], table["collective"], table["ranks"], table["comm_bytes"], strict=True)
+        if n in ("dp_gather", "dp_scatter")}
+    assert comm == {"dp_gather": ("all_gather", 4, 64 * 2048 * 2.0), "dp_scatter": ("reduce_scatter", 4, 64 * 2048 * 2.0)}
+    assert "tp_all_reduce" not in set(table["name"].tolist())  # tp 1: nothing to reduce inside a rank
+    # without expert parallelism the experts' intermediate size is split over all dp x tp GPUs
+    assert describe_model(QWEN3_MOE, tp=2, dp=2).moe_tp == 4
+    # a dense model's data-parallel ranks are replicas: no gather
+    dense = step_table(describe_model(LLAMA_8B, dp=2), decode_contexts=np.full(4, 100))
+    assert not {"dp_gather", "dp_scatter"} & set(dense["name"].tolist())
+    with pytest.raises(ValidationError) as err:
+        describe_model(QWEN3_MOE, tp=2, dp=2, ep=3)
+    assert err.value.field == "ep" and "dp x tp = 4" in str(err.value)
+    with pytest.raises(ValidationError) as err:
+        describe_model(QWEN3_MOE, dp=0)
+    assert err.value.field == "dp"
+
+
 @pytest.mark.parametrize(("drop", "field"), [("hidden_size", "hidden_size"), ("num_hidden_layers", "num_hidden_layers"),
                                              ("intermediate_size", "intermediate_size")])
 def test_a_missing_field_is_named(drop: str, field: str) -> None:

@@ -174,20 +174,19 @@ async def _described(request: web.Request, req: ScenarioRequest, scenario: Scena
     try:
         served = await asyncio.to_thread(
             describe_serving, config, spec, quant=d.quant, moe_quant=d.moe_quant, kv_dtype=d.kv_dtype, tp=d.tp,
-            ep=d.ep, max_num_batched_tokens=tokens, max_num_seqs=seqs,
+            ep=d.ep, dp=d.dp, max_num_batched_tokens=tokens, max_num_seqs=seqs,
             gpu_memory_utilization=kv.gpu_memory_utilization,  # type: ignore[attr-defined]
             block_size=kv.block_size, num_gpu_blocks_override=kv.num_gpu_blocks_override,  # type: ignore[attr-defined]
             label=name or "inline config", typical_prompt=prompt if isinstance(prompt, int) else 1024,
             typical_batch=req.concurrency or 64, async_scheduling=async_scheduling(req))
+        scenario = served.serve(scenario)
     except ValidationError as exc:
         raise _description_field(exc) from None
-    if served.context_tokens is not None:
-        scenario = msgspec.structs.replace(scenario, max_context_tokens=served.context_tokens)
     ids = {"model": f"described/{name or 'config'}", "sim": "", "run": "", "config": spec.id, "trace": ""}
     return Prepared(scenario, served.cost, served.kv, served.basis, ids)
 
 
-_SETTINGS = ("quant", "moe_quant", "kv_dtype", "tp", "ep")
+_SETTINGS = ("quant", "moe_quant", "kv_dtype", "tp", "ep", "dp")
 
 
 def _description_field(exc: ValidationError) -> UnprocessableError:

@@ -810,6 +810,7 @@ function servePage() {
         <label>GPU <select name="gpu" id="sc-gpu"></select></label>
         <label>TP <input name="tp" type="number" min="1" max="64" value="1"></label>
         <label>EP <input name="ep" type="number" min="1" max="64" value="1"></label>
+        <label title="attention data-parallel ranks (vllm serve --data-parallel-size): each rank TP GPUs with its own scheduler and KV cache, the experts over all DP x TP GPUs">DP <input name="dp" type="number" min="1" max="64" value="1"></label>
         <label>Quantisation <select name="quant">${QUANTS.map((q) => `<option>${q}</option>`).join("")}</select></label>
         <label>Experts <select name="moe_quant"><option value="">same</option>${QUANTS.map((q) => `<option>${q}</option>`).join("")}</select></label>
         <label>KV cache <select name="kv_dtype"><option>bf16</option><option>fp8</option></select></label>
@@ -900,7 +901,7 @@ function servePage() {
     if (!described()) return { model: form.elements.model.value };
     const e = form.elements;
     const config = e.hfconfig.value === UPLOAD ? (uploaded ? uploaded.config : null) : e.hfconfig.value;
-    const d = { config, gpu: e.gpu.value, tp: num("tp"), ep: num("ep"), quant: e.quant.value, kv_dtype: e.kv_dtype.value };
+    const d = { config, gpu: e.gpu.value, tp: num("tp"), ep: num("ep"), dp: num("dp"), quant: e.quant.value, kv_dtype: e.kv_dtype.value };
     if (e.moe_quant.value) d.moe_quant = e.moe_quant.value;
     return { description: d };
   }
@@ -922,7 +923,7 @@ function servePage() {
     $$("[aria-invalid]", form).forEach((x) => x.removeAttribute("aria-invalid"));
     const map = { "arrival.rate": "rate", "arrival.cv": "cv", n_requests: "n", replicas: "replicas", router: "router", "slos.ttft_ms": "ttft",
       "slos.tpot_ms": "tpot", "slos.e2e_ms": "e2e", "slos.attainment": "attain", model: "model", concurrency: "concurrency",
-      "description.gpu": "gpu", "description.tp": "tp", "description.ep": "ep", "description.quant": "quant",
+      "description.gpu": "gpu", "description.tp": "tp", "description.ep": "ep", "description.dp": "dp", "description.quant": "quant",
       "description.moe_quant": "moe_quant", "description.kv_dtype": "kv_dtype", kv: described() ? "gpu" : null };
     if (e.code === "unknown_gpu") e = { field: "description.gpu", message: e.message, atField: String(e.message).split("; known:")[0] };
     else if (e.code === "too_large" && described()) e = { field: "description.config", message: e.message };

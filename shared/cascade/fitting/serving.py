@@ -13,9 +13,10 @@ Each aggregated (``mode`` = ``agg``) row becomes one closed-loop scenario:
   ``moe_quant_mode`` for the experts, except that a checkpoint's own ``quantization_config``
   decides where it names one (FP8 with ``weight_block_size`` -> fp8_block; ``mxfp4`` ->
   MXFP4 experts with BF16 attention, as vLLM serves gpt-oss); KV cache bf16 (not recorded);
-- parallelism: ``tp_size`` GPUs, ``moe_ep_size`` of them splitting the experts; rows whose
-  MoE split covers other GPUs than the attention's (attention data parallelism) are skipped
-  with the reason;
+- parallelism: ``tp_size`` GPUs, ``moe_ep_size`` of them splitting the experts; where the MoE
+  split (``moe_tp_size`` x ``moe_ep_size``) covers more GPUs than the attention's ``tp_size``,
+  attention data parallelism (vLLM ``--data-parallel-size``): dp = MoE GPUs / tp engines of
+  tp GPUs each, the clients spread over them (:func:`~cascade.serving.description.data_parallel`);
 - load: ``silicon_concurrency=N`` of ``silicon_data_source`` (else ``batch_size``) clients in
   a closed loop, each request ``isl`` tokens in and ``osl`` out, ``requests_per_client`` x N
   requests, the clients started together as a benchmark starts them (``clients_start``;
@@ -68,6 +69,7 @@ from cascade.llm.describe import ModelDescription, describe_model
 from cascade.llm.model import LlmCalibration, without_gpus
 from cascade.serving.arrivals import Fixed
 from cascade.serving.described import DescribedStepCost, described_kv
+from cascade.serving.description import data_parallel
 from cascade.serving.scenario import ClientsStart, Scenario, run_scenario
 from cascade.serving.schedulers import LARGE_GPU_DEFAULTS, Vllm, vllm_batch_defaults
 
@@ -104,6 +106,8 @@ class ServingRow(msgspec.Struct, frozen=True, kw_only=True):
     moe_quant: str
     tp: int
     ep: int
+    dp: int = 1
+    """Attention data-parallel engines (each tp GPUs; the experts over all dp x tp)."""
     concurrency: int
     isl: int
     osl: int
@@ -288,10 +292,12 @@ def evaluate(rows: list[dict[str, str]], configs: Mapping[str, Mapping[str, Any]
         ep = max(1, _int(row, "moe_ep_size", 1))
         moe_tp = max(1, _int(row, "moe_tp_size", 1))
         is_moe = bool(config.get("num_experts") or config.get("num_local_experts"))
+        dp = 1
         if is_moe and moe_tp * ep != tp and _int(row, "moe_tp_size", 0) > 0:
-            skipped.append(f"{rid}: MoE over {moe_tp * ep} GPUs, attention over tp={tp} (attention data "
-                           "parallelism is not modelled)")
-            continue
+            if (moe_tp * ep) % tp:
+                skipped.append(f"{rid}: MoE over {moe_tp * ep} GPUs is not a multiple of the attention's tp={tp}")
+                continue
+            dp = moe_tp * ep // tp  # attention data parallelism: dp engines of tp GPUs, MoE over all
         if _int(row, "pp_size", 1) > 1 or _int(row, "attention_dp_size", 1) > 1:
             skipped.append(f"{rid}: pipeline or attention data parallelism is not modelled")
             continue
@@ -300,13 +306,13 @@ def evaluate(rows: list[dict[str, str]], configs: Mapping[str, Mapping[str, Any]
         isl, osl = _int(row, "isl"), _int(row, "osl")
         try:
             desc = describe_model(config, quant=quant, moe_quant=moe_quant, kv_dtype="bf16", tp=tp,
-                                  ep=ep if is_moe else 1)
+                                  ep=ep if is_moe else 1, dp=dp)
         except ValidationError as exc:
             skipped.append(f"{rid}: {exc}")
             continue
         overlap = async_scheduling_of(row)
         budget, seqs = engine_limits(row, engine, spec)
-        key = (model, spec.id, quant, moe_quant, tp, ep, overlap, budget, seqs)
+        key = (model, spec.id, quant, moe_quant, tp, ep, dp, overlap, budget, seqs)
         source = sources.get(key)
         if source is None:
             # left_out: the GPU's own LLM surfaces removed, as for a GPU never measured
@@ -316,17 +322,17 @@ def evaluate(rows: list[dict[str, str]], configs: Mapping[str, Mapping[str, Any]
             sources[key] = source
         try:
             kv = described_kv(desc, spec, max_num_batched_tokens=budget, max_num_seqs=seqs)
-            sc = Scenario(concurrency=n, n_requests=requests_per_client * n, prompt=Fixed(tokens=isl),
-                          clients_start=clients_start,
-                          output=Fixed(tokens=osl), scheduler=Vllm(max_num_batched_tokens=budget,
-                                                                   max_num_seqs=seqs, async_scheduling=overlap))
+            sc = data_parallel(Scenario(
+                concurrency=n, n_requests=requests_per_client * n, prompt=Fixed(tokens=isl),
+                clients_start=clients_start, output=Fixed(tokens=osl),
+                scheduler=Vllm(max_num_batched_tokens=budget, max_num_seqs=seqs, async_scheduling=overlap)), dp)
             res = run_scenario(sc, source, kv)
         except ValidationError as exc:
             skipped.append(f"{rid}: {exc}")
             continue
-        rt, rp = roofline_ms(desc, spec, isl, osl, n)
+        rt, rp = roofline_ms(desc, spec, isl, osl, max(1, n // dp))
         out.append(ServingRow(id=rid, backend=row["backend"], model=model, gpu=spec.id, quant=quant,
-                              moe_quant=moe_quant, tp=tp, ep=ep, concurrency=n, isl=isl, osl=osl, ttft_ms=ttft,
+                              moe_quant=moe_quant, tp=tp, ep=ep, dp=dp, concurrency=n, isl=isl, osl=osl, ttft_ms=ttft,
                               tpot_ms=tpot, pred_ttft_ms=res.ttft_ms.mean, pred_tpot_ms=res.tpot_ms.mean,
                               roofline_ttft_ms=rt, roofline_tpot_ms=rp, preemptions=res.preemptions,
                               max_num_batched_tokens=budget, max_num_seqs=seqs))

@@ -108,8 +108,14 @@ class ModelDescription(msgspec.Struct, frozen=True, kw_only=True):
     tp: int = 1
     """Tensor-parallel GPUs (attention heads and dense MLPs split over them)."""
     ep: int = 1
-    """Expert-parallel ranks among the tp GPUs (experts split over them; each expert's
-    intermediate size split over tp / ep)."""
+    """Expert-parallel ranks among the MoE layers' dp x tp GPUs (experts split over them; each
+    expert's intermediate size split over dp x tp / ep)."""
+    dp: int = 1
+    """Attention data-parallel ranks (vLLM ``--data-parallel-size``): each rank an engine of its
+    own (scheduler, KV cache) over ``tp`` GPUs, its attention and dense layers split over those;
+    the MoE layers span all dp x tp GPUs and run every rank's tokens (gathered before the
+    experts and scattered back after them, the ranks stepping together). One rank is what
+    :func:`step_table` describes, in a balanced steady state (every rank as loaded as this)."""
 
     # ---- derived figures -----------------------------------------------------------------
     @property
@@ -123,7 +129,8 @@ class ModelDescription(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def moe_tp(self) -> int:
-        return max(1, self.tp // self.ep)
+        """GPUs splitting each expert's intermediate size."""
+        return max(1, self.tp * self.dp // self.ep)
 
     @property
     def n_moe_layers(self) -> int:
@@ -187,7 +194,7 @@ class ModelDescription(msgspec.Struct, frozen=True, kw_only=True):
         moe = f", {self.experts} experts top-{self.topk}" if self.experts else ""
         return (f"{self.model_type}: {self.layers} layers, hidden {self.hidden}, {self.heads}/{self.kv_heads} heads "
                 f"x {self.head_dim}{moe}; {self.quant} (experts {self.moe_quant}), KV {self.kv_dtype}, "
-                f"TP {self.tp} EP {self.ep}")
+                f"TP {self.tp} EP {self.ep}" + (f" DP {self.dp}" if self.dp > 1 else ""))
 
 
 def _need_int(config: Mapping[str, Any], *names: str, default: int | None = None) -> int:
@@ -210,9 +217,11 @@ def _quant(value: str, field: str) -> str:
 
 
 def describe_model(config: Mapping[str, Any], *, quant: str = "bf16", kv_dtype: str = "bf16", tp: int = 1,
-                   ep: int = 1, moe_quant: str | None = None) -> ModelDescription:
+                   ep: int = 1, moe_quant: str | None = None, dp: int = 1) -> ModelDescription:
     """Describe the model of a Hugging Face ``config.json`` (as a dict) on one GPU of a
-    ``tp``-way tensor-parallel engine whose experts are split over ``ep`` of those GPUs.
+    ``tp``-way tensor-parallel engine whose experts are split over ``ep`` of those GPUs; with
+    ``dp`` attention data-parallel ranks (:attr:`ModelDescription.dp`), the experts over ``ep``
+    of all dp x tp GPUs.
 
     ``quant`` is the dtype of the linear layers (``moe_quant``, default ``quant``, that of the
     experts); ``kv_dtype`` the KV cache's. ValidationError names the field that is missing or
@@ -229,8 +238,11 @@ def describe_model(config: Mapping[str, Any], *, quant: str = "bf16", kv_dtype: 
         raise ValidationError(f"expected one of {', '.join(KV_DTYPES)}, got {kv_dtype!r}", field="kv_dtype")
     if tp < 1:
         raise ValidationError(f"expected >= 1, got {tp}", field="tp")
-    if ep < 1 or tp % ep:
-        raise ValidationError(f"expected a divisor of tp={tp}, got {ep}", field="ep")
+    if dp < 1:
+        raise ValidationError(f"expected >= 1, got {dp}", field="dp")
+    if ep < 1 or (tp * dp) % ep:
+        gpus = f"tp={tp}" if dp == 1 else f"dp x tp = {dp * tp}"
+        raise ValidationError(f"expected a divisor of {gpus}, got {ep}", field="ep")
     if config.get("kv_lora_rank") is not None:
         raise ValidationError("multi-head latent attention (DeepSeek MLA) is not modelled", field="kv_lora_rank")
     model_type = str(config.get("model_type") or (config.get("architectures") or ["unknown"])[0])
@@ -273,7 +285,7 @@ def describe_model(config: Mapping[str, Any], *, quant: str = "bf16", kv_dtype: 
         model_type=model_type, hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
         inter=inter, vocab=vocab, tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
         windows=windows, moe_layers=moe_layers, experts=experts, topk=topk, moe_inter=moe_inter,
-        quant=q, moe_quant=mq, kv_dtype=kv, tp=tp, ep=ep)
+        quant=q, moe_quant=mq, kv_dtype=kv, tp=tp, ep=ep, dp=dp)
 
 
 def _windows(config: Mapping[str, Any], layers: int) -> tuple[int, ...]:
@@ -315,10 +327,19 @@ def token_rows(desc: ModelDescription, tokens: int) -> list[dict[str, Any]]:
         rows += [_gemm("gate_up_proj", t, 2 * desc.inter // tp, h, desc.quant, desc.n_dense_layers),
                  _gemm("down_proj", t, h, desc.inter // tp, desc.quant, desc.n_dense_layers)]
     if desc.n_moe_layers:
+        # data-parallel attention: the experts run every rank's tokens, gathered over the dp
+        # ranks before them and scattered back after (vLLM's all-gather / reduce-scatter
+        # all2all backend), once per MoE layer
         rows += [_gemm("router", t, desc.experts, h, "bf16", desc.n_moe_layers),
-                 {"name": "experts", "op": work.MOE, "tokens": t, "hidden": h, "inter": desc.moe_inter,
+                 {"name": "experts", "op": work.MOE, "tokens": t * desc.dp, "hidden": h, "inter": desc.moe_inter,
                   "experts": desc.experts, "topk": desc.topk, "tp": desc.moe_tp, "ep": desc.ep,
                   "dtype": desc.moe_quant, "distribution": "balanced", "repeat": desc.n_moe_layers}]
+        if desc.dp > 1:
+            gathered = float(t * desc.dp * h * 2)
+            rows += [{"name": "dp_gather", "op": work.COLLECTIVE, "collective": "all_gather", "ranks": desc.dp,
+                      "comm_bytes": gathered, "impl": "nccl", "repeat": desc.n_moe_layers},
+                     {"name": "dp_scatter", "op": work.COLLECTIVE, "collective": "reduce_scatter",
+                      "ranks": desc.dp, "comm_bytes": gathered, "impl": "nccl", "repeat": desc.n_moe_layers}]
     if tp > 1:
         size = t * h * 2
         impl = "vllm_custom_graph" if size <= CUSTOM_ALL_REDUCE_MAX_BYTES else "nccl"

@@ -31,6 +31,7 @@ from cascade.errors import NotFoundError, TooLargeError, ValidationError
 from cascade.gpus.spec import GPUSpec
 from cascade.serving.described import DescribedStepCost, described_kv
 from cascade.serving.kvcache import KVConfig
+from cascade.serving.scenario import MAX_REPLICAS, Scenario
 
 #: Largest model config accepted inline (bytes of its JSON): a real config.json is a few KB.
 MAX_CONFIG_BYTES = 256 * 1024
@@ -184,6 +185,9 @@ class ServingBasis(msgspec.Struct, frozen=True, kw_only=True):
     weights_gib_per_gpu: float | None = None
     context_tokens: int | None = None
     """The model's context window (max_position_embeddings), when known."""
+    data_parallel: int = 1
+    """Attention data-parallel ranks of each replica (each simulated as an engine of its own,
+    the ranks' tokens meeting in the MoE layers: :func:`data_parallel`)."""
 
 
 @dataclass(frozen=True)
@@ -195,9 +199,16 @@ class DescribedServing:
     context_tokens: int | None
     basis: ServingBasis
 
+    def serve(self, scenario: Scenario) -> Scenario:
+        """``scenario`` as this model's engines take it: no request past its context window, each
+        replica's data-parallel ranks engines of their own (:func:`data_parallel`)."""
+        if self.context_tokens is not None:
+            scenario = msgspec.structs.replace(scenario, max_context_tokens=self.context_tokens)
+        return data_parallel(scenario, self.basis.data_parallel)
+
 
 def describe_serving(config: dict[str, Any], spec: GPUSpec, *, quant: str = "bf16", moe_quant: str | None = None,
-                     kv_dtype: str = "bf16", tp: int = 1, ep: int = 1, calibration: str | None = None,
+                     kv_dtype: str = "bf16", tp: int = 1, ep: int = 1, dp: int = 1, calibration: str | None = None,
                      max_num_batched_tokens: int = 8192, max_num_seqs: int = 256,
                      gpu_memory_utilization: float = 0.9, block_size: int = 16,
                      num_gpu_blocks_override: int | None = None, label: str = "",
@@ -216,7 +227,7 @@ def describe_serving(config: dict[str, Any], spec: GPUSpec, *, quant: str = "bf1
     if fields.get("head_dim") is None and isinstance(heads, int) and isinstance(hidden, int) and 0 < hidden < heads:
         raise ValidationError(f"hidden_size {hidden} / num_attention_heads {heads} leaves no head dimension; give "
                               "head_dim", field="head_dim")
-    desc = describe_model(config, quant=quant, moe_quant=moe_quant, kv_dtype=kv_dtype, tp=tp, ep=ep)
+    desc = describe_model(config, quant=quant, moe_quant=moe_quant, kv_dtype=kv_dtype, tp=tp, ep=ep, dp=dp)
     cal = load_llm_calibration(calibration)
     cost = DescribedStepCost(desc, spec, cal, max_tokens=max_num_batched_tokens, max_seqs=max_num_seqs,
                              async_scheduling=async_scheduling)
@@ -241,8 +252,23 @@ def describe_serving(config: dict[str, Any], spec: GPUSpec, *, quant: str = "bf1
                                        digest=str(cost.basis["llm_calibration"]["digest"])),
         expected_kernel_error=ExpectedKernelError(mape_pct=err.mape_pct, worst_pct=err.worst_pct,
                                                   cells=err.cells, basis=err.basis),
-        kv_cache_tokens=kv_tokens, weights_gib_per_gpu=weights, context_tokens=context_tokens)
+        kv_cache_tokens=kv_tokens, weights_gib_per_gpu=weights, context_tokens=context_tokens, data_parallel=dp)
     return DescribedServing(cost=cost, kv=kv, context_tokens=context_tokens, basis=basis)
+
+
+def data_parallel(scenario: Scenario, dp: int) -> Scenario:
+    """The scenario with each replica's ``dp`` attention data-parallel ranks as replicas of their
+    own (vLLM's data-parallel engines: each rank its own scheduler and KV cache, the front end
+    sending each request to one rank). A rank's steps are timed as the balanced steady state
+    (:attr:`cascade.llm.describe.ModelDescription.dp`: the MoE layers run every rank's tokens).
+    ValidationError (``dp``) where the ranks exceed the replicas a scenario may have."""
+    if dp <= 1:
+        return scenario
+    total = scenario.replicas * dp
+    if total > MAX_REPLICAS:
+        raise ValidationError(f"{scenario.replicas} replicas x dp {dp} = {total} engines, more than {MAX_REPLICAS}",
+                              field="dp")
+    return msgspec.structs.replace(scenario, replicas=total)
 
 
 def _text_config(config: dict[str, Any]) -> dict[str, Any]:

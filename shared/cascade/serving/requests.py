@@ -178,7 +178,10 @@ class ModelDescriptionRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_
     tp: Annotated[int, msgspec.Meta(ge=1, le=MAX_TP)] = 1
     """Tensor-parallel GPUs of one replica."""
     ep: Annotated[int, msgspec.Meta(ge=1, le=MAX_TP)] = 1
-    """Expert-parallel ranks among the tp GPUs (1: experts split by TP)."""
+    """Expert-parallel ranks among the MoE layers' GPUs (tp, or dp x tp; 1: experts split by TP)."""
+    dp: Annotated[int, msgspec.Meta(ge=1, le=MAX_TP)] = 1
+    """Attention data-parallel ranks of one replica (vllm serve --data-parallel-size): each rank tp
+    GPUs with its own scheduler and KV cache, the MoE layers over all dp x tp GPUs."""
     quant: QuantName = "bf16"
     """Dtype of the linear layers."""
     moe_quant: QuantName | None = None

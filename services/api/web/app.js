@@ -1009,7 +1009,7 @@ function servePage() {
         <dt>GPU</dt><dd>${esc(b.gpu)}${b.gpu_name ? ` (${esc(b.gpu_name)}${b.gpu_memory_gb ? `, ${fmtNum(b.gpu_memory_gb)} GB` : ""})` : ""}</dd>
         <dt>Expected error</dt><dd id="sc-expected-error">${errText}</dd>
         <dt>LLM calibration</dt><dd>${cal}</dd>
-        <dt>KV cache</dt><dd>${b.kv_cache_tokens != null ? fmtNum(b.kv_cache_tokens) + " tokens per replica" : "—"}${b.weights_gib_per_gpu != null ? ` · weights ${fmtNum(b.weights_gib_per_gpu)} GiB per GPU` : ""}${b.context_tokens ? ` · context ${fmtNum(b.context_tokens)} tokens` : ""}</dd>
+        <dt>KV cache</dt><dd>${b.kv_cache_tokens != null ? fmtNum(b.kv_cache_tokens) + (b.data_parallel > 1 ? ` tokens per engine, ${fmtNum(b.data_parallel)} data-parallel engines per replica` : " tokens per replica") : "—"}${b.weights_gib_per_gpu != null ? ` · weights ${fmtNum(b.weights_gib_per_gpu)} GiB per GPU` : ""}${b.context_tokens ? ` · context ${fmtNum(b.context_tokens)} tokens` : ""}</dd>
       </dl></div>`;
   }
 

@@ -78,7 +78,7 @@ TINY_MOE = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
 
 
 def test_data_parallel_ranks_serve_as_engines_of_their_own(tmp_path: Path) -> None:
-    """--dp 4 --ep 4: four engines of one GPU, the clients spread over them, the experts shared."""
+    """--dp 4 --ep 4: four engines of one GPU stepping together, the experts shared."""
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(TINY_MOE))
     base = ("scenario", "--hf-config", str(cfg), "--gpu", "H200", "--concurrency", "16", "--requests", "64",
@@ -86,9 +86,13 @@ def test_data_parallel_ranks_serve_as_engines_of_their_own(tmp_path: Path) -> No
     out = _cascade(*base, "--dp", "4", "--ep", "4")
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
-    assert res["completed"] == 64 and len(res["replicas"]) == 4
-    assert all(r["requests"] > 0 for r in res["replicas"])
+    assert res["completed"] == 64 and len(res["replicas"]) == 1  # the four ranks step as one group
+    assert res["scenario"]["scheduler"]["max_num_seqs"] == 4 * 1024
     assert "DP 4" in res["basis"]["workload"]
+    # the same 16 clients on one engine of TP 4 (experts over 4 GPUs alike): another answer
+    tp4 = _cascade(*base, "--tp", "4", "--ep", "4")
+    assert tp4.returncode == 0, tp4.stderr
+    assert json.loads(tp4.stdout)["tpot_ms"]["mean"] != res["tpot_ms"]["mean"]
     bad = _cascade(*base, "--dp", "2", "--ep", "3")
     assert bad.returncode != 0 and "ep" in bad.stderr and "dp x tp = 2" in bad.stderr
 

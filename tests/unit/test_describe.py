@@ -133,6 +133,28 @@ def test_data_parallel_attention_runs_every_ranks_tokens_through_the_experts() -
     assert err.value.field == "dp"
 
 
+def test_data_parallel_ranks_step_together() -> None:
+    """A data-parallel group's step lasts as long as its busiest rank: a prefill on one rank
+    stalls the decodes of all; a decode spread over the ranks costs one rank's share plus the
+    experts over every token."""
+    spec = default_registry().get("SM90_H200")
+    cal = load_llm_calibration()
+    desc = describe_model(QWEN3_MOE, quant="fp8-block", ep=4, dp=4)
+    group = DescribedStepCost(desc, spec, cal, max_tokens=4096, max_seqs=64)
+    rank = DescribedStepCost(desc, spec, cal, max_tokens=4096, max_seqs=64)
+    rank.ranks = 1  # the same grids, read as one rank's step
+    decode = group.mixed_step_ns((), 32, 32 * 1000)
+    assert decode == pytest.approx(float(group.decode_steps_ns(np.array([32.0]), np.array([32000.0]))[0]), rel=1e-6)
+    # a prefill of 2,048 tokens on one rank: every rank's decodes wait for it
+    stalled = group.mixed_step_ns([(2048, 0)], 32, 32 * 1000)
+    assert stalled > decode + 0.5 * (rank.mixed_step_ns([(2048, 0)], 8, 8 * 1000) - rank.mixed_step_ns((), 8, 8000))
+    # two prefills land on two ranks, not one: cheaper than both on one rank
+    two = group.mixed_step_ns([(2048, 0), (2048, 0)], 32, 32 * 1000)
+    assert stalled <= two < group.mixed_step_ns([(4096, 0)], 32, 32 * 1000)
+    # the busiest rank holds 8 of 32 decodes: less than one engine running all 32 itself
+    assert decode < rank.mixed_step_ns((), 32, 32 * 1000)
+
+
 @pytest.mark.parametrize(("drop", "field"), [("hidden_size", "hidden_size"), ("num_hidden_layers", "num_hidden_layers"),
                                              ("intermediate_size", "intermediate_size")])
 def test_a_missing_field_is_named(drop: str, field: str) -> None:

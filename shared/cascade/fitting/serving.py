@@ -16,7 +16,8 @@ Each aggregated (``mode`` = ``agg``) row becomes one closed-loop scenario:
 - parallelism: ``tp_size`` GPUs, ``moe_ep_size`` of them splitting the experts; where the MoE
   split (``moe_tp_size`` x ``moe_ep_size``) covers more GPUs than the attention's ``tp_size``,
   attention data parallelism (vLLM ``--data-parallel-size``): dp = MoE GPUs / tp engines of
-  tp GPUs each, the clients spread over them (:func:`~cascade.serving.description.data_parallel`);
+  tp GPUs each, stepping together, simulated as one group
+  (:func:`~cascade.serving.description.data_parallel`), each rank the row's engine limits;
 - load: ``silicon_concurrency=N`` of ``silicon_data_source`` (else ``batch_size``) clients in
   a closed loop, each request ``isl`` tokens in and ``osl`` out, ``requests_per_client`` x N
   requests, the clients started together as a benchmark starts them (``clients_start``;
@@ -68,7 +69,7 @@ from cascade.llm import work
 from cascade.llm.describe import ModelDescription, describe_model
 from cascade.llm.model import LlmCalibration, without_gpus
 from cascade.serving.arrivals import Fixed
-from cascade.serving.described import DescribedStepCost, described_kv
+from cascade.serving.described import DescribedStepCost, described_kv, group_kv
 from cascade.serving.description import data_parallel
 from cascade.serving.scenario import ClientsStart, Scenario, run_scenario
 from cascade.serving.schedulers import LARGE_GPU_DEFAULTS, Vllm, vllm_batch_defaults
@@ -321,7 +322,7 @@ def evaluate(rows: list[dict[str, str]], configs: Mapping[str, Mapping[str, Any]
                                        calibration_digest=digest, async_scheduling=overlap)
             sources[key] = source
         try:
-            kv = described_kv(desc, spec, max_num_batched_tokens=budget, max_num_seqs=seqs)
+            kv = group_kv(described_kv(desc, spec, max_num_batched_tokens=budget, max_num_seqs=seqs), dp)
             sc = data_parallel(Scenario(
                 concurrency=n, n_requests=requests_per_client * n, prompt=Fixed(tokens=isl),
                 clients_start=clients_start, output=Fixed(tokens=osl),

@@ -315,11 +315,13 @@ def _gemm(name: str, m: int, n: int, k: int, dtype: str, repeat: float) -> dict[
     return {"name": name, "op": work.GEMM, "m": m, "n": n, "k": k, "dtype": dtype, "repeat": repeat}
 
 
-def token_rows(desc: ModelDescription, tokens: int) -> list[dict[str, Any]]:
+def token_rows(desc: ModelDescription, tokens: int, *, moe_tokens: int | None = None) -> list[dict[str, Any]]:
     """Rows of one step whose shape depends only on the tokens in it: the QKV and O
     projections, the dense MLP or the MoE layer with its router GEMM, and the two TP
-    all-reduces of every layer."""
+    all-reduces of every layer. ``moe_tokens``: the tokens the experts run (every
+    data-parallel rank's; default ``tokens`` x dp, the ranks equally loaded)."""
     t = int(tokens)
+    moe_t = int(moe_tokens) if moe_tokens is not None else t * desc.dp
     h, d, tp = desc.hidden, desc.head_dim, desc.tp
     rows = [_gemm("qkv_proj", t, (desc.heads_per_gpu + 2 * desc.kv_heads_per_gpu) * d, h, desc.quant, desc.layers),
             _gemm("o_proj", t, h, desc.heads_per_gpu * d, desc.quant, desc.layers)]
@@ -331,11 +333,11 @@ def token_rows(desc: ModelDescription, tokens: int) -> list[dict[str, Any]]:
         # ranks before them and scattered back after (vLLM's all-gather / reduce-scatter
         # all2all backend), once per MoE layer
         rows += [_gemm("router", t, desc.experts, h, "bf16", desc.n_moe_layers),
-                 {"name": "experts", "op": work.MOE, "tokens": t * desc.dp, "hidden": h, "inter": desc.moe_inter,
+                 {"name": "experts", "op": work.MOE, "tokens": moe_t, "hidden": h, "inter": desc.moe_inter,
                   "experts": desc.experts, "topk": desc.topk, "tp": desc.moe_tp, "ep": desc.ep,
                   "dtype": desc.moe_quant, "distribution": "balanced", "repeat": desc.n_moe_layers}]
         if desc.dp > 1:
-            gathered = float(t * desc.dp * h * 2)
+            gathered = float(moe_t * h * 2)
             rows += [{"name": "dp_gather", "op": work.COLLECTIVE, "collective": "all_gather", "ranks": desc.dp,
                       "comm_bytes": gathered, "impl": "nccl", "repeat": desc.n_moe_layers},
                      {"name": "dp_scatter", "op": work.COLLECTIVE, "collective": "reduce_scatter",

@@ -15,6 +15,13 @@ millisecond per row, so a simulation cannot ask for every step afresh):
   linear in log2 length between; a chunk on a cached prefix of c tokens costs the prefill of
   c + n less that of c;
 - :func:`cascade.llm.describe.overhead_ns` in closed form.
+
+With attention data parallelism (``desc.dp`` ranks) one simulated engine is the whole group of
+ranks stepping together, as vLLM's data-parallel engines do (the MoE layers' gather and
+scatter meet every rank each step; an idle rank runs a dummy step): the step's decodes spread
+evenly over the ranks and each prefill chunk lands on the least-loaded one; a step lasts as
+long as its busiest rank's own work (attention, dense layers, head, overheads) plus the MoE
+layers over all the step's tokens. A prefill on one rank so stalls every rank's decodes.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from cascade.gpus.spec import GPUSpec
@@ -47,12 +55,17 @@ def _grid(top: int, exact: int, per_octave: int) -> np.ndarray:
     return np.unique(np.concatenate([np.arange(1, exact + 1), geo[geo > exact]]))
 
 
+#: Rows of :func:`cascade.llm.describe.token_rows` that run every data-parallel rank's tokens.
+GROUP_ROWS = frozenset({"experts", "dp_gather", "dp_scatter"})
+
+
 class DescribedStepCost:
     """Step times of one described model on one GPU spec (the simulator's step-time source).
 
     ``max_tokens`` / ``max_seqs``: the largest step (tokens, sequences) the grids cover
-    (the scheduler's max_num_batched_tokens and max_num_seqs); a step beyond them is scaled
-    linearly from the grid's end.
+    (one rank's max_num_batched_tokens and max_num_seqs); a step beyond them is scaled
+    linearly from the grid's end. With ``desc.dp`` > 1 a step is the whole data-parallel
+    group's (the module's last paragraph).
     """
 
     def __init__(self, desc: d.ModelDescription, spec: GPUSpec, cal: LlmCalibration, *,
@@ -74,9 +87,11 @@ class DescribedStepCost:
                          + ("the host's share hidden behind the GPU's by async scheduling)" if async_scheduling
                             else "the host's share added: synchronous scheduling)")}
         self.rows_timed = 0
-        self._tg = _grid(max(max_tokens, max_seqs), _T_EXACT, _T_PER_OCTAVE)
+        self.ranks = max(1, desc.dp)
+        """Data-parallel ranks stepping together in one simulated engine."""
+        self._tg = _grid(max(max_tokens, max_seqs) * self.ranks, _T_EXACT, _T_PER_OCTAVE)
         self._bg = _grid(max_seqs, _B_EXACT, _B_PER_OCTAVE)
-        self._lin, self._head = self._token_parts()
+        self._lin, self._moe, self._head = self._token_parts()
         self._decode: dict[int, np.ndarray] = {}
         self._prefill: dict[tuple[int, int], float] = {}
 
@@ -87,6 +102,17 @@ class DescribedStepCost:
     def mixed_step_ns(self, chunks: Sequence[tuple[int, int]], decode_batch: int, decode_context: int) -> float:
         """A step of prefill ``chunks`` (new tokens, cached before) and ``decode_batch`` decodes
         whose contexts sum to ``decode_context``."""
+        tokens = decode_batch + sum(int(new) for new, _ in chunks)
+        if tokens <= 0:
+            return 0.0
+        if self.ranks > 1:
+            return self._group_step_ns(chunks, decode_batch, decode_context, tokens)
+        seqs = len(chunks) + decode_batch
+        gpu = self._rank_gpu_ns(chunks, decode_batch, decode_context) + self._interp(self._moe, tokens)
+        return float(self._with_host(np.asarray([gpu]), np.asarray([float(seqs)]))[0])
+
+    def _rank_gpu_ns(self, chunks: Sequence[tuple[int, int]], decode_batch: int, decode_context: float) -> float:
+        """GPU time of one rank's own share of a step: everything but the MoE layers."""
         tokens = decode_batch
         groups: dict[tuple[int, int], int] = {}
         for new, cached in chunks:
@@ -105,11 +131,31 @@ class DescribedStepCost:
         if decode_batch:
             total += float(self._decode_ns(np.array([float(decode_batch)]),
                                            np.array([decode_context / decode_batch]))[0])
-        total += float(d.gpu_overhead_ns(self.desc, self.spec, tokens, seqs))
-        return float(self._with_host(np.asarray([total]), np.asarray([float(seqs)]))[0])
+        return total + float(d.gpu_overhead_ns(self.desc, self.spec, tokens, seqs))
+
+    def _group_step_ns(self, chunks: Sequence[tuple[int, int]], decode_batch: int, decode_context: int,
+                       tokens: int) -> float:
+        """A data-parallel group's step: decodes spread evenly, each prefill chunk (longest first)
+        on the least-loaded rank; the busiest rank's own time plus the MoE layers over all
+        ``tokens``; the host's share that of the rank with the most sequences."""
+        r = self.ranks
+        base, extra = divmod(int(decode_batch), r)
+        decodes = [base + (1 if i < extra else 0) for i in range(r)]
+        load = [float(x) for x in decodes]
+        mine: list[list[tuple[int, int]]] = [[] for _ in range(r)]
+        for new, cached in sorted(chunks, key=lambda c: -c[0]):
+            i = min(range(r), key=load.__getitem__)
+            mine[i].append((new, cached))
+            load[i] += new
+        mean_ctx = decode_context / decode_batch if decode_batch else 0.0
+        gpu = max(self._rank_gpu_ns(mine[i], decodes[i], decodes[i] * mean_ctx) for i in range(r))
+        seqs = max(len(mine[i]) + decodes[i] for i in range(r))
+        gpu += self._interp(self._moe, tokens)
+        return float(self._with_host(np.asarray([gpu]), np.asarray([float(seqs)]))[0])
 
     def decode_steps_ns(self, decode_batch: np.ndarray, decode_context: np.ndarray) -> np.ndarray:
-        """Pure-decode steps, one per entry: the batch and the sum of its contexts."""
+        """Pure-decode steps, one per entry: the batch and the sum of its contexts (a group's:
+        its busiest rank holds ceil(batch / ranks) of them)."""
         b = np.asarray(decode_batch, dtype=float)
         ctx = np.asarray(decode_context, dtype=float)
         out = np.zeros(len(b))
@@ -117,9 +163,11 @@ class DescribedStepCost:
         if not live.any():
             return out
         bl = b[live]
-        gpu = (self._interp_many(self._lin, bl) + self._interp_many(self._head, bl)
-               + self._decode_ns(bl, ctx[live] / bl) + d.gpu_overhead_ns(self.desc, self.spec, bl, bl))
-        out[live] = self._with_host(gpu, bl)
+        br = np.ceil(bl / self.ranks)
+        gpu = (self._interp_many(self._lin, br) + self._interp_many(self._head, br)
+               + self._decode_ns(br, ctx[live] / bl) + d.gpu_overhead_ns(self.desc, self.spec, br, br)
+               + self._interp_many(self._moe, bl))
+        out[live] = self._with_host(gpu, br)
         return out
 
     def _with_host(self, gpu: np.ndarray, seqs: np.ndarray) -> np.ndarray:
@@ -133,13 +181,17 @@ class DescribedStepCost:
         self.rows_timed += len(table)
         return np.asarray(model_times(table, self.spec, self.cal).model_ns * table["repeat"], dtype=float)
 
-    def _token_parts(self) -> tuple[np.ndarray, np.ndarray]:
+    def _token_parts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per grid point T: a rank's token rows at T tokens but the MoE layers, the MoE layers
+        (and a group's gather / scatter) at T tokens of the whole step, the head at T sequences."""
         rows: list[dict[str, Any]] = []
         owner: list[int] = []
+        group: list[bool] = []
         for i, t in enumerate(self._tg.tolist()):
-            part = d.token_rows(self.desc, t)
+            part = d.token_rows(self.desc, t, moe_tokens=t)
             rows += part
             owner += [i] * len(part)
+            group += [row["name"] in GROUP_ROWS for row in part]
         n_lin = len(rows)
         for i, s in enumerate(self._tg.tolist()):
             part = d.head_rows(self.desc, s)
@@ -147,9 +199,14 @@ class DescribedStepCost:
             owner += [i] * len(part)
         times = self._timed(rows)
         idx = np.asarray(owner)
-        lin = np.bincount(idx[:n_lin], weights=times[:n_lin], minlength=len(self._tg))
-        head = np.bincount(idx[n_lin:], weights=times[n_lin:], minlength=len(self._tg))
-        return lin, head
+        moe = np.asarray(group + [False] * (len(rows) - n_lin))
+        own = ~moe
+        own[n_lin:] = False
+        n = len(self._tg)
+        lin = np.bincount(idx[own], weights=times[own], minlength=n)
+        moe_t = np.bincount(idx[moe], weights=times[moe], minlength=n)
+        head = np.bincount(idx[n_lin:], weights=times[n_lin:], minlength=n)
+        return lin, moe_t, head
 
     def _interp(self, values: np.ndarray, x: float) -> float:
         top = float(self._tg[-1])
@@ -208,6 +265,14 @@ class DescribedStepCost:
             return self._prefill_at(count, lo)
         a0, a1 = self._prefill_at(count, lo), self._prefill_at(count, lo + 1)
         return a0 + (a1 - a0) * (pos - lo)
+
+
+def group_kv(kv: KVConfig, ranks: int) -> KVConfig:
+    """The KV cache of a data-parallel group simulated as one engine: ``ranks`` times one
+    rank's blocks (each rank holds its own requests' KV)."""
+    if ranks <= 1:
+        return kv
+    return msgspec.structs.replace(kv, num_gpu_blocks_override=kv.num_blocks() * ranks)
 
 
 def described_kv(desc: d.ModelDescription, spec: GPUSpec, *, gpu_memory_utilization: float = 0.9,

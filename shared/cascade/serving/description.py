@@ -29,9 +29,11 @@ import numpy as np
 
 from cascade.errors import NotFoundError, TooLargeError, ValidationError
 from cascade.gpus.spec import GPUSpec
-from cascade.serving.described import DescribedStepCost, described_kv
+from cascade.serving.described import DescribedStepCost, described_kv, group_kv
 from cascade.serving.kvcache import KVConfig
-from cascade.serving.scenario import MAX_REPLICAS, Scenario
+from cascade.serving.scenario import Scenario
+from cascade.serving.schedulers import Static, Vllm
+from cascade.serving.sim import SCHEDULERS
 
 #: Largest model config accepted inline (bytes of its JSON): a real config.json is a few KB.
 MAX_CONFIG_BYTES = 256 * 1024
@@ -186,8 +188,8 @@ class ServingBasis(msgspec.Struct, frozen=True, kw_only=True):
     context_tokens: int | None = None
     """The model's context window (max_position_embeddings), when known."""
     data_parallel: int = 1
-    """Attention data-parallel ranks of each replica (each simulated as an engine of its own,
-    the ranks' tokens meeting in the MoE layers: :func:`data_parallel`)."""
+    """Attention data-parallel ranks of each replica, simulated together (:func:`data_parallel`);
+    ``kv_cache_tokens`` is one rank's."""
 
 
 @dataclass(frozen=True)
@@ -253,22 +255,27 @@ def describe_serving(config: dict[str, Any], spec: GPUSpec, *, quant: str = "bf1
         expected_kernel_error=ExpectedKernelError(mape_pct=err.mape_pct, worst_pct=err.worst_pct,
                                                   cells=err.cells, basis=err.basis),
         kv_cache_tokens=kv_tokens, weights_gib_per_gpu=weights, context_tokens=context_tokens, data_parallel=dp)
-    return DescribedServing(cost=cost, kv=kv, context_tokens=context_tokens, basis=basis)
+    return DescribedServing(cost=cost, kv=group_kv(kv, dp), context_tokens=context_tokens, basis=basis)
 
 
 def data_parallel(scenario: Scenario, dp: int) -> Scenario:
-    """The scenario with each replica's ``dp`` attention data-parallel ranks as replicas of their
-    own (vLLM's data-parallel engines: each rank its own scheduler and KV cache, the front end
-    sending each request to one rank). A rank's steps are timed as the balanced steady state
-    (:attr:`cascade.llm.describe.ModelDescription.dp`: the MoE layers run every rank's tokens).
-    ValidationError (``dp``) where the ranks exceed the replicas a scenario may have."""
+    """The scenario with each replica a group of ``dp`` attention data-parallel ranks stepping
+    together (vLLM's data-parallel engines: each rank its own scheduler limits and KV cache; the
+    step cost :class:`~cascade.serving.described.DescribedStepCost` times the group): the
+    scheduler's limits ``dp`` times one rank's, no request's prefill chunk above one rank's
+    token budget. Call it after the limits are resolved for the GPU (:func:`~cascade.serving.
+    requests.for_gpu`)."""
     if dp <= 1:
         return scenario
-    total = scenario.replicas * dp
-    if total > MAX_REPLICAS:
-        raise ValidationError(f"{scenario.replicas} replicas x dp {dp} = {total} engines, more than {MAX_REPLICAS}",
-                              field="dp")
-    return msgspec.structs.replace(scenario, replicas=total)
+    sched = SCHEDULERS.resolve(scenario.scheduler, "scheduler")
+    if isinstance(sched, Vllm):
+        budget, seqs = sched.limits
+        sched = msgspec.structs.replace(
+            sched, max_num_batched_tokens=budget * dp, max_num_seqs=seqs * dp,
+            long_prefill_token_threshold=min(sched.long_prefill_token_threshold or budget, budget))
+    elif isinstance(sched, Static):
+        sched = msgspec.structs.replace(sched, batch_size=sched.batch_size * dp)
+    return msgspec.structs.replace(scenario, scheduler=sched)
 
 
 def _text_config(config: dict[str, Any]) -> dict[str, Any]:

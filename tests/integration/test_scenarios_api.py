@@ -281,7 +281,7 @@ async def test_a_described_model_answers_ttft_and_tpot_with_its_basis(client: Te
     ({"hidden_size": "wide"}, 400, "description.config.hidden_size"),
     ({"num_attention_heads": None}, 400, "description.config.num_attention_heads"),
     ({"mlp_only_layers": [0, "x"]}, 400, "description.config.mlp_only_layers"),
-    ({"kv_lora_rank": 512}, 422, "description.config.kv_lora_rank"),
+    ({"kv_lora_rank": 512}, 422, "description.config.qk_rope_head_dim"),
     ({"num_attention_heads": 30}, 422, "description.tp"),
     ({"hidden_size": 2, "head_dim": None}, 422, "description.config.head_dim"),
 ])

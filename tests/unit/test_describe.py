@@ -11,9 +11,10 @@ import pytest
 
 from cascade.errors import ValidationError
 from cascade.gpus import default_registry
+from cascade.kerneltable import KernelTable
 from cascade.llm import work
 from cascade.llm.describe import describe_model, host_ns, overhead_ns, step_table, step_time_ns
-from cascade.llm.model import load_llm_calibration
+from cascade.llm.model import load_llm_calibration, model_times
 from cascade.serving.arrivals import Fixed, Uniform
 from cascade.serving.described import DescribedStepCost, described_kv
 from cascade.serving.kvcache import MODEL_SHAPES, KVConfig
@@ -80,6 +81,51 @@ def test_qwen3_moe_uses_topk_experts_per_token() -> None:
     assert router["n"][0] == 128 and router["dtype"][0] == "bf16"
     attn = table.take(table["op"] == work.ATTENTION)
     assert attn["context"][0] == 200 and attn["batch"][0] == 2 and attn["heads"][0] == 8 and attn["kv_heads"][0] == 1
+
+
+DEEPSEEK_V3: dict[str, Any] = {
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 7168,
+    "intermediate_size": 18432, "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": 1,
+    "num_experts_per_tok": 8, "first_k_dense_replace": 3, "moe_layer_freq": 1, "num_hidden_layers": 61,
+    "num_attention_heads": 128, "num_key_value_heads": 128, "kv_lora_rank": 512, "q_lora_rank": 1536,
+    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 129280,
+    "max_position_embeddings": 163840, "tie_word_embeddings": False}
+
+
+def test_deepseek_v3_is_671b_with_37b_active_and_caches_one_latent() -> None:
+    """Multi-head latent attention, 3 dense layers then 58 MoE ones of 256 routed + 1 shared expert."""
+    desc = describe_model(DEEPSEEK_V3, quant="fp8-block", tp=8)
+    assert desc.mla and desc.n_moe_layers == 58 and desc.experts == 256 and desc.shared_experts == 1
+    assert desc.params() == pytest.approx(671e9, rel=0.01)
+    assert desc.params(active=True) == pytest.approx(37e9, rel=0.03)
+    # the latent (512) and the rotary key (64) per token and layer, whole on every TP rank
+    assert desc.kv_bytes_per_token() == 61 * (512 + 64) * 2
+    assert describe_model(DEEPSEEK_V3, quant="fp8-block", tp=1).kv_bytes_per_token() == desc.kv_bytes_per_token()
+    assert desc.weight_bytes_per_gpu() / 2**30 == pytest.approx(671e9 / 8 / 2**30, rel=0.06)
+    table = step_table(desc, prefill=[(512, 0)], decode_contexts=np.full(4, 1000))
+    names = set(table["name"].tolist())
+    assert {"q_a_proj", "q_b_proj", "kv_a_proj", "kv_b_proj", "o_proj", "shared_gate_up_proj"} <= names
+    decode = table.take(table["name"] == "attention_decode")
+    assert (decode["kv_heads"][0], decode["heads"][0]) == (1, 16)  # 16 query heads a GPU share one latent
+    # the one latent read per token: (512 + 64) x 2 bytes, not K and V per head
+    spec = default_registry().get("SM90_H200")
+    assert float(work.work(decode, spec).bytes[0]) == pytest.approx(4 * 1000 * 576 * 2, rel=0.05)
+
+
+def test_a_graphed_step_pays_no_eager_launches_and_blackwell_is_not_slower() -> None:
+    """The collector timed block-FP8 GEMMs eagerly: in a CUDA graph a small one costs about its
+    per-tensor FP8 kernel; a B200 never decodes DeepSeek-V3 slower than an H200."""
+    cal = load_llm_calibration()
+    h200, b200 = default_registry().get("SM90_H200"), default_registry().get("SM100_B200")
+    gemm = KernelTable.from_rows([{"name": "q", "op": work.GEMM, "m": 64, "n": 4096, "k": 4096, "dtype": "fp8_block",
+                                   "repeat": 1}])
+    for spec in (h200, b200):
+        eager, graphed = model_times(gemm, spec, cal).model_ns[0], model_times(gemm, spec, cal, graphed=True).model_ns[0]
+        assert graphed < 0.5 * eager
+    desc = describe_model(DEEPSEEK_V3, quant="fp8-block", tp=8)
+    ctx = np.full(64, 1500)
+    t_h, t_b = (step_time_ns(desc, s, cal, decode_contexts=ctx) for s in (h200, b200))
+    assert t_b < t_h
 
 
 def test_gpt_oss_alternates_sliding_and_full_layers() -> None:
@@ -167,9 +213,9 @@ def test_a_missing_field_is_named(drop: str, field: str) -> None:
 def test_bad_splits_and_unknown_attention_are_refused() -> None:
     with pytest.raises(ValidationError, match="tp"):
         describe_model(LLAMA_8B, tp=3)
-    with pytest.raises(ValidationError) as err:
+    with pytest.raises(ValidationError) as err:  # a latent attention needs its rotary and no-rope sizes
         describe_model({**LLAMA_8B, "kv_lora_rank": 512})
-    assert err.value.field == "kv_lora_rank"
+    assert err.value.field == "qk_rope_head_dim"
     with pytest.raises(ValidationError) as err:
         describe_model(LLAMA_8B, quant="fp7")
     assert err.value.field == "quant"

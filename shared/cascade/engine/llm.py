@@ -50,11 +50,12 @@ class LlmModel:
         if rows.any():
             idx = np.flatnonzero(rows)
             sub = llm_model.canonical_ops(table.take(idx))
-            tgt = llm_model.model_times(sub, target, cal, collector=cfg.collector)
+            # a trace's kernel durations are GPU time (graphed or not), never an eager call's host overhead
+            tgt = llm_model.model_times(sub, target, cal, collector=cfg.collector, graphed=True)
             t_src = source_durations(sub)
             src_spec = ctx.source
             if src_spec is not None and np.isfinite(t_src).any():
-                src = llm_model.model_times(sub, src_spec, cal, collector=cfg.collector)
+                src = llm_model.model_times(sub, src_spec, cal, collector=cfg.collector, graphed=True)
                 out = np.maximum(llm_model.carry(t_src, src, tgt), tgt.roofline_ns)
                 if src_spec.id == target.id:  # identity: the measured times, exactly
                     out = np.where(np.isfinite(t_src), t_src, out)

@@ -64,6 +64,10 @@ STEP_HOST_PER_SEQUENCE_NS = 3_000.0
 #: (temperature, top-p/top-k masks, argmax / multinomial) run eagerly after the graph.
 SAMPLER_FIXED_NS = 60_000.0
 
+#: The largest step (tokens) vLLM V1 replays as a CUDA graph (its default largest capture size);
+#: bigger steps run their layers eagerly.
+CUDA_GRAPH_MAX_TOKENS = 512
+
 # ---- memory besides weights and KV cache ----------------------------------------------------
 #: Memory vLLM keeps out of the KV cache besides weights and peak activations: CUDA graphs,
 #: NCCL and custom all-reduce buffers, the CUDA context's allocations (about 1.5 GiB).
@@ -110,6 +114,18 @@ class ModelDescription(msgspec.Struct, frozen=True, kw_only=True):
     ep: int = 1
     """Expert-parallel ranks among the MoE layers' dp x tp GPUs (experts split over them; each
     expert's intermediate size split over dp x tp / ep)."""
+    kv_lora_rank: int = 0
+    """Multi-head latent attention (DeepSeek-V2/V3, Kimi K2): the rank of the compressed KV
+    latent each token caches, shared by every head and kept whole on every TP rank (0: none)."""
+    q_lora_rank: int = 0
+    """MLA: the rank of the compressed query (0: queries projected directly)."""
+    rope_dim: int = 0
+    """MLA: qk_rope_head_dim, the rotary part of a head (``head_dim`` is qk_nope + qk_rope)."""
+    v_head_dim: int = 0
+    """MLA: the value head size (0: ``head_dim``)."""
+    shared_experts: int = 0
+    """Experts every token runs beside its routed ones (DeepSeek's n_shared_experts, each of
+    ``moe_inter``), TP-split like a dense MLP."""
     dp: int = 1
     """Attention data-parallel ranks (vLLM ``--data-parallel-size``): each rank an engine of its
     own (scheduler, KV cache) over ``tp`` GPUs, its attention and dense layers split over those;
@@ -124,8 +140,29 @@ class ModelDescription(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def kv_heads_per_gpu(self) -> int:
-        """KV heads one GPU holds (replicated when there are fewer than tp)."""
-        return max(1, self.kv_heads // self.tp)
+        """KV heads one GPU holds (replicated when there are fewer than tp; MLA: the one latent)."""
+        return 1 if self.mla else max(1, self.kv_heads // self.tp)
+
+    @property
+    def mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def cache_head_dim(self) -> int:
+        """The head size the KV cache is sized by, K and V each: MLA caches one latent of
+        kv_lora_rank + rope_dim per token and layer, half of it counted as K and half as V."""
+        return (self.kv_lora_rank + self.rope_dim + 1) // 2 if self.mla else self.head_dim
+
+    def _attn_params(self, heads: float, kv_heads: float, *, replicated: float = 1.0) -> float:
+        """Attention weights (``heads`` / ``kv_heads`` of them; MLA's down-projections counted
+        ``replicated`` times: whole on every TP rank)."""
+        h, d = self.hidden, self.head_dim
+        if not self.mla:
+            return h * (heads + 2 * kv_heads) * d + heads * d * h
+        v = self.v_head_dim or d
+        q = (self.q_lora_rank * replicated * h + self.q_lora_rank * heads * d) if self.q_lora_rank else h * heads * d
+        kv = h * (self.kv_lora_rank + self.rope_dim) * replicated + self.kv_lora_rank * heads * (d - self.rope_dim + v)
+        return q + kv + heads * v * h
 
     @property
     def moe_tp(self) -> int:
@@ -150,21 +187,22 @@ class ModelDescription(msgspec.Struct, frozen=True, kw_only=True):
     def params(self, *, active: bool = False) -> int:
         """Parameters of the model (``active``: those one token uses, top-k experts only);
         embeddings and the LM head included, norms left out."""
-        attn = self.hidden * (self.heads + 2 * self.kv_heads) * self.head_dim + self.heads * self.head_dim * self.hidden
+        attn = self._attn_params(self.heads, self.kv_heads)
         dense = 3 * self.hidden * self.inter
-        n_exp = self.topk if active else self.experts
+        n_exp = (self.topk if active else self.experts) + self.shared_experts
         moe = n_exp * 3 * self.hidden * self.moe_inter + self.experts * self.hidden
         emb = self.vocab * self.hidden * (1 if self.tie_word_embeddings else 2)
-        return self.layers * attn + self.n_dense_layers * dense + self.n_moe_layers * moe + emb
+        return int(self.layers * attn + self.n_dense_layers * dense + self.n_moe_layers * moe + emb)
 
     def weight_bytes_per_gpu(self) -> int:
         """Bytes of weights one GPU holds: its share of every layer at the layers' dtypes, the
         router and the vocabulary-parallel embedding / LM head in BF16."""
         wb, mb = work.WEIGHT_BYTES[self.quant], work.WEIGHT_BYTES[self.moe_quant]
-        h, d = self.hidden, self.head_dim
-        attn = (h * (self.heads_per_gpu + 2 * self.kv_heads_per_gpu) * d + self.heads_per_gpu * d * h) * wb
+        h = self.hidden
+        attn = self._attn_params(self.heads_per_gpu, self.kv_heads_per_gpu) * wb
         dense = 3 * h * (self.inter / self.tp) * wb
-        moe = (self.experts / self.ep) * 3 * h * (self.moe_inter / self.moe_tp) * mb + self.experts * h * 2
+        moe = ((self.experts / self.ep) * 3 * h * (self.moe_inter / self.moe_tp) * mb + self.experts * h * 2
+               + self.shared_experts * 3 * h * (self.moe_inter / self.tp) * wb)
         emb = (self.vocab / self.tp) * h * 2 * (1 if self.tie_word_embeddings else 2)
         return int(self.layers * attn + self.n_dense_layers * dense + self.n_moe_layers * moe + emb)
 
@@ -177,7 +215,7 @@ class ModelDescription(msgspec.Struct, frozen=True, kw_only=True):
 
     def kv_bytes_per_token(self) -> int:
         """KV-cache bytes one token takes on one GPU: K and V of :attr:`kv_layers` layers."""
-        return int(2 * self.kv_layers * self.kv_heads_per_gpu * self.head_dim * work.KV_BYTES[self.kv_dtype])
+        return int(2 * self.kv_layers * self.kv_heads_per_gpu * self.cache_head_dim * work.KV_BYTES[self.kv_dtype])
 
     def activation_reserve_bytes(self, *, max_num_batched_tokens: int = 8192, max_num_seqs: int = 256) -> int:
         """Memory kept from the KV cache besides weights: the peak activations of a forward of
@@ -192,8 +230,11 @@ class ModelDescription(msgspec.Struct, frozen=True, kw_only=True):
 
     def label(self) -> str:
         moe = f", {self.experts} experts top-{self.topk}" if self.experts else ""
-        return (f"{self.model_type}: {self.layers} layers, hidden {self.hidden}, {self.heads}/{self.kv_heads} heads "
-                f"x {self.head_dim}{moe}; {self.quant} (experts {self.moe_quant}), KV {self.kv_dtype}, "
+        heads = (f"{self.heads} heads x {self.head_dim}, MLA latent {self.kv_lora_rank}" if self.mla
+                 else f"{self.heads}/{self.kv_heads} heads x {self.head_dim}")
+        if self.shared_experts:
+            moe += f" + {self.shared_experts} shared"
+        return (f"{self.model_type}: {self.layers} layers, hidden {self.hidden}, {heads}{moe}; {self.quant} (experts {self.moe_quant}), KV {self.kv_dtype}, "
                 f"TP {self.tp} EP {self.ep}" + (f" DP {self.dp}" if self.dp > 1 else ""))
 
 
@@ -243,8 +284,6 @@ def describe_model(config: Mapping[str, Any], *, quant: str = "bf16", kv_dtype: 
     if ep < 1 or (tp * dp) % ep:
         gpus = f"tp={tp}" if dp == 1 else f"dp x tp = {dp * tp}"
         raise ValidationError(f"expected a divisor of {gpus}, got {ep}", field="ep")
-    if config.get("kv_lora_rank") is not None:
-        raise ValidationError("multi-head latent attention (DeepSeek MLA) is not modelled", field="kv_lora_rank")
     model_type = str(config.get("model_type") or (config.get("architectures") or ["unknown"])[0])
     hidden = _need_int(config, "hidden_size")
     layers = _need_int(config, "num_hidden_layers")
@@ -255,10 +294,21 @@ def describe_model(config: Mapping[str, Any], *, quant: str = "bf16", kv_dtype: 
         raise ValidationError("hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads and "
                               "vocab_size must all be >= 1", field="hidden_size")
     head_dim = _need_int(config, "head_dim", default=hidden // heads)
+    mla: dict[str, int] = {}
+    if config.get("kv_lora_rank") is not None:  # DeepSeek-V2/V3, Kimi K2: multi-head latent attention
+        rope = _need_int(config, "qk_rope_head_dim")
+        mla = {"kv_lora_rank": _need_int(config, "kv_lora_rank"), "rope_dim": rope,
+               "q_lora_rank": _need_int(config, "q_lora_rank", default=0),
+               "v_head_dim": _need_int(config, "v_head_dim", default=0)}
+        head_dim = _need_int(config, "qk_nope_head_dim") + rope
+        if mla["kv_lora_rank"] < 1:
+            raise ValidationError("expected >= 1", field="kv_lora_rank")
     if heads % tp:
         raise ValidationError(f"{heads} attention heads do not split over tp={tp}", field="tp")
-    # experts: Qwen3-MoE / Qwen2-MoE num_experts, Mixtral / gpt-oss num_local_experts
-    experts = _need_int(config, "num_experts", "num_local_experts", default=0)
+    # experts: Qwen3-MoE / Qwen2-MoE num_experts, Mixtral / gpt-oss num_local_experts, DeepSeek
+    # n_routed_experts (beside n_shared_experts every token runs)
+    experts = _need_int(config, "num_experts", "num_local_experts", "n_routed_experts", default=0)
+    shared = 0
     topk = moe_inter = 0
     moe_layers = tuple(False for _ in range(layers))
     inter = 0
@@ -273,7 +323,11 @@ def describe_model(config: Mapping[str, Any], *, quant: str = "bf16", kv_dtype: 
         only = config.get("mlp_only_layers") or []
         if not isinstance(only, list) or not all(isinstance(i, int) for i in only):
             raise ValidationError("expected a list of layer indices", field="mlp_only_layers")
-        moe_layers = tuple((i not in only) and (i + 1) % step == 0 for i in range(layers))
+        first = _need_int(config, "first_k_dense_replace", default=0)  # DeepSeek: the first k layers dense
+        freq = _need_int(config, "moe_layer_freq", default=1) or 1
+        moe_layers = tuple((i not in only) and (i + 1) % step == 0 and i >= first and (i - first) % freq == 0
+                           for i in range(layers))
+        shared = _need_int(config, "n_shared_experts", default=0)
         if not all(moe_layers) and inter < 1:
             raise ValidationError("dense MLP layers need intermediate_size", field="intermediate_size")
         if experts % ep:
@@ -285,7 +339,7 @@ def describe_model(config: Mapping[str, Any], *, quant: str = "bf16", kv_dtype: 
         model_type=model_type, hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
         inter=inter, vocab=vocab, tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
         windows=windows, moe_layers=moe_layers, experts=experts, topk=topk, moe_inter=moe_inter,
-        quant=q, moe_quant=mq, kv_dtype=kv, tp=tp, ep=ep, dp=dp)
+        quant=q, moe_quant=mq, kv_dtype=kv, tp=tp, ep=ep, dp=dp, shared_experts=shared, **mla)
 
 
 def _windows(config: Mapping[str, Any], layers: int) -> tuple[int, ...]:
@@ -323,11 +377,18 @@ def token_rows(desc: ModelDescription, tokens: int, *, moe_tokens: int | None = 
     t = int(tokens)
     moe_t = int(moe_tokens) if moe_tokens is not None else t * desc.dp
     h, d, tp = desc.hidden, desc.head_dim, desc.tp
-    rows = [_gemm("qkv_proj", t, (desc.heads_per_gpu + 2 * desc.kv_heads_per_gpu) * d, h, desc.quant, desc.layers),
-            _gemm("o_proj", t, h, desc.heads_per_gpu * d, desc.quant, desc.layers)]
+    if desc.mla:
+        rows = _mla_rows(desc, t)
+    else:
+        rows = [_gemm("qkv_proj", t, (desc.heads_per_gpu + 2 * desc.kv_heads_per_gpu) * d, h, desc.quant, desc.layers),
+                _gemm("o_proj", t, h, desc.heads_per_gpu * d, desc.quant, desc.layers)]
     if desc.n_dense_layers:
         rows += [_gemm("gate_up_proj", t, 2 * desc.inter // tp, h, desc.quant, desc.n_dense_layers),
                  _gemm("down_proj", t, h, desc.inter // tp, desc.quant, desc.n_dense_layers)]
+    if desc.n_moe_layers and desc.shared_experts:
+        width = desc.shared_experts * desc.moe_inter // tp
+        rows += [_gemm("shared_gate_up_proj", t, 2 * width, h, desc.quant, desc.n_moe_layers),
+                 _gemm("shared_down_proj", t, h, width, desc.quant, desc.n_moe_layers)]
     if desc.n_moe_layers:
         # data-parallel attention: the experts run every rank's tokens, gathered over the dp
         # ranks before them and scattered back after (vLLM's all-gather / reduce-scatter
@@ -350,6 +411,22 @@ def token_rows(desc: ModelDescription, tokens: int, *, moe_tokens: int | None = 
     return rows
 
 
+def _mla_rows(desc: ModelDescription, t: int) -> list[dict[str, Any]]:
+    """Multi-head latent attention's projections of ``t`` tokens (vLLM's MLA): the query's
+    down- and up-projection (or one projection without a query rank), the KV latent's
+    down-projection (kept whole on every TP rank), the latent's up-projection into each head's
+    no-rope key and value (absorbed into the query and output in a decode: the same FLOPs), and
+    the output projection."""
+    h, d, hp, n = desc.hidden, desc.head_dim, desc.heads_per_gpu, desc.layers
+    v = desc.v_head_dim or d
+    rows = ([_gemm("q_a_proj", t, desc.q_lora_rank, h, desc.quant, n),
+             _gemm("q_b_proj", t, hp * d, desc.q_lora_rank, desc.quant, n)] if desc.q_lora_rank
+            else [_gemm("q_proj", t, hp * d, h, desc.quant, n)])
+    return rows + [_gemm("kv_a_proj", t, desc.kv_lora_rank + desc.rope_dim, h, desc.quant, n),
+                   _gemm("kv_b_proj", t, hp * (d - desc.rope_dim + v), desc.kv_lora_rank, desc.quant, n),
+                   _gemm("o_proj", t, h, hp * v, desc.quant, n)]
+
+
 def head_rows(desc: ModelDescription, sequences: int) -> list[dict[str, Any]]:
     """The LM head over the last token of each sequence that samples, and (TP) the gather of
     the vocabulary-parallel logits."""
@@ -363,9 +440,16 @@ def head_rows(desc: ModelDescription, sequences: int) -> list[dict[str, Any]]:
 
 def _attention(desc: ModelDescription, phase: str, batch: int, seq: int, context: int, window: int,
                repeat: int) -> dict[str, Any]:
+    kv_heads, head_dim = desc.kv_heads_per_gpu, desc.head_dim
+    if desc.mla:
+        # MLA: a prefill attends over keys and values decompressed per head (multi-head, the
+        # query's head size); a decode over the one cached latent each head shares, its bytes
+        # those of the latent (K and V halves of :attr:`ModelDescription.cache_head_dim`)
+        kv_heads, head_dim = ((desc.heads_per_gpu, desc.head_dim) if phase == "prefill"
+                              else (1, desc.cache_head_dim))
     return {"name": f"attention_{phase}", "op": work.ATTENTION, "phase": phase, "batch": int(batch), "seq": int(seq),
-            "context": int(context), "heads": desc.heads_per_gpu, "kv_heads": desc.kv_heads_per_gpu,
-            "head_dim": desc.head_dim, "window": int(window), "kv_dtype": desc.kv_dtype, "repeat": repeat}
+            "context": int(context), "heads": desc.heads_per_gpu, "kv_heads": kv_heads,
+            "head_dim": head_dim, "window": int(window), "kv_dtype": desc.kv_dtype, "repeat": repeat}
 
 
 def prefill_attention_rows(desc: ModelDescription, batch: int, seq: int) -> list[dict[str, Any]]:
@@ -478,7 +562,9 @@ def step_time_ns(desc: ModelDescription, spec: GPUSpec, cal: LlmCalibration, *,
     (``async_scheduling`` False) or hidden behind that GPU time where it is shorter (True: vLLM
     builds the next step while this one runs)."""
     table = step_table(desc, prefill=prefill, decode_contexts=decode_contexts)
-    times = model_times(table, spec, cal).model_ns
+    ctx = np.asarray(decode_contexts)
+    graphed = sum(int(p[0]) for p in prefill) + int(ctx.size) <= CUDA_GRAPH_MAX_TOKENS
+    times = model_times(table, spec, cal, graphed=graphed).model_ns
     total = float(np.sum(times * table["repeat"]))
     ctx = np.asarray(decode_contexts)
     chunks = len(prefill)

@@ -176,10 +176,11 @@ class DescribedStepCost:
         return np.asarray(np.maximum(gpu, host) if self.async_scheduling else gpu + host, dtype=float)
 
     # ---- the tabulated parts ------------------------------------------------------------
-    def _timed(self, rows: list[dict[str, Any]]) -> np.ndarray:
+    def _timed(self, rows: list[dict[str, Any]], graphed: bool = True) -> np.ndarray:
         table = KernelTable.from_rows(rows)
         self.rows_timed += len(table)
-        return np.asarray(model_times(table, self.spec, self.cal).model_ns * table["repeat"], dtype=float)
+        return np.asarray(model_times(table, self.spec, self.cal, graphed=graphed).model_ns * table["repeat"],
+                          dtype=float)
 
     def _token_parts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per grid point T: a rank's token rows at T tokens but the MoE layers, the MoE layers
@@ -197,8 +198,13 @@ class DescribedStepCost:
             part = d.head_rows(self.desc, s)
             rows += part
             owner += [i] * len(part)
-        times = self._timed(rows)
         idx = np.asarray(owner)
+        # a step of up to CUDA_GRAPH_MAX_TOKENS tokens replays a CUDA graph; a bigger one runs its
+        # layers eagerly, each kernel's launch cost showing where its work is short
+        eager = self._tg[idx] > d.CUDA_GRAPH_MAX_TOKENS
+        times = self._timed(rows)
+        if eager.any():
+            times = np.where(eager, self._timed(rows, graphed=False), times)
         moe = np.asarray(group + [False] * (len(rows) - n_lin))
         own = ~moe
         own[n_lin:] = False
@@ -281,7 +287,7 @@ def described_kv(desc: d.ModelDescription, spec: GPUSpec, *, gpu_memory_utilizat
     """KV-cache sizing of one GPU of the engine, as vLLM sizes it: (memory x utilisation -
     weights on the GPU - activation reserve) / KV bytes per token on the GPU."""
     shape = ModelShape(name=desc.model_type, layers=desc.kv_layers, kv_heads=desc.kv_heads_per_gpu,
-                       head_dim=desc.head_dim, kv_dtype_bytes=int(work.KV_BYTES[desc.kv_dtype]),
+                       head_dim=desc.cache_head_dim, kv_dtype_bytes=int(work.KV_BYTES[desc.kv_dtype]),
                        weights_bytes=desc.weight_bytes_per_gpu())
     return KVConfig(model=shape, gpu_memory_bytes=int(spec.memory_gb * d.GiB),
                     gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,

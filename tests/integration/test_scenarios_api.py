@@ -235,9 +235,29 @@ async def test_model_configs_lists_the_bundled_examples(client: TestClient) -> N
     resp = await client.get("/api/model-configs")
     assert resp.status == 200, await resp.text()
     configs = {c["name"]: c for c in (await resp.json())["configs"]}
-    assert set(configs) == {"llama-3.1-8b", "qwen3-32b", "gpt-oss-120b"}
+    assert set(configs) == {"llama-3.1-8b", "qwen3-32b", "gpt-oss-120b", "deepseek-v3"}
     assert configs["llama-3.1-8b"]["config"]["num_key_value_heads"] == 8
     assert configs["gpt-oss-120b"]["moe_quant"] == "mxfp4" and "128 experts" in configs["gpt-oss-120b"]["summary"]
+    deepseek = configs["deepseek-v3"]
+    assert deepseek["quant"] == "fp8-block" and "latent" in deepseek["summary"] and deepseek["context_tokens"] == 163840
+
+
+async def test_deepseek_v3_on_eight_b200s_beats_eight_h200s(client: TestClient) -> None:
+    """The bundled DeepSeek-V3, FP8 as published, TP 8 with 16 clients: served on B200s it answers
+    with a lower TPOT than on H200s; on H100s its weights leave no KV cache (a 422 naming kv)."""
+    tpot = {}
+    for gpu in ("SM90_H200", "SM100_B200"):
+        body = _described(concurrency=16, n_requests=32, lengths={"prompt": 1024, "output": 64})
+        body["description"] = {"config": "deepseek-v3", "gpu": gpu, "tp": 8, "quant": "fp8-block"}
+        resp = await client.post("/api/scenarios", json=body)
+        assert resp.status == 200, await resp.text()
+        out = await resp.json()
+        assert "MLA latent 512" in out["basis"]["workload"]
+        tpot[gpu] = out["result"]["tpot_ms"]["mean"]
+    assert tpot["SM100_B200"] < tpot["SM90_H200"]
+    body["description"] = {"config": "deepseek-v3", "gpu": "SM90_H100", "tp": 8, "quant": "fp8-block"}
+    resp = await client.post("/api/scenarios", json=body)
+    assert resp.status == 422 and (await resp.json())["field"] == "kv"
 
 
 async def test_a_described_model_answers_ttft_and_tpot_with_its_basis(client: TestClient) -> None:

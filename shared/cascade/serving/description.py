@@ -66,6 +66,8 @@ EXAMPLE_CONFIGS: dict[str, tuple[str, str, str | None]] = {
     "llama-3.1-8b": ("Llama-3.1-8B (dense, GQA)", "bf16", None),
     "qwen3-32b": ("Qwen3-32B (dense, GQA)", "bf16", None),
     "gpt-oss-120b": ("gpt-oss-120b (MoE, 128 experts, alternating sliding window)", "bf16", "mxfp4"),
+    "deepseek-v3": ("DeepSeek-V3 / R1 (MoE, 256 experts + 1 shared, multi-head latent attention)", "fp8-block",
+                    None),
 }
 ExampleName = Literal[tuple(EXAMPLE_CONFIGS)]  # type: ignore[valid-type]
 
@@ -88,8 +90,9 @@ def example_configs() -> list[ExampleConfig]:
         config = example_config(name)
         desc = describe_model(config)
         kind = (f"MoE, {desc.experts} experts (top {desc.topk})" if desc.experts else "dense")
-        summary = (f"{kind}; {desc.layers} layers, hidden {desc.hidden}, {desc.heads} heads / "
-                   f"{desc.kv_heads} KV heads")
+        attention = (f"{desc.heads} heads on one latent KV of {desc.kv_lora_rank}" if desc.mla
+                     else f"{desc.heads} heads / {desc.kv_heads} KV heads")
+        summary = f"{kind}; {desc.layers} layers, hidden {desc.hidden}, {attention}"
         out.append(ExampleConfig(name=name, title=title, summary=summary, quant=quant, moe_quant=moe_quant,
                                  context_tokens=int(config.get("max_position_embeddings") or 0),
                                  config=config))
@@ -122,6 +125,16 @@ class ConfigFields(msgspec.Struct, frozen=True, kw_only=True):
     layer_types: list[str] | None = None
     tie_word_embeddings: bool | None = None
     max_position_embeddings: _Pos | None = None
+    # multi-head latent attention and DeepSeek's MoE (DeepSeek-V2/V3, Kimi K2)
+    kv_lora_rank: _Pos | None = None
+    q_lora_rank: _NonNeg | None = None
+    qk_nope_head_dim: _NonNeg | None = None
+    qk_rope_head_dim: _NonNeg | None = None
+    v_head_dim: _Pos | None = None
+    n_routed_experts: _NonNeg | None = None
+    n_shared_experts: _NonNeg | None = None
+    first_k_dense_replace: _NonNeg | None = None
+    moe_layer_freq: _Pos | None = None
 
 
 def checked_config(config: dict[str, Any], field: str) -> dict[str, Any]:

@@ -49,8 +49,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    help="attention data-parallel ranks of one replica (vllm serve --data-parallel-size): each "
                         "rank tp GPUs with its own scheduler and KV cache, the MoE layers over all dp x tp GPUs "
                         "(with --ep dp x tp: vLLM's --enable-expert-parallel); default 1"),
-    h.add_argument("--quant", default="bf16", choices=["bf16", "fp8", "fp8-block", "fp4", "int4", "mxfp4"],
-                   help="dtype of the linear layers (default bf16)")
+    h.add_argument("--quant", default=None, choices=["bf16", "fp8", "fp8-block", "fp4", "int4", "mxfp4"],
+                   help="dtype of the linear layers (default: the checkpoint's own, from the config's "
+                        "quantization_config: FP8 with weight blocks -> fp8-block, mxfp4 -> MXFP4 experts; else bf16)")
     h.add_argument("--moe-quant", default=None, choices=["bf16", "fp8", "fp8-block", "fp4", "int4", "mxfp4"],
                    help="dtype of the experts (default: --quant)")
     h.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp8"])

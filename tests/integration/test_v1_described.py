@@ -79,6 +79,11 @@ async def test_described_latency_follows_the_shape_and_the_gpu(client: TestClien
     alias = await _complete(client, "described/llama-3.1-8b/B200/tp1/bf16", 4096, 16)
     assert alias["model"] == "described/llama-3.1-8b/SM100_B200/bf16"
     assert alias["metrics"] == b200["metrics"]
+    # DeepSeek-V3 (multi-head latent attention, block FP8 as published) on eight H200s and B200s
+    h200 = await _complete(client, "described/deepseek-v3/H200/tp8", 1024, 16)
+    b200_ds = await _complete(client, "described/deepseek-v3/B200/tp8", 1024, 16)
+    assert "MLA" in h200["cascade"]["basis"]["workload"]  # type: ignore[index]
+    assert b200_ds["metrics"]["tpot_ms"] < h200["metrics"]["tpot_ms"]  # type: ignore[index]
 
 
 async def test_described_errors(client: TestClient) -> None:

@@ -288,7 +288,10 @@ def model_times(table: KernelTable, spec: GPUSpec, cal: LlmCalibration, *, colle
     collector timed block-scaled FP8 GEMMs eagerly (its README: launch overhead shows at small
     sizes; 5-20x the per-tensor FP8 kernel of the same shape below 256 tokens, ~1x at 4k and
     more): a graphed one costs at most the per-tensor FP8 GEMM of its shape times
-    :data:`FP8_BLOCK_OVER_PER_TENSOR`, the GPU-bound ratio of the two."""
+    :data:`FP8_BLOCK_OVER_PER_TENSOR`, the GPU-bound ratio of the two, and never more than the
+    BF16 GEMM of its shape (half its weight bytes, the same math at half the rate) times that ratio:
+    vLLM 0.24's per-tensor FP8 kernel at one token reads 2x the H200's time on the B200 where its
+    BF16 one is faster, a kernel choice, not the block-scaled path's."""
     out = _model_times(table, spec, cal, collector=collector, exclude=exclude)
     if not graphed or not len(table):
         return out
@@ -297,9 +300,14 @@ def model_times(table: KernelTable, spec: GPUSpec, cal: LlmCalibration, *, colle
     if not block.any():
         return out
     rows = np.flatnonzero(block)
-    per_tensor = table.take(rows)
-    per_tensor["dtype"] = np.full(len(rows), "fp8", dtype=object)
-    alt = _model_times(per_tensor, spec, cal, collector=collector, exclude=exclude).model_ns
+    # the graphed GEMM of the same shape in per-tensor FP8 or in BF16, whichever is faster (the
+    # same math as the first; the second's weights twice the bytes: no upper bound is lower)
+    other = table.take(rows)
+    alt = np.full(len(rows), np.inf)
+    for dtype in ("fp8", "bf16"):
+        other["dtype"] = np.full(len(rows), dtype, dtype=object)
+        t = _model_times(other, spec, cal, collector=collector, exclude=exclude).model_ns
+        alt = np.fmin(alt, np.where(np.isfinite(t), t, np.inf))
     ratio = FP8_BLOCK_OVER_PER_TENSOR.get(software_family(spec), max(FP8_BLOCK_OVER_PER_TENSOR.values()))
     capped = np.where(np.isfinite(alt), np.minimum(out.model_ns[rows], alt * ratio), out.model_ns[rows])
     model_ns = out.model_ns.copy()

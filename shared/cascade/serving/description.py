@@ -222,7 +222,7 @@ class DescribedServing:
         return data_parallel(scenario, self.basis.data_parallel)
 
 
-def describe_serving(config: dict[str, Any], spec: GPUSpec, *, quant: str = "bf16", moe_quant: str | None = None,
+def describe_serving(config: dict[str, Any], spec: GPUSpec, *, quant: str | None = None, moe_quant: str | None = None,
                      kv_dtype: str = "bf16", tp: int = 1, ep: int = 1, dp: int = 1, calibration: str | None = None,
                      max_num_batched_tokens: int = 8192, max_num_seqs: int = 256,
                      gpu_memory_utilization: float = 0.9, block_size: int = 16,
@@ -231,6 +231,8 @@ def describe_serving(config: dict[str, Any], spec: GPUSpec, *, quant: str = "bf1
                      async_scheduling: bool = True) -> DescribedServing:
     """The step-time source, KV cache and basis of ``config`` on ``spec``.
 
+    ``quant`` None: the precision the checkpoint's ``quantization_config`` names
+    (:func:`checkpoint_quant`, bf16 without one; ``moe_quant`` then its experts' unless given).
     ``typical_prompt`` / ``typical_batch`` shape the step whose rows the expected kernel error
     is weighted over (a prefill of that many tokens beside a decode batch of that size).
     ValidationError names the config field or setting that is wrong."""
@@ -242,6 +244,9 @@ def describe_serving(config: dict[str, Any], spec: GPUSpec, *, quant: str = "bf1
     if fields.get("head_dim") is None and isinstance(heads, int) and isinstance(hidden, int) and 0 < hidden < heads:
         raise ValidationError(f"hidden_size {hidden} / num_attention_heads {heads} leaves no head dimension; give "
                               "head_dim", field="head_dim")
+    if quant is None:
+        quant, own = checkpoint_quant(config)
+        moe_quant = moe_quant or own
     desc = describe_model(config, quant=quant, moe_quant=moe_quant, kv_dtype=kv_dtype, tp=tp, ep=ep, dp=dp)
     cal = load_llm_calibration(calibration)
     cost = DescribedStepCost(desc, spec, cal, max_tokens=max_num_batched_tokens, max_seqs=max_num_seqs,

@@ -182,8 +182,9 @@ class ModelDescriptionRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_
     dp: Annotated[int, msgspec.Meta(ge=1, le=MAX_TP)] = 1
     """Attention data-parallel ranks of one replica (vllm serve --data-parallel-size): each rank tp
     GPUs with its own scheduler and KV cache, the MoE layers over all dp x tp GPUs."""
-    quant: QuantName = "bf16"
-    """Dtype of the linear layers."""
+    quant: QuantName | None = None
+    """Dtype of the linear layers (default: the checkpoint's own, from the config's
+    quantization_config; bf16 without one)."""
     moe_quant: QuantName | None = None
     """Dtype of the experts (default: quant)."""
     kv_dtype: KvDtypeName = "bf16"

@@ -341,15 +341,18 @@ def target_tiles(w: Workload, spec: GPUSpec, cal: Calibration, source: GPUSpec |
             # (-1, 0): the least-time tile among those the arch's library was seen to use
             menu = cal.tile_menu(arch, key) if a < 0 else []
             allowed = menu or [c for c in TILE_CANDIDATES if c[0] * c[1] >= b] or [TILE_CANDIDATES[-1]]
-            times = np.stack([gemm_compute_ns(sub, spec, r, np.full(len(idx), float(ca)),
-                                              np.full(len(idx), float(cb)), area,
-                                              cal.globals.wave_quant, tile_reuse=cal.globals.tile_reuse,
-                                              tensor_tile_reuse=cal.globals.tensor_tile_reuse,
-                                              tile_latency=cal.globals.tile_latency,
-                                              warp_fill=cal.globals.warp_fill)
-                              for ca, cb in allowed])
-            best = np.argmin(times, axis=0)
+            # every candidate in one call: the rows repeated once per candidate (elementwise
+            # throughout, so each row's time is what a call of its own gives)
             cand = np.asarray(allowed, dtype=np.float64)
+            n_sub = len(idx)
+            every = _take(sub, np.tile(np.arange(n_sub), len(cand)))
+            times = gemm_compute_ns(every, spec, np.tile(r, len(cand)), np.repeat(cand[:, 0], n_sub),
+                                    np.repeat(cand[:, 1], n_sub), area,
+                                    cal.globals.wave_quant, tile_reuse=cal.globals.tile_reuse,
+                                    tensor_tile_reuse=cal.globals.tensor_tile_reuse,
+                                    tile_latency=cal.globals.tile_latency,
+                                    warp_fill=cal.globals.warp_fill).reshape(len(cand), n_sub)
+            best = np.argmin(times, axis=0)
             ta[idx] = cand[best, 0]
             tb[idx] = cand[best, 1]
     return ta, tb

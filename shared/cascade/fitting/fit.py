@@ -411,23 +411,31 @@ def _tile_slots(prepared: Sequence[_Prepared]) -> list[tuple[str, str]]:
     return slots
 
 
+def _path_keys(p: _Prepared) -> frozenset[str]:
+    """The GEMM path keys (:func:`tile_key`) a pair's workload has rows on."""
+    return frozenset(tile_key(tensor, batched) for tensor in (False, True) for batched in (False, True)
+                     if (p.w.is_gemm & (p.w.tensor == tensor) & ((p.w.batch > 1) == batched)).any())
+
+
 def _choose_tiles(prepared: Sequence[_Prepared], layout: _Layout, x: np.ndarray,
                   base: Calibration, archs: dict[str, str],
                   start: dict[str, dict[str, list[int]]]) -> dict[str, dict[str, list[int]]]:
     """Pick each (arch, path) GEMM tile from the candidates, one slot at a time.
 
-    A slot's tile reaches only the pairs with a GPU of its architecture (source or target): each
-    candidate re-predicts those pairs, the others keep their term (the same objective as
-    re-predicting every pair, at a fraction of the cost)."""
+    A slot's tile reaches only the pairs with a GPU of its architecture (source or target) and
+    GEMMs on its path: each candidate re-predicts those pairs, the others keep their term (the
+    same objective as re-predicting every pair, at a fraction of the cost)."""
     slots = _tile_slots(prepared)
     model = ScaledModel()
     tiles: dict[str, dict[str, list[int]]] = {}
     for arch, key in slots:
         tiles.setdefault(arch, {})[key] = list(start.get(arch, {}).get(key, [0, 0]))
     errors = [_pair_error(p, _build_calibration(x, layout, tiles, base), archs, 0.0, model) for p in prepared]
+    keys = [_path_keys(p) for p in prepared]
     for _round in range(2):
         for arch, key in slots:
-            touched = [i for i, p in enumerate(prepared) if arch in (p.pair.source.spec.arch, p.pair.target.spec.arch)]
+            touched = [i for i, p in enumerate(prepared)
+                       if key in keys[i] and arch in (p.pair.source.spec.arch, p.pair.target.spec.arch)]
             best: tuple[float, list[int], list[float]] | None = None
             for cand in TILE_CANDIDATES:
                 tiles[arch][key] = list(cand)

@@ -89,8 +89,16 @@ def _nearest(tree: cKDTree, x: np.ndarray, q: np.ndarray, k: int) -> tuple[np.nd
     cand = np.take_along_axis(cand, order, axis=1)
     d2 = np.take_along_axis(d2, order, axis=1)
     spill = np.flatnonzero(d2[:, k - 1] >= d2[:, wide - 1]) if wide < len(x) else np.empty(0, dtype=np.int64)
-    for row in spill:  # the tie at the k-th place runs past the candidates: every shape decides
-        full = ((x - q[row]) ** 2).sum(axis=1)
-        pick = np.lexsort((np.arange(len(x)), full))[:wide]
-        cand[row], d2[row] = pick, full[pick]
+    if len(spill):
+        # the tie at the k-th place runs past the candidates: every shape as near as the k-th
+        # decides (a ball just wider than it holds them all, at least ``wide`` of them), in
+        # (distance, measured order)
+        bound = d2[spill, k - 1]
+        balls = tree.query_ball_point(q[spill], np.sqrt(bound) * (1 + 1e-9) + 1e-12)
+        for j, row in enumerate(spill.tolist()):
+            ids = np.asarray(balls[j], dtype=np.int64)
+            full = ((x[ids] - q[row]) ** 2).sum(axis=1)
+            ids, full = ids[full <= bound[j]], full[full <= bound[j]]
+            order = np.lexsort((ids, full))[:wide]
+            cand[row], d2[row] = ids[order], full[order]
     return cand[:, :k], d2[:, :k]

@@ -47,20 +47,28 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/cascade up --open
 
-test: $(STAMP)
+# A fresh checkout has no bytecode yet: the modules the suite imports compiled once, in two
+# processes, before the workers and their children would each compile them at the same moment
+# (tests/support/warm_bytecode.py); once per venv.
+WARM := $(VENV)/.bytecode-warm
+$(WARM): $(STAMP)
+	@$(BIN)/python -m tests.support.warm_bytecode heavy & $(BIN)/python -m tests.support.warm_bytecode light; wait
+	@touch $@
+
+test: $(STAMP) $(WARM)
 	$(PYTEST) $(PYTEST_ARGS)
 
 # the fast loop: unit tests without the refits and real captures (marked slow; `make test` runs them).
 # Unit tests compute and never wait on a server, so one worker per core: more workers only collect the
 # tier again each (on 2 cores: 2 workers 36 s whole, 4 workers 48 s).
 UNIT_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
-test-unit: $(STAMP)
+test-unit: $(STAMP) $(WARM)
 	$(PYTEST_RUN) -n $(UNIT_WORKERS) tests/unit -m "not slow" $(PYTEST_ARGS)
 
-test-integration: $(STAMP)
+test-integration: $(STAMP) $(WARM)
 	$(PYTEST) tests/integration $(PYTEST_ARGS)
 
-test-e2e: $(STAMP)
+test-e2e: $(STAMP) $(WARM)
 	$(PYTEST) tests/e2e $(PYTEST_ARGS)
 
 lint: $(STAMP)

@@ -50,10 +50,15 @@ class KVConfig(msgspec.Struct, frozen=True, kw_only=True):
                   - self.model.weights_bytes - self.activation_reserve_bytes)
         blocks = int(usable // (self.model.kv_bytes_per_token * self.block_size))
         if blocks < 1:
+            gib = 1 << 30
             raise ValidationError(
-                f"no memory left for the KV cache: {self.gpu_memory_bytes} B x "
-                f"{self.gpu_memory_utilization} - {self.model.weights_bytes} B weights "
-                f"- {self.activation_reserve_bytes} B reserve < one block", field="kv_config")
+                f"no memory left for the KV cache: {self.gpu_memory_bytes / gib:.1f} GiB x "
+                f"{self.gpu_memory_utilization} - {self.model.weights_bytes / gib:.1f} GiB of weights "
+                f"- {self.activation_reserve_bytes / gib:.1f} GiB reserve < one block of "
+                f"{self.model.kv_bytes_per_token * self.block_size} B ({self.gpu_memory_bytes} B x "
+                f"{self.gpu_memory_utilization} - {self.model.weights_bytes} B - {self.activation_reserve_bytes} B): "
+                "split the weights over more GPUs (tp / ep), serve them in a smaller dtype (quant), or "
+                "pick a GPU with more memory", field="kv_config")
         return blocks
 
 

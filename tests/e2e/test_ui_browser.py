@@ -307,6 +307,16 @@ async def test_request_simulator_round_trip(stack: UIStack, browser: Any) -> Non
     assert p.unexpected(400) == []
 
 
+async def _describe(p: Page, config: str, gpu: str, *, experts: str = "", dp: int = 1, ep: int = 1) -> None:
+    """The Request simulator's description fields: a bundled config on a GPU, its experts' dtype
+    (\"\": the same as the layers'), data- and expert-parallel degrees."""
+    await p.page.select_option("#sc-config", config)
+    await p.page.select_option("#sc-gpu", gpu)
+    await p.page.select_option("select[name=moe_quant]", experts)
+    await p.page.fill("input[name=dp]", str(dp))
+    await p.page.fill("input[name=ep]", str(ep))
+
+
 async def test_request_simulator_described_model(stack: UIStack, browser: Any, tmp_path: Path) -> None:
     """A model described by a bundled config.json on a GPU, at a fixed concurrency: the answer
     and its basis (described, the kernel model's expected error); then the same from an
@@ -340,20 +350,12 @@ async def test_request_simulator_described_model(stack: UIStack, browser: Any, t
     await p.page.locator("#ch-ttft path.line").wait_for(timeout=30_000)
     await shot(p, "serve-described-1280")
     # a MoE model served as vllm serve --data-parallel-size 2 --enable-expert-parallel on H200s
-    await p.page.select_option("#sc-config", "gpt-oss-120b")
-    await p.page.select_option("#sc-gpu", "SM90_H200")
-    await p.page.select_option("select[name=moe_quant]", "mxfp4")
-    await p.page.fill("input[name=dp]", "2")
-    await p.page.fill("input[name=ep]", "2")
+    await _describe(p, "gpt-oss-120b", "SM90_H200", experts="mxfp4", dp=2, ep=2)
     await p.page.click("#serve button[type=submit]")
     await p.page.locator("#sc-basis.described", has_text="DP 2").wait_for(timeout=60_000)
     assert "2 data-parallel engines per replica" in await text_of(p, "#sc-basis")
     await shot(p, "serve-described-dp-1280")
-    await p.page.fill("input[name=dp]", "1")
-    await p.page.fill("input[name=ep]", "1")
-    await p.page.select_option("#sc-config", "llama-3.1-8b")
-    await p.page.select_option("#sc-gpu", "SM90_H100")
-    await p.page.select_option("select[name=moe_quant]", "")
+    await _describe(p, "llama-3.1-8b", "SM90_H100")
     # the same model from a config.json file
     configs = (await stack.get_json("/api/model-configs"))["configs"]
     llama = next(c["config"] for c in configs if c["name"] == "llama-3.1-8b")

@@ -364,6 +364,8 @@ async def test_request_simulator_described_model(stack: UIStack, browser: Any, t
     await p.page.select_option("#sc-config", "__upload__")
     await p.page.set_input_files("#sc-config-file", str(good))
     await p.page.locator("#sc-config-note", has_text="Uploaded config.json").wait_for(timeout=5_000)
+    # an uploaded checkpoint is served in its own precision (its quantization_config) unless told
+    assert await p.page.locator("select[name=quant]").input_value() == ""
     await p.page.evaluate("document.querySelector('#sc-out').innerHTML = ''")
     await p.page.click("#serve button[type=submit]")
     await basis.wait_for(timeout=60_000)

@@ -811,7 +811,7 @@ function servePage() {
         <label>TP <input name="tp" type="number" min="1" max="64" value="1"></label>
         <label>EP <input name="ep" type="number" min="1" max="64" value="1"></label>
         <label title="attention data-parallel ranks (vllm serve --data-parallel-size): each rank TP GPUs with its own scheduler and KV cache, the experts over all DP x TP GPUs">DP <input name="dp" type="number" min="1" max="64" value="1"></label>
-        <label>Quantisation <select name="quant">${QUANTS.map((q) => `<option>${q}</option>`).join("")}</select></label>
+        <label title="the checkpoint's own: what its config.json's quantization_config names (bf16 without one)">Quantisation <select name="quant"><option value="">checkpoint's own</option>${QUANTS.map((q) => `<option>${q}</option>`).join("")}</select></label>
         <label>Experts <select name="moe_quant"><option value="">same</option>${QUANTS.map((q) => `<option>${q}</option>`).join("")}</select></label>
         <label>KV cache <select name="kv_dtype"><option>bf16</option><option>fp8</option></select></label>
         <p class="hint" id="sc-config-note"></p>
@@ -885,7 +885,10 @@ function servePage() {
     uploaded = null;
     $$(".field-error", form).forEach((x) => x.remove());
     if (!file) { showKinds(); return; }
-    try { uploaded = { name: file.name, config: JSON.parse(await file.text()) }; }
+    try {
+      uploaded = { name: file.name, config: JSON.parse(await file.text()) };
+      form.elements.quant.value = ""; form.elements.moe_quant.value = ""; // its own quantization_config
+    }
     catch (e) { fieldError({ field: "description.config", message: `${file.name} is not JSON: ${e.message}` }); }
     showKinds();
   });
@@ -901,7 +904,8 @@ function servePage() {
     if (!described()) return { model: form.elements.model.value };
     const e = form.elements;
     const config = e.hfconfig.value === UPLOAD ? (uploaded ? uploaded.config : null) : e.hfconfig.value;
-    const d = { config, gpu: e.gpu.value, tp: num("tp"), ep: num("ep"), dp: num("dp"), quant: e.quant.value, kv_dtype: e.kv_dtype.value };
+    const d = { config, gpu: e.gpu.value, tp: num("tp"), ep: num("ep"), dp: num("dp"), kv_dtype: e.kv_dtype.value };
+    if (e.quant.value) d.quant = e.quant.value;
     if (e.moe_quant.value) d.moe_quant = e.moe_quant.value;
     return { description: d };
   }

@@ -110,6 +110,13 @@ def test_deepseek_v3_is_671b_with_37b_active_and_caches_one_latent() -> None:
     # the one latent read per token: (512 + 64) x 2 bytes, not K and V per head
     spec = default_registry().get("SM90_H200")
     assert float(work.work(decode, spec).bytes[0]) == pytest.approx(4 * 1000 * 576 * 2, rel=0.05)
+    # DeepSeek-V2-Lite: no query rank (``q_lora_rank`` null), 2 shared experts, 15.7B parameters
+    lite = describe_model({**DEEPSEEK_V3, "hidden_size": 2048, "intermediate_size": 10944, "moe_intermediate_size": 1408,
+                           "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6,
+                           "first_k_dense_replace": 1, "num_hidden_layers": 27, "num_attention_heads": 16,
+                           "num_key_value_heads": 16, "q_lora_rank": None, "vocab_size": 102400})
+    assert lite.q_lora_rank == 0 and lite.params() == pytest.approx(15.7e9, rel=0.02)
+    assert "q_proj" in set(step_table(lite, decode_contexts=np.full(2, 10))["name"].tolist())
 
 
 def test_a_graphed_step_pays_no_eager_launches_and_blackwell_is_not_slower() -> None:

@@ -252,7 +252,7 @@ def chained(w: Workload, inferred: np.ndarray, kernels: np.ndarray, t_src: np.nd
                  & (w.family != opfamilies.REDUCE))
     work = np.maximum(np.nan_to_num(t_src, nan=0.0) - fixed_src, 0.0)
     issue = np.maximum(kernels - 1, 0) * CHAIN_ISSUE_US * 1e3
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # a byte count near 0: not a chain
         passes = work * 1e-9 * chain_bandwidth(w.bytes, src) / w.bytes
         on_target = work * chain_bandwidth(w.bytes, src) / chain_bandwidth(w.bytes, target)
     return (streaming & (inferred == 0) & (w.bytes > 0) & (kernels > 1)

@@ -68,3 +68,19 @@ def test_default_limits_are_vllms_for_the_rows_gpu() -> None:
     assert engine_limits(row, "defaults", reg.get("SM90_H200")) == (8192, 1024)
     assert engine_limits(row, "defaults", reg.get("SM80_A100")) == (2048, 256)
     assert engine_limits({**row, "backend": "sglang"}, "aiconfigurator", reg.get("SM89_L40S")) == (2048, 256)
+
+
+def test_each_vllm_row_is_timed_by_the_kernels_of_the_nearest_vllm_release() -> None:
+    """vLLM 0.12 / 0.18 rows on the 0.14 measurements, 0.22 and later on 0.24's, no version or
+    another backend on the default."""
+    from cascade.fitting.serving import collector_of
+    from cascade.llm.model import COLLECTOR_DEFAULT, load_llm_calibration
+
+    cal = load_llm_calibration()
+    row = {"backend": "vllm", "backend_version": "0.12.0"}
+    assert collector_of(row, cal) == "vllm-0.14"
+    assert collector_of({**row, "backend_version": "0.18.1"}, cal) == "vllm-0.14"
+    assert collector_of({**row, "backend_version": "0.19"}, cal) == "vllm-0.24"  # a tie: the newer
+    assert collector_of({**row, "backend_version": "0.26.0"}, cal) == "vllm-0.24"
+    assert collector_of({**row, "backend_version": ""}, cal) == COLLECTOR_DEFAULT
+    assert collector_of({"backend": "sglang", "backend_version": "0.5.1"}, cal) == COLLECTOR_DEFAULT

@@ -31,6 +31,8 @@ Each aggregated (``mode`` = ``agg``) row becomes one closed-loop scenario:
   ``defaults``: vLLM's API-server defaults for the row's GPU for every row
   (max_num_batched_tokens 8192, max_num_seqs 1024 on GPUs of 70 GiB and more but A100s; 2048 /
   256 on others);
+- kernels: the LLM calibration's vLLM collector nearest the row's ``backend_version`` times the
+  steps first (:func:`collector_of`: 0.12 rows on the 0.14 measurements where the GPU has them);
 - engine: vLLM's async scheduling where the row's ``backend_version`` turns it on by default
   (0.14 and later, or no version recorded: :data:`ASYNC_SCHEDULING_FROM`), else synchronous;
   SGLang's and TensorRT-LLM's overlap schedulers (on by default) alike;
@@ -67,7 +69,7 @@ from cascade.gpus.registry import GPURegistry
 from cascade.gpus.spec import GPUSpec
 from cascade.llm import work
 from cascade.llm.describe import ModelDescription, describe_model
-from cascade.llm.model import LlmCalibration, without_gpus
+from cascade.llm.model import COLLECTOR_DEFAULT, LlmCalibration, without_gpus
 from cascade.serving.arrivals import Fixed
 from cascade.serving.described import DescribedStepCost, described_kv, group_kv
 from cascade.serving.description import data_parallel
@@ -109,6 +111,8 @@ class ServingRow(msgspec.Struct, frozen=True, kw_only=True):
     ep: int
     dp: int = 1
     """Attention data-parallel engines (each tp GPUs; the experts over all dp x tp)."""
+    collector: str = COLLECTOR_DEFAULT
+    """Whose kernel measurements timed its steps first (:func:`collector_of`)."""
     concurrency: int
     isl: int
     osl: int
@@ -207,6 +211,27 @@ def _quants(row: Mapping[str, str], config: Mapping[str, Any]) -> tuple[str, str
         if q not in work.LLM_DTYPES:
             raise ValidationError(f"row {row.get('id', '?')}: unknown quantisation {q!r}", field="gemm_quant_mode")
     return gemm, moe
+
+
+def _version(text: str | None) -> tuple[int, int] | None:
+    found = re.match(r"\s*(\d+)\.(\d+)", text or "")
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def collector_of(row: Mapping[str, str], cal: LlmCalibration) -> str:
+    """Whose kernel measurements time a vLLM row first: the calibration's vLLM collector
+    (``vllm-0.14``, ``vllm-0.24``) nearest the row's ``backend_version`` (the newer on a tie;
+    the default where no version is recorded or the backend is not vLLM). A GPU without that
+    collector's surfaces uses its own others (:func:`cascade.llm.model.choose_surface`)."""
+    version = _version(row.get("backend_version"))
+    if (row.get("backend") or "vllm") != "vllm" or version is None:
+        return COLLECTOR_DEFAULT
+    known = {v: c for c in {s.collector for s in cal.surfaces} if c.startswith("vllm-")
+             and (v := _version(c.removeprefix("vllm-"))) is not None}
+    if not known:
+        return COLLECTOR_DEFAULT
+    nearest = min(known, key=lambda v: (abs((v[0] - version[0]) * 100 + v[1] - version[1]), -v[0], -v[1]))
+    return known[nearest]
 
 
 def async_scheduling_of(row: Mapping[str, str]) -> bool:
@@ -313,13 +338,14 @@ def evaluate(rows: list[dict[str, str]], configs: Mapping[str, Mapping[str, Any]
             continue
         overlap = async_scheduling_of(row)
         budget, seqs = engine_limits(row, engine, spec)
-        key = (model, spec.id, quant, moe_quant, tp, ep, dp, overlap, budget, seqs)
+        collector = collector_of(row, cal)
+        key = (model, spec.id, quant, moe_quant, tp, ep, dp, overlap, budget, seqs, collector)
         source = sources.get(key)
         if source is None:
             # left_out: the GPU's own LLM surfaces removed, as for a GPU never measured
             use = without_gpus(cal, frozenset({spec.id})) if left_out else cal
             source = DescribedStepCost(desc, spec, use, max_tokens=budget, max_seqs=seqs,
-                                       calibration_digest=digest, async_scheduling=overlap)
+                                       calibration_digest=digest, async_scheduling=overlap, collector=collector)
             sources[key] = source
         try:
             kv = group_kv(described_kv(desc, spec, max_num_batched_tokens=budget, max_num_seqs=seqs), dp)
@@ -336,7 +362,7 @@ def evaluate(rows: list[dict[str, str]], configs: Mapping[str, Mapping[str, Any]
                               moe_quant=moe_quant, tp=tp, ep=ep, dp=dp, concurrency=n, isl=isl, osl=osl, ttft_ms=ttft,
                               tpot_ms=tpot, pred_ttft_ms=res.ttft_ms.mean, pred_tpot_ms=res.tpot_ms.mean,
                               roofline_ttft_ms=rt, roofline_tpot_ms=rp, preemptions=res.preemptions,
-                              max_num_batched_tokens=budget, max_num_seqs=seqs))
+                              max_num_batched_tokens=budget, max_num_seqs=seqs, collector=collector))
         if log is not None:
             log(f"{rid}: TTFT {ttft:.1f} -> {res.ttft_ms.mean:.1f} ms, TPOT {tpot:.2f} -> {res.tpot_ms.mean:.2f} ms")
     out = flag_load_not_reached(out)

@@ -37,7 +37,7 @@ from cascade.gpus.spec import GPUSpec
 from cascade.kerneltable import KernelTable
 from cascade.llm import describe as d
 from cascade.llm import work
-from cascade.llm.model import LlmCalibration, model_times
+from cascade.llm.model import COLLECTOR_DEFAULT, LlmCalibration, model_times
 from cascade.serving.kvcache import KVConfig, ModelShape
 
 _T_EXACT = 32
@@ -70,15 +70,19 @@ class DescribedStepCost:
 
     def __init__(self, desc: d.ModelDescription, spec: GPUSpec, cal: LlmCalibration, *,
                  max_tokens: int = 8192, max_seqs: int = 256, calibration_digest: str | None = None,
-                 async_scheduling: bool = True) -> None:
+                 async_scheduling: bool = True, collector: str = COLLECTOR_DEFAULT) -> None:
         self.desc = desc
+        self.collector = collector
+        """Whose kernel measurements time the rows first (:data:`cascade.llm.model.COLLECTOR_DEFAULT`:
+        the newest vLLM's; an older release's where the deployment runs one)."""
         self.spec = spec
         self.cal = cal
         self.async_scheduling = async_scheduling
         """The engine builds the next step while this one runs (vLLM's async scheduling, on by
         default): a step takes max(GPU, host) instead of GPU + host."""
         digest = calibration_digest or cal.digest()
-        self.source = f"described: {desc.label()} on {spec.id} (LLM calibration {cal.id} {digest})"
+        kernels = "" if collector == COLLECTOR_DEFAULT else f", {collector} kernels first"
+        self.source = f"described: {desc.label()} on {spec.id} (LLM calibration {cal.id} {digest}{kernels})"
         self.basis: dict[str, Any] = {
             "workload": desc.label(), "model_type": desc.model_type, "gpu": spec.id, "gpu_name": spec.name,
             "llm_calibration": {"id": cal.id, "version": cal.version, "digest": digest},
@@ -179,8 +183,8 @@ class DescribedStepCost:
     def _timed(self, rows: list[dict[str, Any]], graphed: bool = True) -> np.ndarray:
         table = KernelTable.from_rows(rows)
         self.rows_timed += len(table)
-        return np.asarray(model_times(table, self.spec, self.cal, graphed=graphed).model_ns * table["repeat"],
-                          dtype=float)
+        return np.asarray(model_times(table, self.spec, self.cal, graphed=graphed, collector=self.collector).model_ns
+                          * table["repeat"], dtype=float)
 
     def _token_parts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per grid point T: a rank's token rows at T tokens but the MoE layers, the MoE layers

@@ -16,8 +16,9 @@ cache at that TP, heads or experts that do not split) a 400. :meth:`DescribedMod
 builds its :class:`~cascade.serving.description.DescribedServing` (the step-time source, about
 0.2 s) in a worker thread once per id and GPU spec, kept in a bounded LRU; concurrent requests
 share one build. :meth:`DescribedModels.listing` is one entry per bundled config for
-``GET /v1/models``: on :data:`LISTED_GPU` at the smallest TP of :data:`LISTED_TPS` whose KV cache
-holds the config's whole context window, at the checkpoint's precision.
+``GET /v1/models``: on :data:`LISTED_GPU` (else the first of :data:`LISTED_FALLBACK_GPUS` it fits) at
+the smallest TP of :data:`LISTED_TPS` whose KV cache holds the config's whole context window, at the
+checkpoint's precision.
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ GRAMMAR = "described/<config>/<GPU>[/tp<N>][/ep<N>][/<quant>]"
 QUANTS: tuple[str, ...] = ("bf16", "fp8", "fp8-block", "fp4", "int4")
 #: The GPU and the TPs ``GET /v1/models`` lists each bundled config at (the smallest that fits).
 LISTED_GPU = "SM90_H100"
+#: Where a bundled config fits no listed TP of :data:`LISTED_GPU`, the next GPUs tried, in order
+#: (DeepSeek-V3's FP8 weights leave no KV cache on eight 80 GB H100s).
+LISTED_FALLBACK_GPUS: tuple[str, ...] = ("SM90_H200", "SM100_B200")
 LISTED_TPS: tuple[int, ...] = (1, 2, 4, 8)
 #: Most parallel GPUs an id may name.
 MAX_PARALLEL = 64
@@ -261,11 +265,15 @@ class DescribedModels:
         """One entry per bundled config (see the module); a config that fits at none of
         :data:`LISTED_TPS` is left out. Computed once (the bundled configs do not change)."""
         if self._listing is None:
-            spec = default_registry().get(LISTED_GPU)
+            reg = default_registry()
             out = []
             for name in EXAMPLE_CONFIGS:
                 quant, moe_quant = checkpoint_quant(example_config(name))
-                tp = smallest_fitting_tp(name, spec, quant, moe_quant)
+                for gpu in (LISTED_GPU, *LISTED_FALLBACK_GPUS):
+                    spec = reg.get(gpu)
+                    tp = smallest_fitting_tp(name, spec, quant, moe_quant)
+                    if tp is not None:
+                        break
                 if tp is None:
                     log.info("bundled config fits no listed TP", config=name, gpu=spec.id)
                     continue

@@ -138,8 +138,10 @@ async def test_models_list_described_entries(client: TestClient, finished: Finis
     cards = {m["id"]: m for m in json.loads(raw)["data"]}
     assert cards[finished.model]["cascade_source"] == "traced" and cards[finished.model]["owned_by"] == "cascade"
     described = {k: v for k, v in cards.items() if v["cascade_source"] == "described"}
-    # one per bundled config, at the smallest TP whose KV cache holds the whole window on an H100
-    assert set(described) == {LLAMA_H100, "described/qwen3-32b/SM90_H100/tp2", "described/gpt-oss-120b/SM90_H100"}
+    # one per bundled config, at the smallest TP whose KV cache holds the whole window on an H100 (on an
+    # H200 where no H100 TP does: DeepSeek-V3's FP8 weights fill eight H100s)
+    assert set(described) == {LLAMA_H100, "described/qwen3-32b/SM90_H100/tp2", "described/gpt-oss-120b/SM90_H100",
+                              "described/deepseek-v3/SM90_H200/tp8"}
     for card in described.values():
         assert card["owned_by"] == "cascade-described"
         info = card["cascade"]["described"]

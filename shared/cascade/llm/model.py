@@ -312,7 +312,11 @@ def model_times(table: KernelTable, spec: GPUSpec, cal: LlmCalibration, *, colle
     capped = np.where(np.isfinite(alt), np.minimum(out.model_ns[rows], alt * ratio), out.model_ns[rows])
     model_ns = out.model_ns.copy()
     model_ns[rows] = capped
-    return LlmTimes(model_ns, out.roofline_ns, out.basis, out.own, out.note, out.distance)
+    basis = out.basis.copy()
+    lower = rows[capped < out.model_ns[rows]]
+    basis[lower] = [f"{b}; in a CUDA graph at most the per-tensor FP8 / BF16 GEMM of its shape x {ratio:g} "
+                    "(the measured block-FP8 call was eager)" for b in out.basis[lower]]
+    return LlmTimes(model_ns, out.roofline_ns, basis, out.own, out.note, out.distance)
 
 
 def _model_times(table: KernelTable, spec: GPUSpec, cal: LlmCalibration, *, collector: str = COLLECTOR_DEFAULT,

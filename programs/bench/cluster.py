@@ -33,6 +33,8 @@ from typing import Any
 NAME = "cluster"
 HELP = "3 clustered NATS nodes, 2 apis, pool simulators: kill -9 a NATS node and an api mid-run"
 CONFIGS = "SM90_H100,SM80_A100,SM90_H200"
+#: Run states a run event ends a client's stream on.
+END_STATES = ("completed", "partial", "failed", "cancelled")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,6 +72,8 @@ class SSEClient:
         self.reconnects = 0
         self.finished = False
         self.errors: list[str] = []
+        self.reconnect_ids: list[int | None] = []
+        """Last-Event-ID of each reconnect."""
 
     async def follow(self, deadline: float) -> None:
         import aiohttp
@@ -89,6 +93,7 @@ class SSEClient:
                     self.errors.append(f"{self.bases[target]}: {type(exc).__name__}")
                 if not self.finished:
                     self.reconnects += 1
+                    self.reconnect_ids.append(self.last)
                     target = (target + 1) % len(self.bases)
                     await asyncio.sleep(0.2)
 
@@ -114,16 +119,17 @@ class SSEClient:
                     self.ids.append(event_id)
                     self.last = event_id
                 body = json.loads(data) if data else {}
-                if event == "run" and body.get("state") in ("completed", "partial", "failed", "cancelled"):
+                if event == "run" and body.get("state") in END_STATES:
                     self.finished = True
                 event_id, event, data = None, "", ""
 
 
 # ---- the checks -------------------------------------------------------------------------------
 
-async def stream_ids(bus: Any, run: dict[str, Any]) -> list[int]:
+async def stream_ids(bus: Any, run: dict[str, Any]) -> tuple[list[int], int | None]:
     """Sequences of the run's events an SSE stream from the start serves (every run and sim
-    event the api turns into a frame), read from the CASCADE stream."""
+    event the api turns into a frame), read from the CASCADE stream, and the sequence of the
+    first run event in an end state (where a client following the stream stops; None: none)."""
     from nats.js import api as jsapi
     from nats.js.errors import ServiceUnavailableError
 
@@ -136,6 +142,7 @@ async def stream_ids(bus: Any, run: dict[str, Any]) -> list[int]:
         filter_subjects=filters, inactive_threshold=30.0, mem_storage=True, num_replicas=1))
     sub = await bus.js.pull_subscribe_bind(durable=None, stream=subjects.EVENTS_STREAM, name=info.name)
     out: list[int] = []
+    end: int | None = None
     unavailable = 0
     try:
         while True:
@@ -154,10 +161,12 @@ async def stream_ids(bus: Any, run: dict[str, Any]) -> list[int]:
                 data = sim_event_data(msg.data) if sim else run_event_data(msg.data)
                 if data is not None:
                     out.append(msg.metadata.sequence.stream)
+                    if end is None and not sim and getattr(data, "state", None) in END_STATES:
+                        end = msg.metadata.sequence.stream
     finally:
         await sub.unsubscribe()
         await bus.jsm.delete_consumer(subjects.EVENTS_STREAM, info.name)
-    return out
+    return out, end
 
 
 async def check(topology: Any, run: dict[str, Any], clients: list[SSEClient]) -> dict[str, Any]:
@@ -181,13 +190,17 @@ async def check(topology: Any, run: dict[str, Any], clients: list[SSEClient]) ->
                 with_result += bool(objects)
                 duplicated += len(objects) > 1 or events > 1
                 missing += not objects or events == 0
-            expected = await stream_ids(bus, run)
+            expected, end = await stream_ids(bus, run)
     finally:
         await bus.close()
     sse = []
     for c in clients:
+        lost = sorted(set(expected) - set(c.ids))
         sse.append({"events": len(c.ids), "reconnects": c.reconnects, "finished": c.finished,
-                    "missing": len(set(expected) - set(c.ids)),
+                    "missing": len(lost),
+                    # which, and how many the stream took after the run's end event (a client stops there)
+                    "missing_ids": lost[:8], "missing_after_end": sum(end is not None and i > end for i in lost),
+                    "reconnected_after": c.reconnect_ids[:4],
                     "twice": len(c.ids) - len(set(c.ids)),
                     "in_order": c.ids == sorted(c.ids), "exact": c.ids == expected,
                     "errors": c.errors[:4]})

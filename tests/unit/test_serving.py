@@ -429,3 +429,18 @@ def test_unset_limits_are_filled_from_the_replicas_memory() -> None:
     res = run_scenario(Scenario(n_requests=20, prompt=Fixed(tokens=64), output=Fixed(tokens=8)), model, small)
     assert (res.scenario["scheduler"]["max_num_batched_tokens"], res.scenario["scheduler"]["max_num_seqs"]) \
         == (2048, 256)
+
+
+def test_a_data_parallel_group_holds_each_ranks_limits() -> None:
+    """dp ranks simulated as one engine: vLLM limits and a static batch dp times one rank's, no
+    prefill chunk above one rank's budget; dp 1 leaves the scenario as it is."""
+    from cascade.serving.description import data_parallel
+
+    group = data_parallel(Scenario(scheduler=Vllm(max_num_batched_tokens=2048, max_num_seqs=64)), 4)
+    assert isinstance(group.scheduler, Vllm)
+    assert (group.scheduler.max_num_batched_tokens, group.scheduler.max_num_seqs) == (8192, 256)
+    assert group.scheduler.long_prefill_token_threshold == 2048
+    static = data_parallel(Scenario(scheduler=Static(batch_size=8)), 2)
+    assert isinstance(static.scheduler, Static) and static.scheduler.batch_size == 16
+    one = Scenario(scheduler=Vllm(max_num_seqs=7))
+    assert data_parallel(one, 1) is one

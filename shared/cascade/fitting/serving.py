@@ -74,7 +74,7 @@ from cascade.serving.arrivals import Fixed
 from cascade.serving.described import DescribedStepCost, described_kv, group_kv
 from cascade.serving.description import data_parallel
 from cascade.serving.scenario import ClientsStart, Scenario, run_scenario
-from cascade.serving.schedulers import LARGE_GPU_DEFAULTS, Vllm, vllm_batch_defaults
+from cascade.serving.schedulers import LARGE_GPU_DEFAULTS, Vllm, device_of, vllm_batch_defaults
 
 #: ``system`` column -> GPU spec id.
 SYSTEMS: dict[str, str] = {"h100_sxm": "SM90_H100", "h200_sxm": "SM90_H200", "b200_sxm": "SM100_B200"}
@@ -259,7 +259,7 @@ def engine_limits(row: Mapping[str, str], engine: EngineLimits, spec: GPUSpec | 
     if engine == "defaults" or row.get("backend") not in AIC_BUDGET_BACKENDS:
         if spec is None:
             return MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
-        return vllm_batch_defaults(spec.memory_gb * 1e9, f"{spec.id} {spec.name}")
+        return vllm_batch_defaults(*device_of(spec))
     # a batch below the clients is a per-rank figure (the data's 5 TRT-LLM gpt-oss rows record
     # concurrency / tp): the engine holds every client
     batch = max(_int(row, "batch_size", 0), concurrency_of(row))

@@ -46,7 +46,7 @@ from cascade.serving.scenario import (
     resolve,
     run_scenario,
 )
-from cascade.serving.schedulers import Vllm
+from cascade.serving.schedulers import Vllm, device_of
 from cascade.serving.sim import SCHEDULERS
 from cascade.serving.stepmodel import StepTimeModel, StepTimeSource
 
@@ -399,7 +399,7 @@ def for_gpu(scenario: Scenario, spec: GPUSpec | None) -> Scenario:
     (:func:`cascade.serving.scenario.on_gpu`; without a spec, from the replica's memory later)."""
     if spec is None:
         return scenario
-    return on_gpu(scenario, spec.memory_gb * 1e9, f"{spec.id} {spec.name}")
+    return on_gpu(scenario, *device_of(spec))
 
 
 def scheduler_limits(scenario: Scenario) -> tuple[int, int]:

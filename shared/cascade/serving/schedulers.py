@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import msgspec
+
+if TYPE_CHECKING:
+    from cascade.gpus.spec import GPUSpec
 
 PosI = Annotated[int, msgspec.Meta(ge=1)]
 
@@ -68,6 +71,12 @@ LARGE_GPU_DEFAULTS = (8192, 1024)
 SMALL_GPU_DEFAULTS = (2048, 256)
 #: Device memory from which vLLM takes the larger defaults.
 LARGE_GPU_GIB = 70
+
+
+def device_of(spec: GPUSpec) -> tuple[float, str]:
+    """A GPU spec as vLLM's defaults read the device: its memory in bytes (the catalogue's
+    ``memory_gb`` as the GiB torch reports) and a name carrying its id and board name."""
+    return spec.memory_gb * (1 << 30), f"{spec.id} {spec.name}"
 
 
 def vllm_batch_defaults(memory_bytes: float, gpu_name: str = "") -> tuple[int, int]:

@@ -17,6 +17,7 @@ from cascade.engine.predict import predict
 from cascade.errors import TraceFormatError
 from cascade.fitting import conv
 from cascade.gpus import GPURegistry, builtin_specs
+from cascade.kerneltable import KernelTable
 
 # real ``Kernels`` cells of ../shared/data/measured/neusight-conv (one per algorithm seen there)
 REAL = {
@@ -116,13 +117,27 @@ def test_the_protocol_scores_every_ordered_pair_over_common_shapes(tmp_path: Pat
     sets = conv.load_conv_folder(tmp_path, reg)
     scores = conv.evaluate_conv(sets, cal, reg, calibration_for=conv.left_out_calibrations(sets, cal, reg))
     pairs = {(s.source, s.target, s.model): s for s in scores}
-    assert len(pairs) == 6 * 2
+    assert len(pairs) == 6 * (2 + len(conv.BOUND_MODELS))
     assert pairs[("SM70_V100_PCIE_32GB", "SM75_T4", "scaled")].n == 3
     assert pairs[("SM70_V100_PCIE_32GB", "SM80_A100_PCIE_80GB", "scaled")].n == 4
     assert all(np.isfinite(s.mape_pct) and s.mape_pct >= 0 for s in scores)
     assert set(conv.per_target(scores)) == {s.spec.id for s in sets}
     md = conv.conv_markdown(scores, sets)
     assert "SM75_T4 | " in md and "precomputed 3" in md
+
+
+def test_the_bounds_fit_the_targets_own_times_one_factor_per_pair_or_per_shape_cell() -> None:
+    """``bound-scale`` is exact where the target is the source times one factor; ``bound-cells``
+    also where the factor changes only between shape cells, and ``bound-scale`` is not then."""
+    m = np.array([64, 80, 96, 4096, 5000, 6000], dtype=np.int64)  # two 2-octave cells in m
+    table = KernelTable({"m": m, "n": np.full(6, 64), "k": np.full(6, 576)})
+    src = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]) * 1e5
+    exact = conv.pair_bounds(table, src, 3.0 * src)
+    assert np.allclose(exact["bound-scale"], 3.0 * src) and np.allclose(exact["bound-cells"], 3.0 * src)
+    by_cell = src * np.where(m < 1000, 2.0, 5.0)
+    b = conv.pair_bounds(table, src, by_cell)
+    assert np.allclose(b["bound-cells"], by_cell)
+    assert np.abs(b["bound-scale"] / by_cell - 1.0).max() > 0.5
 
 
 def test_the_cli_prints_json_per_pair_and_target(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -132,7 +147,7 @@ def test_the_cli_prints_json_per_pair_and_target(tmp_path: Path, capsys: pytest.
     args = argparse.Namespace(data=str(tmp_path), conv=True, json=True, specs=None, calibration=None, llm=False)
     assert run(args) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert len(doc["conv"]) == 12 and set(doc["per_target"]) >= {"SM75_T4"}
+    assert len(doc["conv"]) == 6 * (2 + len(conv.BOUND_MODELS)) and set(doc["per_target"]) >= {"SM75_T4"}
     assert doc["algorithms"]["SM75_T4"] == {"precomputed": 3}
 
 

@@ -180,6 +180,19 @@ def test_calibration_round_trip(tmp_path: Path) -> None:
     assert isinstance(again, Calibration) and again.digest() == cal.digest()
 
 
+def test_a_calibrations_digest_is_its_content_whichever_object_asks() -> None:
+    """The digest is kept per calibration object (a fit predicts with one thousands of times), so
+    an equal copy hashes the same and a changed one differently, however many were hashed between."""
+    import msgspec
+
+    cal = load_calibration()
+    first = cal.digest()
+    changed = [msgspec.structs.replace(cal, id=f"copy-{i}") for i in range(40)]
+    digests = {c.digest() for c in changed}
+    assert len(digests) == 40 and first not in digests
+    assert cal.digest() == first == msgspec.json.decode(msgspec.json.encode(cal), type=Calibration).digest()
+
+
 def test_tile_menus_keep_the_tiles_a_path_ran_often_enough() -> None:
     from cascade.engine.workload import workload_of
     from cascade.fitting.fit import _tile_menus

@@ -23,6 +23,12 @@ from cascade.calibration.parameters import (
 )
 from cascade.gpus.spec import GPUSpec
 
+#: The digests of the calibrations hashed last, by identity (each entry holds its calibration, so
+#: an id is not reused while it is here): a calibration is a value (frozen, never changed in place)
+#: and a fit's inner loop predicts with the same one thousands of times.
+_DIGESTS: dict[int, tuple[Calibration, str]] = {}
+_DIGESTS_KEPT = 16
+
 
 class Calibration(msgspec.Struct, frozen=True, kw_only=True):
     """A complete calibration: parameters plus where they came from."""
@@ -74,7 +80,14 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
 
     def digest(self) -> str:
         """Short content hash (provenance of predictions)."""
-        return hashlib.sha256(msgspec.json.encode(self)).hexdigest()[:16]
+        hit = _DIGESTS.get(id(self))
+        if hit is not None and hit[0] is self:
+            return hit[1]
+        digest = hashlib.sha256(msgspec.json.encode(self)).hexdigest()[:16]
+        if len(_DIGESTS) >= _DIGESTS_KEPT:
+            _DIGESTS.pop(next(iter(_DIGESTS)))
+        _DIGESTS[id(self)] = (self, digest)
+        return digest
 
     # ---- parameter resolution -----------------------------------------------------
     def _ratio(self, spec: GPUSpec, field: str, archs: dict[str, str], among: set[str] | None) -> float | None:

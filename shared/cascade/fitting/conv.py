@@ -43,6 +43,12 @@ _FP32_BYTES = 4.0
 #: GPU (:attr:`cascade.calibration.ConvAlgos.alpha`): 0.5 and 1 were tried on this campaign's
 #: leave-one-GPU-out (25.3 / 28.2% mean over targets); 0.5 kept.
 CONV_ALPHA = 0.5
+#: The protocol's bounds (:func:`pair_bounds`): not predictions, the least error a model that
+#: multiplies the source's time by one factor per pair (``bound-scale``), or by one factor per
+#: shape cell of :data:`BOUND_CELL_OCTAVES` octaves in m, n and k (``bound-cells``), can reach, the
+#: factors fitted on the target's own times.
+BOUND_MODELS: tuple[str, ...] = ("bound-scale", "bound-cells")
+BOUND_CELL_OCTAVES = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,10 +193,11 @@ def _common(src: ConvSet, tgt: ConvSet) -> tuple[np.ndarray, np.ndarray]:
 
 def evaluate_conv(sets: Sequence[ConvSet], cal: Calibration, reg: GPURegistry,
                   models: Sequence[str] = ("roofline", "scaled"),
-                  calibration_for: Callable[[str], Calibration] | None = None) -> list[ConvScore]:
+                  calibration_for: Callable[[str], Calibration] | None = None,
+                  bounds: bool = True) -> list[ConvScore]:
     """Each GPU predicted from each other GPU's measured times over the shapes both timed.
     ``calibration_for``: the calibration to score a target with (a fit with that GPU left out),
-    else ``cal``."""
+    else ``cal``; ``bounds``: :data:`BOUND_MODELS` scored beside (:func:`pair_bounds`)."""
     out: list[ConvScore] = []
     for src in sets:
         for tgt in sets:
@@ -203,15 +210,29 @@ def evaluate_conv(sets: Sequence[ConvSet], cal: Calibration, reg: GPURegistry,
             measured = tgt.table["duration_ns"][ti]
             algo = tgt.algorithm[ti]
             use = calibration_for(tgt.spec.id) if calibration_for is not None else cal
-            for model in models:
-                p = predict(table, tgt.spec, source=src.spec, model=model, calibration=use,
-                            config=conv_config(model), registry=reg)
-                ape = np.abs(p.predicted_ns / measured - 1.0) * 100.0
+            predicted = {m: predict(table, tgt.spec, source=src.spec, model=m, calibration=use,
+                                    config=conv_config(m), registry=reg).predicted_ns for m in models}
+            if bounds:
+                predicted.update(pair_bounds(table, table["duration_ns"], measured))
+            for model, pred in predicted.items():
+                ape = np.abs(pred / measured - 1.0) * 100.0
                 by = {convalgo.CONV_ALGOS[a]: float(np.mean(ape[algo == a])) for a in np.unique(algo).tolist()}
                 out.append(ConvScore(source=src.spec.id, target=tgt.spec.id, model=model, n=len(ape),
                                      mape_pct=float(np.mean(ape)), median_pct=float(np.median(ape)),
                                      p90_pct=float(np.percentile(ape, 90)), by_algorithm=by))
     return out
+
+
+def pair_bounds(table: KernelTable, source_ns: np.ndarray, measured_ns: np.ndarray) -> dict[str, np.ndarray]:
+    """Per :data:`BOUND_MODELS` name, the source's times scaled by the factors that fit the
+    target's own times best (median log ratio over the pair, or per shape cell): what no
+    prediction from the source's time and the shape class alone can beat."""
+    r = np.log(measured_ns / source_ns)
+    cells = convalgo.shape_cells(table["m"].astype(float), table["n"].astype(float), table["k"].astype(float),
+                                 BOUND_CELL_OCTAVES)
+    _, inv = np.unique(cells.astype(str), return_inverse=True)
+    per_cell = np.bincount(inv, weights=r) / np.bincount(inv)
+    return {"bound-scale": source_ns * float(np.exp(np.median(r))), "bound-cells": source_ns * np.exp(per_cell[inv])}
 
 
 def per_target(scores: Sequence[ConvScore]) -> dict[str, dict[str, float]]:
@@ -230,7 +251,7 @@ def algorithm_counts(sets: Sequence[ConvSet]) -> dict[str, dict[str, int]]:
 
 def conv_markdown(scores: Sequence[ConvScore], sets: Sequence[ConvSet]) -> str:
     """The protocol's tables: per pair, per target (the GPU left out), algorithms per GPU."""
-    models = sorted({s.model for s in scores}, key=lambda m: (m != "scaled", m))
+    models = sorted({s.model for s in scores}, key=lambda m: (m in BOUND_MODELS, m != "scaled", m))
     lines = ["### convolutions (neusight-conv): MAPE % per (source -> target)", "",
              "| source -> target | n | " + " | ".join(f"{m} MAPE" for m in models) + " | scaled median | scaled p90 |",
              "|---|---|" + "---|" * (len(models) + 2)]
@@ -252,6 +273,10 @@ def conv_markdown(scores: Sequence[ConvScore], sets: Sequence[ConvSet]) -> str:
         vals = [mapes[m] for mapes in by_target.values() if m in mapes]
         if vals:
             lines.append(f"\n{m}: mean over targets {np.mean(vals):.1f}%, worst {max(vals):.1f}%")
+    if any(m in BOUND_MODELS for m in models):
+        lines.append(f"\nbound-scale / bound-cells are not predictions: the source's times scaled by the one factor per pair "
+                     f"(per {BOUND_CELL_OCTAVES:g}-octave cell of m, n, k) that fits the target's own times best, "
+                     "the least error a prediction from the source's time and the shape class alone can reach")
     lines += ["", "### algorithm cuDNN ran (from the kernel names), per GPU", ""]
     for gpu, counts in algorithm_counts(sets).items():
         lines.append(f"- {gpu}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda x: -x[1])))

@@ -27,8 +27,7 @@ import aiohttp
 from yarl import URL
 
 from cascade.errors import CascadeError
-from cascade.platform.storage import MIN_PART_SIZE
-from services.api.uploads import MAX_UPLOAD_URLS, PART_URLS_PER_FILE
+from cascade.platform.uploadlimits import MAX_UPLOAD_URLS, MIN_PART_SIZE, PART_URLS_PER_FILE
 
 Progress = Callable[[int], None]
 """Called with the number of bytes just sent."""

@@ -21,8 +21,9 @@ from cascade.platform.bus import Bus
 from cascade.platform.keys import raw_key
 from cascade.platform.messages.trace import UploadReported
 from cascade.platform.settings import Settings
-from cascade.platform.storage import MAX_PARTS, MIN_PART_SIZE, Storage, UploadedPart
+from cascade.platform.storage import Storage, UploadedPart
 from cascade.platform.tracestore import DeclaredUpload, TraceStore, declared_mismatch
+from cascade.platform.uploadlimits import MAX_UPLOAD_URLS, MIN_PART_SIZE, PART_URLS_PER_FILE
 from cascade.traces.files import check_name
 from services.api.schemas.traces import (
     CompleteRequest,
@@ -40,15 +41,6 @@ CLIENT_FAULTS = ("NoSuchUpload", "InvalidPart", "InvalidPartOrder", "MalformedXM
                  "EntityTooSmall", "InvalidArgument", "InvalidRequest", "NoSuchKey")
 #: Uploads declared to the trace store at once.
 DECLARE_BATCH = 256
-#: Part URLs one file gets at most: its parts grow (in whole MiB) beyond the threshold's 16 MiB
-#: instead (a 64 GiB file in 64 MiB parts).
-PART_URLS_PER_FILE = 1024
-#: Presigned URLs one uploads request may ask for (a single PUT counts one, a multipart file its
-#: parts): each takes a signature, so a request of 20 files of 64 GiB in 16 MiB parts had the api
-#: sign 80,000 URLs for 10 s; clients ask in batches (:func:`upload_urls` tells how many a file
-#: needs; ``programs.client`` batches by it).
-MAX_UPLOAD_URLS = 4096
-assert PART_URLS_PER_FILE <= MAX_PARTS and PART_URLS_PER_FILE <= MAX_UPLOAD_URLS
 
 
 def part_size(size: int, threshold: int) -> int:

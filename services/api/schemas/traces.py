@@ -8,8 +8,8 @@ import msgspec
 
 from cascade.gpus import known_gpu_names
 from cascade.platform.state import TraceRecord
-from cascade.platform.storage import MAX_PARTS
 from cascade.platform.tracestore import ExpectedSet, FileRecord
+from cascade.platform.uploadlimits import MAX_PARTS
 from cascade.traces.files import MAX_NAME_LENGTH, NAME_PATTERN
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]

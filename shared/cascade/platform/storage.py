@@ -38,6 +38,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from cascade.errors import NotFoundError, StorageError, TooLargeError, ValidationError
 from cascade.platform import keys
+from cascade.platform.uploadlimits import MAX_PARTS, MIN_PART_SIZE
 
 __all__ = [
     "DEFAULT_CHUNK",
@@ -51,10 +52,6 @@ __all__ = [
 MiB = 1024 * 1024
 #: Default read chunk for streaming downloads.
 DEFAULT_CHUNK = 1 * MiB
-#: S3's lower bound for every multipart part except the last.
-MIN_PART_SIZE = 5 * MiB
-#: S3's upper bound on the part number of a multipart upload.
-MAX_PARTS = 10_000
 #: Default part size for ``put_stream`` / ``put_file`` multipart uploads.
 DEFAULT_PART_SIZE = 8 * MiB
 #: Longest lifetime of a presigned URL (SigV4 limit: seven days).

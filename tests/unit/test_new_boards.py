@@ -24,10 +24,12 @@ DRIVER_NAMES = {
     "NVIDIA A800-SXM4-80GB": "SM80_A800",
     "Tesla V100S-PCIE-32GB": "SM70_V100S_PCIE",
     "NVIDIA A30": "SM80_A30",
+    "NVIDIA H100 NVL": "SM90_H100_NVL",
 }
 #: Rented / owned boards the catalogue lacked, each with the catalogued sibling it is checked against.
 RENTED = {"SM90_H800": "SM90_H100", "SM90_H20": "SM90_H100", "SM80_A800": "SM80_A100",
-          "SM70_V100S_PCIE": "SM70_V100_PCIE_32GB", "SM80_A30": "SM80_A100_PCIE_80GB"}
+          "SM70_V100S_PCIE": "SM70_V100_PCIE_32GB", "SM80_A30": "SM80_A100_PCIE_80GB",
+          "SM90_H100_NVL": "SM90_H100_PCIE"}
 NVLINK_BOARDS = ("SM80_A100", "SM80_A100_SXM_40GB", "SM90_H100", "SM90_H200", "SM90_GH200", "SM100_B200",
                  "SM103_B300", "SM100_GB200", "SM103_GB300")
 
@@ -149,6 +151,19 @@ def test_h800_is_an_h100_sxm_with_nvlink_and_fp64_cut() -> None:
     assert h800.nvlink_gen == h100.nvlink_gen and h800.nvlink_gbps == 200 < h100.nvlink_gbps
     assert h800.fp64_tflops < h100.fp64_tflops / 10
     assert reg.resolve("NVIDIA H800 PCIe") is not h800  # the PCIe board (114 SMs) is another GPU
+
+
+def test_h100_nvl_is_a_whole_gh100_on_a_pcie_board_in_bridged_pairs() -> None:
+    """All 132 SMs and six HBM3 stacks (94 GB, 3.9 TB/s: more than the SXM5's 80 GB at 3.35), its
+    tensor peaks between the 350 W PCIe board's and the 700 W SXM5's, NVLink only to its bridged twin."""
+    reg = default_registry()
+    nvl, sxm, pcie = reg.get("SM90_H100_NVL"), reg.get("SM90_H100"), reg.get("SM90_H100_PCIE")
+    assert nvl.sms == sxm.sms > pcie.sms
+    assert nvl.memory_gb > sxm.memory_gb and nvl.memory_bandwidth_gbps > sxm.memory_bandwidth_gbps
+    for dtype in ("bf16", "fp8", "tf32"):
+        assert pcie.tensor_tflops[dtype] < nvl.tensor_tflops[dtype] < sxm.tensor_tflops[dtype]
+    assert nvl.tensor_tflops["fp8"] == 2 * nvl.tensor_tflops["bf16"]
+    assert nvl.nvlink_domain == 2 and not nvl.nvls and nvl.pcie_gen == 5
 
 
 def test_h20_trades_tensor_throughput_for_memory_bandwidth() -> None:

@@ -709,9 +709,11 @@ def test_every_specs_tensor_peak_is_what_its_sms_issue_at_its_clock() -> None:
     """A dense FP16 tensor peak is SMs x the tensor FLOPs one SM issues per clock x a clock no
     higher than the boost clock: per SM and clock it is a power of two (512 on GeForce-class
     parts at FP32 accumulate and Turing's halved boards, 1024 Volta / Turing / GA102 / Ada, 2048
-    GA100, 4096 Hopper, 8192 Blackwell), or at most 10% below one where the vendor quotes it at
-    a lower clock than the boost (H100 SXM at 1830 MHz). The V100 PCIe had the SXM2 board's 125
-    (1132 per SM and clock: 1024 at 1530 MHz, not its 1380): 112 on its datasheet."""
+    GA100, 4096 Hopper, 8192 Blackwell), or at most 15% below one where the vendor quotes it at
+    a lower clock than the boost (H100 SXM at 1830 MHz; the H100 NVL, all 132 SMs on a 400 W
+    board, at about 1545 against the 1785 its FP32 peak is quoted at: 13.5% below). The V100 PCIe
+    had the SXM2 board's 125 (1132 per SM and clock: 1024 at 1530 MHz, not its 1380): 112 on its
+    datasheet."""
     rates = (512.0, 1024.0, 2048.0, 4096.0, 8192.0)
     wrong = []
     for spec in default_registry():
@@ -719,7 +721,7 @@ def test_every_specs_tensor_peak_is_what_its_sms_issue_at_its_clock() -> None:
         if not peak:
             continue
         per_clock = peak * 1e12 / (spec.sms * spec.boost_clock_mhz * 1e6)
-        if not any(0.90 * r <= per_clock <= 1.02 * r for r in rates):
+        if not any(0.85 * r <= per_clock <= 1.02 * r for r in rates):
             wrong.append(f"{spec.id}: {per_clock:.0f} FLOP per SM and clock")
     assert not wrong, wrong
 

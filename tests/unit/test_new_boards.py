@@ -25,11 +25,12 @@ DRIVER_NAMES = {
     "Tesla V100S-PCIE-32GB": "SM70_V100S_PCIE",
     "NVIDIA A30": "SM80_A30",
     "NVIDIA H100 NVL": "SM90_H100_NVL",
+    "NVIDIA H200 NVL": "SM90_H200_NVL",
 }
 #: Rented / owned boards the catalogue lacked, each with the catalogued sibling it is checked against.
 RENTED = {"SM90_H800": "SM90_H100", "SM90_H20": "SM90_H100", "SM80_A800": "SM80_A100",
           "SM70_V100S_PCIE": "SM70_V100_PCIE_32GB", "SM80_A30": "SM80_A100_PCIE_80GB",
-          "SM90_H100_NVL": "SM90_H100_PCIE"}
+          "SM90_H100_NVL": "SM90_H100_PCIE", "SM90_H200_NVL": "SM90_H200"}
 NVLINK_BOARDS = ("SM80_A100", "SM80_A100_SXM_40GB", "SM90_H100", "SM90_H200", "SM90_GH200", "SM100_B200",
                  "SM103_B300", "SM100_GB200", "SM103_GB300")
 
@@ -164,6 +165,17 @@ def test_h100_nvl_is_a_whole_gh100_on_a_pcie_board_in_bridged_pairs() -> None:
         assert pcie.tensor_tflops[dtype] < nvl.tensor_tflops[dtype] < sxm.tensor_tflops[dtype]
     assert nvl.tensor_tflops["fp8"] == 2 * nvl.tensor_tflops["bf16"]
     assert nvl.nvlink_domain == 2 and not nvl.nvls and nvl.pcie_gen == 5
+
+
+def test_h200_nvl_is_an_h100_nvl_with_the_h200s_memory() -> None:
+    """The same GH100 at the same power-capped clocks as the H100 NVL (the same peaks), with the H200
+    SXM's 141 GB at 4.8 TB/s; NVLink bridges of up to four boards."""
+    reg = default_registry()
+    nvl, h100_nvl, h200 = reg.get("SM90_H200_NVL"), reg.get("SM90_H100_NVL"), reg.get("SM90_H200")
+    assert nvl.tensor_tflops == h100_nvl.tensor_tflops and nvl.fp32_tflops == h100_nvl.fp32_tflops
+    assert (nvl.memory_gb, nvl.memory_bandwidth_gbps) == (h200.memory_gb, h200.memory_bandwidth_gbps)
+    assert nvl.tensor_tflops["bf16"] < h200.tensor_tflops["bf16"]
+    assert nvl.nvlink_domain == 4 and nvl.nvlink_gbps == h200.nvlink_gbps and not nvl.nvls
 
 
 def test_h20_trades_tensor_throughput_for_memory_bandwidth() -> None:

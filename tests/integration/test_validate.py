@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 import subprocess
@@ -145,6 +146,12 @@ def test_cli_calibrate_fits_and_records_provenance_contexts_and_menus(small_data
     lines = (MEASURED / "kernelbench" / "kernelbench_level1.csv").read_text().splitlines()
     rows = [line for line in lines[1:] if line.split(",")[1] in ("conv", "pool", "gemm")][::2]
     (data / "kernelbench" / "kernelbench_level1.csv").write_text("\n".join([lines[0], *rows]) + "\n")
+    # and the convolution campaign, two of its GPUs' first rows: the algorithm model is fitted on it
+    (data / "neusight-conv").mkdir()
+    for name in ("Tesla_T4.csv.gz", "Tesla_V100-PCIE-32GB.csv.gz"):
+        with gzip.open(MEASURED / "neusight-conv" / name, "rt") as fh:
+            head = [next(fh) for _ in range(301)]
+        (data / "neusight-conv" / name.removesuffix(".gz")).write_text("".join(head))
     proc = subprocess.run([sys.executable, "-m", "programs.cli", "calibrate", "--data", str(data), "--out", str(out),
                            "--evals", "10", "--no-leave-one-gpu-out", "--shift", "extremes"],
                           capture_output=True, text=True, check=False)
@@ -164,6 +171,8 @@ def test_cli_calibrate_fits_and_records_provenance_contexts_and_menus(small_data
     assert "leave_one_gpu_out" not in cal.metrics
     assert set(cal.transfer) == {"kernel", "neusight", "kernelbench"} and cal.transfer["kernelbench"].conv is not None
     assert cal.window_simt and set(cal.window_simt) <= set(convmath.WINDOW_KINDS)
+    assert cal.conv_algos is not None and sorted(cal.conv_algos.gpus) == ["SM70_V100_PCIE_32GB", "SM75_T4"]
+    assert {"neusight-conv/Tesla_T4.csv", "neusight-conv/Tesla_V100-PCIE-32GB.csv"} <= set(cal.data_files)
     e2e_rows = cal.metrics["end_to_end"]
     assert {r["dataset"] for r in e2e_rows} == {"kernelbench"}  # type: ignore[index, union-attr]
     assert not any("without it" in r["variant"] for r in e2e_rows)  # type: ignore[index, union-attr]

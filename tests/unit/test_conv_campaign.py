@@ -18,6 +18,7 @@ from cascade.errors import TraceFormatError
 from cascade.fitting import conv
 from cascade.gpus import GPURegistry, builtin_specs
 from cascade.kerneltable import KernelTable
+from tests.support.measured import MEASURED
 
 # real ``Kernels`` cells of ../shared/data/measured/neusight-conv (one per algorithm seen there)
 REAL = {
@@ -138,6 +139,16 @@ def test_the_bounds_fit_the_targets_own_times_one_factor_per_pair_or_per_shape_c
     b = conv.pair_bounds(table, src, by_cell)
     assert np.allclose(b["bound-cells"], by_cell)
     assert np.abs(b["bound-scale"] / by_cell - 1.0).max() > 0.5
+
+
+def test_the_packaged_algorithm_model_is_what_calibrate_fits_on_the_shipped_campaign() -> None:
+    """``cascade calibrate --data ../shared/data/measured`` makes the packaged conv_algos (the
+    command the calibration records reproduces it), and records the campaign's files."""
+    cal = load_calibration()
+    fitted = conv.fit_campaign(MEASURED, cal, GPURegistry(builtin_specs()))
+    assert fitted is not None and fitted == cal.conv_algos
+    assert {f"{conv.CONV_FOLDER}/{p.name}" for p in (MEASURED / conv.CONV_FOLDER).glob("*.csv*")} <= set(cal.data_files)
+    assert conv.fit_campaign(MEASURED / "kernelbench", cal, GPURegistry(builtin_specs())) is None
 
 
 def test_the_cli_prints_json_per_pair_and_target(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

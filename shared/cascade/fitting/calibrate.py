@@ -12,8 +12,10 @@ import hashlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import msgspec
+
 from cascade.calibration import Calibration
-from cascade.fitting import e2e
+from cascade.fitting import conv, e2e
 from cascade.fitting.fit import FitConfig, fit_sets, heldout_mask
 from cascade.fitting.measured import MeasuredSet, discover, pairs
 from cascade.fitting.shift import SHIFTS, shifted_rows
@@ -92,6 +94,15 @@ def fit_directory(directory: str | Path, *, holdout: float = 0.2, evals: int = 8
         data_files=_file_digests(sets, root), globals=cal.globals, specs=cal.specs,
         floors_ns=cal.floors_ns, tiles=cal.tiles, metrics=metrics, defaults=cal.defaults,
         contexts=cal.contexts, transfer=cal.transfer, tile_menus=cal.tile_menus, residuals=cal.residuals)
+    # cuDNN's convolution algorithms, fitted on the convolution campaign where the data has it (a
+    # refit that dropped them would ship a calibration its own command cannot make)
+    algos = conv.fit_campaign(root, fitted, reg, log=log)
+    if algos is not None:
+        log(f"convolution algorithms: {len(algos.cost)} costs on {len(algos.gpus)} GPUs")
+        campaign = sorted((root / conv.CONV_FOLDER).glob("*.csv*"))
+        files = {**fitted.data_files, **{str(f.relative_to(root)): hashlib.sha256(f.read_bytes()).hexdigest()
+                                         for f in campaign}}
+        fitted = msgspec.structs.replace(fitted, conv_algos=algos, data_files=files)
     if e2e.has_data(root):
         # KernelBench's transfer exponents and window work, and the whole-workload figures whole
         # traces quote, made on this fit (a refit that dropped them would quote stale figures)

@@ -34,6 +34,8 @@ from cascade.kerneltable import KernelTable
 
 #: Measurement kind of the campaign's harness times (NeuSight's harness: CUDA events around one call).
 CONV_MEASUREMENT = "neusight-conv"
+#: The campaign's folder under a measured-data root (``cascade calibrate --data ROOT`` fits on it).
+CONV_FOLDER = "neusight-conv"
 #: Shape columns, in key order.
 SHAPE_COLUMNS: tuple[str, ...] = ("B", "Input_Channel", "Output_Channel", "Kernel_Szie", "Input_Size", "Stride",
                                   "Padding")
@@ -331,6 +333,20 @@ def fit_conv_algos(sets: Sequence[ConvSet], cal: Calibration, reg: GPURegistry, 
         counts = np.bincount(inv, minlength=len(keys))
         choice[group] = {str(k): float(v / c) for k, v, c in zip(keys.tolist(), sums, counts, strict=True)}
     return ConvAlgos(cost=cost, choice=choice, width=width, alpha=alpha, gpus=gpus)
+
+
+def fit_campaign(root: str | Path, cal: Calibration, reg: GPURegistry,
+                 log: Callable[[str], None] | None = None) -> ConvAlgos | None:
+    """The algorithm model fitted on every GPU of ``root``'s :data:`CONV_FOLDER` (what the packaged
+    calibration ships, made by ``cascade calibrate``); None where the folder is absent or holds
+    fewer than two GPUs (nothing to move between)."""
+    folder = Path(root) / CONV_FOLDER
+    if not folder.is_dir():
+        return None
+    sets = load_conv_folder(folder, reg, log=log)
+    if len({s.spec.id for s in sets}) < 2:
+        return None
+    return fit_conv_algos(sets, msgspec.structs.replace(cal, conv_algos=None), reg)
 
 
 def left_out_calibrations(sets: Sequence[ConvSet], cal: Calibration, reg: GPURegistry,

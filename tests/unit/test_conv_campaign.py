@@ -16,7 +16,7 @@ from cascade.engine import convalgo
 from cascade.engine.predict import predict
 from cascade.errors import TraceFormatError
 from cascade.fitting import conv
-from cascade.gpus import GPURegistry, builtin_specs
+from cascade.gpus import GPURegistry, builtin_specs, default_registry
 from cascade.kerneltable import KernelTable
 from tests.support.measured import MEASURED
 
@@ -141,6 +141,7 @@ def test_the_bounds_fit_the_targets_own_times_one_factor_per_pair_or_per_shape_c
     assert np.abs(b["bound-scale"] / by_cell - 1.0).max() > 0.5
 
 
+@pytest.mark.slow  # a refit or a real capture: `make test` runs it, `make test-unit` leaves it out
 def test_the_packaged_algorithm_model_is_what_calibrate_fits_on_the_shipped_campaign() -> None:
     """``cascade calibrate --data ../shared/data/measured`` makes the packaged conv_algos (the
     command the calibration records reproduces it), and records the campaign's files."""
@@ -201,3 +202,78 @@ def test_a_convolution_moved_to_a_gpu_that_runs_winograd_is_priced_as_winograd()
     same = predict(table, "SM70_V100_PCIE_32GB", source="SM70_V100_PCIE_32GB", model="scaled", calibration=cal,
                    config=cfg, registry=reg).predicted_ns[0]
     assert same == pytest.approx(1.0e6)
+
+
+def test_the_size_model_is_fitted_without_the_left_out_gpu_and_chooses_from_its_grids(tmp_path: Path) -> None:
+    """Fitted on the GPUs left in (their residual tables only); with three or more of them its
+    scale and beta come from leaving each out in turn, with two from neither (all alike, 0.5)."""
+    _campaign(tmp_path)
+    reg = GPURegistry(builtin_specs())
+    sets = conv.load_conv_folder(tmp_path, reg)
+    two = conv.fit_conv_size(sets, leave_out="SM75_T4")
+    assert two is not None and set(two.cells) == {"SM70_V100_PCIE_32GB", "SM80_A100_PCIE_80GB"}
+    assert (two.scale, two.beta) == (None, 0.5) and two.measurement == conv.CONV_MEASUREMENT
+    three = conv.fit_conv_size(sets)
+    assert three is not None and three.scale in conv.SIZE_SCALES and three.beta in conv.SIZE_BETAS
+    assert conv.fit_conv_size(sets[:1]) is None
+    # physics bounds: the floor below every GPU's fastest calls, efficiencies at most 1
+    fastest = min(float(np.percentile(s.table["duration_ns"], 1)) for s in sets)
+    assert three.floor_ns <= fastest * (1 + 1e-9) and 0 < three.eff <= 1 and 0 < three.bw_eff <= 1
+
+
+def test_the_shipped_size_model_fills_a_bigger_gpu_later_and_never_runs_more_work_faster() -> None:
+    """On every GPU more work takes no less time; a small convolution barely profits from more SMs
+    (it cannot fill them), a big one by about the FP32 peaks' ratio."""
+    cal = load_calibration()
+    assert cal.conv_algos is not None and cal.conv_algos.size is not None
+    fit = cal.conv_algos.size
+    reg = default_registry()
+    m = np.geomspace(64, 4e6, 40)
+    n, k = np.full(40, 256.0), np.full(40, 256.0 * 9)
+    nbytes = 4.0 * (m * 256 + 256 * 256 * 9 + m * 256)
+
+    def log_ns(gpu: str) -> np.ndarray:
+        s = reg.get(gpu)
+        return convalgo.size_log_ns(m, n, k, nbytes, sms=float(s.sms), fp32_flops=s.peak_flops("fp32", False),
+                                    bandwidth=s.memory_bandwidth_gbps * 1e9, floor_ns=fit.floor_ns, eff=fit.eff,
+                                    knee_flops=fit.knee_flops, bw_eff=fit.bw_eff)
+
+    big, small = log_ns("SM80_A100_PCIE_80GB"), log_ns("SM61_P4")
+    for t in (big, small):
+        assert np.all(np.diff(t) >= -1e-12) and np.all(np.exp(t) >= fit.floor_ns)
+    speedup = np.exp(small - big)
+    peaks = reg.get("SM80_A100_PCIE_80GB").peak_flops("fp32", False) / reg.get("SM61_P4").peak_flops("fp32", False)
+    assert speedup[0] < 1.5 < speedup[-1] and speedup[-1] == pytest.approx(peaks, rel=0.15)
+
+
+def test_only_times_of_the_campaigns_kind_are_moved_by_the_size_model() -> None:
+    """A profiler's kernel duration has no harness floor: the size model (fitted on harness times
+    per call) leaves it to the algorithm costs."""
+    from cascade.engine import convmath
+    from cascade.engine.workload import workload_of
+
+    cal = load_calibration()
+    reg = default_registry()
+    table = KernelTable({"name": np.asarray(["cudnn_infer_volta_scudnn_128x64_relu_small_nn_v1"], dtype=object),
+                         "op": np.asarray(["conv2d"], dtype=object), "dtype": np.asarray(["fp32"], dtype=object),
+                         "m": np.asarray([25088]), "n": np.asarray([128]), "k": np.asarray([1152]),
+                         "batch": np.asarray([1]), "duration_ns": np.asarray([1.0e6])})
+    w = workload_of(table)
+    rows = np.ones(1, dtype=bool)
+    src, tgt = reg.get("SM70_V100_PCIE_32GB"), reg.get("SM80_A100_PCIE_80GB")
+    sized = convmath.sized_conv_ns(w, rows, table["duration_ns"], src, tgt, cal, conv.CONV_MEASUREMENT)
+    assert sized is not None and 0 < sized[0] < 1.0e6
+    assert convmath.sized_conv_ns(w, rows, table["duration_ns"], src, tgt, cal, "kernel") is None
+
+
+@pytest.mark.slow  # a refit or a real capture: `make test` runs it, `make test-unit` leaves it out
+def test_an_unseen_t4_is_predicted_better_than_by_the_ratio_roofline() -> None:
+    """The T4 left out of every convolution fit, predicted from the V100's campaign times."""
+    reg = GPURegistry(builtin_specs())
+    cal = load_calibration()
+    sets = {s.spec.id: s for s in conv.load_conv_folder(MEASURED / conv.CONV_FOLDER, reg)}
+    held = conv.left_out_calibrations(list(sets.values()), cal, reg)
+    scores = conv.evaluate_conv([sets["SM70_V100_PCIE_32GB"], sets["SM75_T4"]], cal, reg,
+                                calibration_for=held, bounds=False)
+    into = {s.model: s.mape_pct for s in scores if s.target == "SM75_T4"}
+    assert into["scaled"] < into["roofline"] and into["scaled"] < 25.0

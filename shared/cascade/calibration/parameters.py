@@ -172,6 +172,34 @@ class ResidualTable(msgspec.Struct, frozen=True, kw_only=True):
         return self._find(cells)[1]
 
 
+class ConvSize(msgspec.Struct, frozen=True, kw_only=True):
+    """An FP32 convolution's time on any GPU from its shape and the GPU's FP32 peak, SM count and
+    DRAM bandwidth, fitted on a convolution campaign (:func:`cascade.fitting.conv.fit_conv_size`;
+    :func:`cascade.engine.convalgo.size_log_ns`): ``floor_ns`` + the smooth maximum of the direct
+    implicit GEMM's FLOPs at ``eff`` of the FP32 peak, filled as work per SM over work per SM +
+    ``knee_flops``, and its bytes at ``bw_eff`` of the bandwidth; then each fitted GPU's mean log
+    residual per shape cell (its algorithm choices and tile fits), a GPU not fitted taking the
+    fitted GPUs' tables weighted by closeness of SM count."""
+
+    floor_ns: float
+    eff: float
+    knee_flops: float
+    bw_eff: float
+    width: float = 1.0
+    """Octaves per shape cell (log2 m, n, k) of ``cells``."""
+    cells: dict[str, dict[str, float]] = {}
+    """Fitted GPU (spec id) -> shape cell -> mean log residual of its campaign times."""
+    sms: dict[str, int] = {}
+    """Fitted GPU -> its SM count (the weights' distance)."""
+    scale: float | None = None
+    """A GPU not fitted weights a fitted GPU's table by exp(-|ln(SM ratio)| / scale); None: equally."""
+    beta: float = 0.5
+    """Share of the source's measured deviation from this model that carries to the target."""
+    measurement: str = "neusight-conv"
+    """The kind of time it was fitted on (a harness's time per call: its floor is the harness's);
+    only times of that kind are predicted by it."""
+
+
 class ConvAlgos(msgspec.Struct, frozen=True, kw_only=True):
     """cuDNN's convolution algorithms as fitted on a convolution campaign (``neusight-conv``,
     :func:`cascade.fitting.conv.fit_conv_algos`): what each costs and which each architecture picks."""
@@ -191,6 +219,9 @@ class ConvAlgos(msgspec.Struct, frozen=True, kw_only=True):
     carries to another GPU (1: all of it)."""
     gpus: list[str] = []
     """Spec ids the fit was made on."""
+    size: ConvSize | None = None
+    """The size model (None: the algorithm costs on the engine's direct-GEMM model alone). Where
+    fitted, an FP32 convolution with shapes moved between SM designs is predicted by it."""
 
 
 class ResolvedParams(msgspec.Struct, frozen=True, kw_only=True):

@@ -22,8 +22,12 @@ the algorithm's cost per direct FLOP (:class:`ConvAlgoModel`), fitted on the cam
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from cascade.calibration.parameters import ConvSize
 
 #: Algorithms a convolution's kernels can say (index = code).
 CONV_ALGOS: tuple[str, ...] = ("implicit_gemm", "precomputed", "winograd_fused", "winograd_nonfused", "fft",
@@ -96,3 +100,57 @@ def expected_cost(cells: np.ndarray, arch: str, choice: dict[str, dict[str, floa
     logs = np.fromiter((own.get(c, pooled.get(c, fallback)) for c in cells.tolist()), dtype=np.float64,
                        count=len(cells))
     return np.exp(logs)
+
+
+#: Exponent of the smooth maximum of a convolution's compute and memory times in the size model.
+SIZE_SMOOTH = 4.0
+
+
+def size_log_ns(m: np.ndarray, n: np.ndarray, k: np.ndarray, nbytes: np.ndarray, *, sms: float,
+                fp32_flops: float, bandwidth: float, floor_ns: float, eff: float, knee_flops: float,
+                bw_eff: float) -> np.ndarray:
+    """Log of an FP32 convolution's time (ns) on a GPU from its direct implicit GEMM (m, n, k),
+    its bytes, and the GPU's SMs, FP32 peak (FLOP/s) and DRAM bandwidth (bytes/s): a floor plus the
+    smooth maximum of the FLOPs at ``eff`` of the peak, filled as work per SM over work per SM +
+    ``knee_flops``, and the bytes at ``bw_eff`` of the bandwidth."""
+    work = 2.0 * np.asarray(m, dtype=np.float64) * np.asarray(n, dtype=np.float64) * np.asarray(k, dtype=np.float64)
+    per_sm = work / sms
+    fill = per_sm / (per_sm + knee_flops)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        compute = work / (fp32_flops * eff * fill)
+    memory = np.asarray(nbytes, dtype=np.float64) / (bandwidth * bw_eff)
+    both = (np.nan_to_num(compute) ** SIZE_SMOOTH + memory ** SIZE_SMOOTH) ** (1.0 / SIZE_SMOOTH)
+    return np.log(floor_ns + 1e9 * both)
+
+
+def cell_weights(gpu: str, gpu_sms: float, fit: ConvSize) -> dict[str, float]:
+    """The weight of each fitted GPU's cell table for ``gpu``: its own alone where it was fitted,
+    else exp(-|ln(SM ratio)| / scale) (equal where ``scale`` is None)."""
+    if gpu in fit.cells:
+        return {gpu: 1.0}
+    if fit.scale is None:
+        return {g: 1.0 for g in fit.cells}
+    return {g: float(np.exp(-abs(np.log(fit.sms[g] / gpu_sms)) / fit.scale)) for g in fit.cells}
+
+
+def cell_log(cells: np.ndarray, weights: dict[str, float], fit: ConvSize) -> np.ndarray:
+    """Per shape cell, the weighted mean log residual of the tables that have it (0 where none)."""
+    num = np.zeros(len(cells))
+    den = np.zeros(len(cells))
+    keys = cells.tolist()
+    for g, wt in weights.items():
+        table = fit.cells[g]
+        have = np.fromiter((c in table for c in keys), dtype=bool, count=len(keys))
+        vals = np.fromiter((table.get(c, 0.0) for c in keys), dtype=np.float64, count=len(keys))
+        num += wt * vals * have
+        den += wt * have
+    return np.where(den > 0, num / np.maximum(den, 1e-300), 0.0)
+
+
+def size_model_log_ns(m: np.ndarray, n: np.ndarray, k: np.ndarray, nbytes: np.ndarray, gpu: str, *, sms: float,
+                      fp32_flops: float, bandwidth: float, fit: ConvSize) -> np.ndarray:
+    """:func:`size_log_ns` plus the GPU's shape-cell residual (:func:`cell_weights`)."""
+    base = size_log_ns(m, n, k, nbytes, sms=sms, fp32_flops=fp32_flops, bandwidth=bandwidth,
+                       floor_ns=fit.floor_ns, eff=fit.eff, knee_flops=fit.knee_flops, bw_eff=fit.bw_eff)
+    cells = shape_cells(np.asarray(m, dtype=float), np.asarray(n, dtype=float), np.asarray(k, dtype=float), fit.width)
+    return base + cell_log(cells, cell_weights(gpu, sms, fit), fit)

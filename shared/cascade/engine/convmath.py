@@ -199,6 +199,30 @@ def conv_algorithm_costs(w_src: Workload, w_tgt: Workload, names: np.ndarray, op
     return with_conv_cost(w_src, rows, f_src), with_conv_cost(w_tgt, rows, f_tgt), rows
 
 
+def sized_conv_ns(w: Workload, rows: np.ndarray, t_src: np.ndarray, src: GPUSpec, target: GPUSpec,
+                  cal: Calibration, measurement: str) -> np.ndarray | None:
+    """The FP32 convolutions ``rows`` of a move between SM designs by the campaign's size model
+    (:class:`cascade.calibration.ConvSize`): the target's modelled time times the source's measured
+    deviation from its own to the power ``beta``; None where no size model is fitted for times of
+    the ``measurement`` kind (its floor is the campaign harness's, not a profiler's)."""
+    fit = cal.conv_algos.size if cal.conv_algos is not None else None
+    if fit is None or fit.measurement != measurement or not rows.any():
+        return None
+    idx = np.flatnonzero(rows)
+    m, n, k, nbytes = w.m[idx], w.n[idx], w.k[idx], w.bytes[idx]
+
+    def model(spec: GPUSpec) -> np.ndarray:
+        return convalgo.size_model_log_ns(m, n, k, nbytes, spec.id, sms=float(spec.sms),
+                                          fp32_flops=spec.peak_flops("fp32", False),
+                                          bandwidth=spec.memory_bandwidth_gbps * 1e9, fit=fit)
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        carried = fit.beta * (np.log(np.asarray(t_src, dtype=np.float64)[idx]) - model(src))
+    out = np.full(len(w), np.nan)
+    out[idx] = np.exp(model(target) + np.where(np.isfinite(carried), carried, 0.0))
+    return out
+
+
 #: Window kernels: each output gathers a window of inputs (a convolution's receptive field, a
 #: pooling window), and the address arithmetic of those gathers runs on the CUDA cores whatever
 #: path the multiply-adds take. Per byte moved it is a property of the kernel's kind

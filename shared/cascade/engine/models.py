@@ -241,6 +241,10 @@ class ScaledModel:
         with np.errstate(invalid="ignore", divide="ignore"):
             pred = mt.total_ns * (t_src / ms.total_ns) ** alpha
         pred = np.where(np.isfinite(pred), pred, mt.total_ns)
+        if src.sm_version != target.sm_version:  # FP32 convolutions by the campaign's size model
+            sized = convmath.sized_conv_ns(w, algo, t_src, src, target, cal, cfg.measurement)
+            if sized is not None:
+                pred = np.where(algo & np.isfinite(sized), sized, pred)
         if src.id != target.id:  # a few blocks in flight: the clock ratio, not the bandwidth's
             single = table["kernels"] <= 1
             slow = crossgpu.starved(w_src, inferred, single, t_src, fs, ms)

@@ -22,7 +22,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from cascade.calibration import Calibration, ConvAlgos
+from cascade.calibration import Calibration, ConvAlgos, ConvSize
 from cascade.engine import convalgo, perf
 from cascade.engine.models import RooflineConfig, ScaledConfig, fixed_times
 from cascade.engine.predict import predict
@@ -297,8 +297,112 @@ def direct_model_ns(s: ConvSet, cal: Calibration, reg: GPURegistry) -> tuple[np.
     return perf.kernel_times(w, s.spec, params, cal, fixed, tiles).work_ns, fixed
 
 
+#: The size model's choices (:func:`fit_conv_size`), made by leaving each training GPU out in turn:
+#: how sharply an unfitted GPU's shape-cell residual leans to the fitted GPUs of the nearest SM
+#: count (None: all alike), and how much of the source's deviation carries.
+SIZE_SCALES: tuple[float | None, ...] = (0.25, 0.5, 1.0, None)
+SIZE_BETAS: tuple[float, ...] = (0.25, 0.5, 0.75)
+#: Octaves per shape cell of the size model's residual tables.
+SIZE_CELL_OCTAVES = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Sized:
+    """One GPU's campaign rows as the size model reads them."""
+
+    gpu: str
+    sms: float
+    flops: float
+    bandwidth: float
+    keys: np.ndarray
+    m: np.ndarray
+    n: np.ndarray
+    k: np.ndarray
+    nbytes: np.ndarray
+    log_ns: np.ndarray
+    cells: np.ndarray
+
+
+def _sized(s: ConvSet) -> _Sized:
+    t = s.table
+    m, n, k = (t[c].astype(np.float64) for c in ("m", "n", "k"))
+    return _Sized(gpu=s.spec.id, sms=float(s.spec.sms), flops=s.spec.peak_flops("fp32", False),
+                  bandwidth=s.spec.memory_bandwidth_gbps * 1e9, keys=s.keys.astype(str), m=m, n=n, k=k,
+                  nbytes=t["bytes"].astype(np.float64), log_ns=np.log(t["duration_ns"].astype(np.float64)),
+                  cells=convalgo.shape_cells(m, n, k, SIZE_CELL_OCTAVES))
+
+
+def _base(g: _Sized, theta: np.ndarray) -> np.ndarray:
+    floor, eff, knee, bw = np.exp(theta)
+    return convalgo.size_log_ns(g.m, g.n, g.k, g.nbytes, sms=g.sms, fp32_flops=g.flops, bandwidth=g.bandwidth,
+                                floor_ns=floor, eff=eff, knee_flops=knee, bw_eff=bw)
+
+
+def _size_fit(train: Sequence[_Sized], scale: float | None = None, beta: float = 0.5) -> ConvSize:
+    """The size model's four parameters by least squares in log time over every row of ``train``,
+    then each GPU's mean log residual per shape cell."""
+    from scipy.optimize import least_squares
+
+    def residual(theta: np.ndarray) -> np.ndarray:
+        return np.concatenate([_base(g, theta) - g.log_ns for g in train])
+
+    # physics bounds: the floor below the fastest 1% of every training GPU's calls, the
+    # efficiencies at most 1
+    floor_max = min(float(np.percentile(g.log_ns, 1)) for g in train)
+    lower = np.array([np.log(1_000.0), np.log(0.01), np.log(1e3), np.log(0.01)])
+    upper = np.array([floor_max, 0.0, np.log(1e13), 0.0])
+    theta = least_squares(residual, x0=np.clip(np.log([20_000.0, 0.6, 1e8, 0.7]), lower + 1e-9, upper - 1e-9),
+                          bounds=(lower, upper)).x
+    cells: dict[str, dict[str, float]] = {}
+    for g in train:
+        r = g.log_ns - _base(g, theta)
+        keys, inv = np.unique(g.cells.astype(str), return_inverse=True)
+        cells[g.gpu] = dict(zip(keys.tolist(), (np.bincount(inv, weights=r) / np.bincount(inv)).tolist(), strict=True))
+    floor, eff, knee, bw = (float(v) for v in np.exp(theta))
+    return ConvSize(floor_ns=floor, eff=eff, knee_flops=knee, bw_eff=bw, width=SIZE_CELL_OCTAVES, cells=cells,
+                    sms={g.gpu: int(g.sms) for g in train}, scale=scale, beta=beta, measurement=CONV_MEASUREMENT)
+
+
+def _log_model(fit: ConvSize, g: _Sized) -> np.ndarray:
+    base = convalgo.size_log_ns(g.m, g.n, g.k, g.nbytes, sms=g.sms, fp32_flops=g.flops, bandwidth=g.bandwidth,
+                                floor_ns=fit.floor_ns, eff=fit.eff, knee_flops=fit.knee_flops, bw_eff=fit.bw_eff)
+    return base + convalgo.cell_log(g.cells, convalgo.cell_weights(g.gpu, g.sms, fit), fit)
+
+
+def _choose(train: Sequence[_Sized]) -> tuple[float | None, float]:
+    """(scale, beta) of :data:`SIZE_SCALES` x :data:`SIZE_BETAS` with the least mean MAPE over the
+    training GPUs, each predicted from the others by a fit without it."""
+    score: dict[tuple[float | None, float], list[float]] = {(sc, b): [] for sc in SIZE_SCALES for b in SIZE_BETAS}
+    for held in train:
+        rest = [g for g in train if g.gpu != held.gpu]
+        base_fit = _size_fit(rest)
+        deviation = {g.gpu: g.log_ns - _log_model(base_fit, g) for g in rest}
+        for sc in SIZE_SCALES:
+            fit = msgspec.structs.replace(base_fit, scale=sc)
+            target = _log_model(fit, held)
+            for b in SIZE_BETAS:
+                per_source = []
+                for g in rest:
+                    _, si, ti = np.intersect1d(g.keys, held.keys, return_indices=True)
+                    pred = target[ti] + b * deviation[g.gpu][si]
+                    per_source.append(float(np.mean(np.abs(np.exp(pred - held.log_ns[ti]) - 1.0))))
+                score[(sc, b)].append(float(np.mean(per_source)))
+    return min(score, key=lambda key: float(np.mean(score[key])))
+
+
+def fit_conv_size(sets: Sequence[ConvSet], *, leave_out: str | None = None) -> ConvSize | None:
+    """The size model (:class:`ConvSize`) on every set but ``leave_out``'s GPU; its scale and beta
+    chosen by leaving each of those GPUs out in turn (three or more; else all alike and 0.5).
+    None with fewer than two GPUs."""
+    train = [_sized(s) for s in sets if s.spec.id != leave_out]
+    if len({g.gpu for g in train}) < 2:
+        return None
+    scale, beta = _choose(train) if len(train) >= 3 else (None, 0.5)
+    return _size_fit(train, scale=scale, beta=beta)
+
+
 def fit_conv_algos(sets: Sequence[ConvSet], cal: Calibration, reg: GPURegistry, *, leave_out: str | None = None,
-                   width: float = 1.0, alpha: float = CONV_ALPHA) -> ConvAlgos:
+                   width: float = 1.0, alpha: float = CONV_ALPHA, size: bool = True) -> ConvAlgos:
     """Fit each algorithm's cost (median over every row that ran it of measured work / the direct
     implicit GEMM's model work on that GPU) and each architecture's expected cost per shape cell,
     on every set but ``leave_out``'s GPU."""
@@ -332,7 +436,8 @@ def fit_conv_algos(sets: Sequence[ConvSet], cal: Calibration, reg: GPURegistry, 
         sums = np.bincount(inv, weights=log_cost[sel], minlength=len(keys))
         counts = np.bincount(inv, minlength=len(keys))
         choice[group] = {str(k): float(v / c) for k, v, c in zip(keys.tolist(), sums, counts, strict=True)}
-    return ConvAlgos(cost=cost, choice=choice, width=width, alpha=alpha, gpus=gpus)
+    return ConvAlgos(cost=cost, choice=choice, width=width, alpha=alpha, gpus=gpus,
+                     size=fit_conv_size(sets, leave_out=leave_out) if size else None)
 
 
 def fit_campaign(root: str | Path, cal: Calibration, reg: GPURegistry,
@@ -349,14 +454,16 @@ def fit_campaign(root: str | Path, cal: Calibration, reg: GPURegistry,
     return fit_conv_algos(sets, msgspec.structs.replace(cal, conv_algos=None), reg)
 
 
-def left_out_calibrations(sets: Sequence[ConvSet], cal: Calibration, reg: GPURegistry,
-                          **fit: float) -> Callable[[str], Calibration]:
+def left_out_calibrations(sets: Sequence[ConvSet], cal: Calibration, reg: GPURegistry, *,
+                          width: float = 1.0, alpha: float = CONV_ALPHA, size: bool = True
+                          ) -> Callable[[str], Calibration]:
     """Per target GPU, ``cal`` with the convolution algorithm model fitted on every other GPU."""
     cache: dict[str, Calibration] = {}
 
     def get(gpu: str) -> Calibration:
         if gpu not in cache:
-            cache[gpu] = msgspec.structs.replace(cal, conv_algos=fit_conv_algos(sets, cal, reg, leave_out=gpu, **fit))
+            fit = fit_conv_algos(sets, cal, reg, leave_out=gpu, width=width, alpha=alpha, size=size)
+            cache[gpu] = msgspec.structs.replace(cal, conv_algos=fit)
         return cache[gpu]
 
     return get

@@ -11,6 +11,7 @@ from cascade.errors import ValidationError
 from cascade.gpus import default_registry
 from cascade.runs.described import DescribedStepModel, estimate_described
 from cascade.serving.description import (
+    EXAMPLE_CONFIGS,
     DescribedServing,
     checkpoint_quant,
     describe_serving,
@@ -71,3 +72,37 @@ def test_step_model_memoises_estimates() -> None:
     dsm = DescribedStepModel(served=_llama_h100())
     assert dsm.estimate(64, 4) is dsm.estimate(64, 4)
     assert dsm.estimate(64, 4) is not dsm.estimate(64, 4, token_budget=16)
+
+
+@pytest.mark.slow  # 72 whole simulations (about 9 s): `make test` runs it, `make test-unit` leaves it out
+@pytest.mark.parametrize("name", sorted(EXAMPLE_CONFIGS))
+def test_every_bundled_model_on_every_kind_of_board_answers_or_says_why(name: str) -> None:
+    """No run fails: each bundled model on a Hopper, a Blackwell and an Ada board, at TP 1 and 8, in
+    the checkpoint's precision, FP8 and FP4, either serves 64 closed-loop clients (TTFT and TPOT
+    positive, TTFT below the whole request) or is refused with a ValidationError naming the field
+    (a model that does not fit, FP4 on a GPU without it is run weight-only)."""
+    from cascade.serving.arrivals import Fixed
+    from cascade.serving.requests import for_gpu, scheduler_limits
+    from cascade.serving.scenario import Scenario, run_scenario
+    from cascade.serving.schedulers import Vllm
+
+    reg = default_registry()
+    served_any = False
+    for gpu in ("SM90_H200", "SM100_B200", "SM89_L40S"):
+        spec = reg.get(gpu)
+        for tp in (1, 8):
+            for quant in (None, "fp8", "fp4"):
+                sc = for_gpu(Scenario(concurrency=64, n_requests=64, prompt=Fixed(tokens=1024), output=Fixed(tokens=64),
+                                      scheduler=Vllm()), spec)
+                tokens, seqs = scheduler_limits(sc)
+                try:
+                    served = describe_serving(example_config(name), spec, quant=quant, tp=tp,
+                                              max_num_batched_tokens=tokens, max_num_seqs=seqs)
+                    res = run_scenario(sc, served.cost, served.kv)
+                except ValidationError as exc:
+                    assert exc.field, (gpu, tp, quant, str(exc))
+                    continue
+                served_any = True
+                assert res.completed == 64 and res.tpot_ms.mean > 0 and 0 < res.ttft_ms.mean < res.e2el_ms.mean, (
+                    gpu, tp, quant)
+    assert served_any

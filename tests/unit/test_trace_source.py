@@ -58,6 +58,25 @@ def test_unknown_trace_gpu_suggests_the_closest_known_ones() -> None:
         all(s in reg.ids() for s in suggest_gpus(reg, "completely different"))
 
 
+def test_a_trace_from_a_mig_instance_is_never_taken_for_the_whole_gpu() -> None:
+    """A MIG slice's device name says which GPU it is a slice of; its times are the slice's, so
+    neither the trace alone nor --source naming the whole GPU simulates it as that GPU's, unless
+    forced."""
+    reg = default_registry()
+    loaded = LoadedTrace(KernelTable({"name": ["k"]}), device="NVIDIA A100-SXM4-40GB MIG 1g.5gb")
+    with pytest.raises(UnknownGPUError) as err:
+        source_of_trace(reg, None, loaded)
+    assert "MIG instance of SM80_A100_SXM_40GB" in str(err.value) and "1 of its 7 compute slices" in str(err.value)
+    with pytest.raises(ValidationError) as given:
+        source_of_trace(reg, "SM80_A100_SXM_40GB", loaded)
+    assert given.value.field == "--source" and "--force-source" in str(given.value)
+    assert source_of_trace(reg, "SM80_A100_SXM_40GB", loaded, override=True).id == "SM80_A100_SXM_40GB"
+    with pytest.raises(UnknownGPUError) as h100:
+        reg.get("NVIDIA H100 80GB HBM3 MIG 3g.40gb")
+    assert "MIG instance of SM90_H100: 3 of its 7" in str(h100.value)
+    assert "MIG" not in str(pytest.raises(UnknownGPUError, reg.get, "NVIDIA A100-SXM4-96GB").value)
+
+
 def test_custom_specs_resolve_a_trace_gpu(tmp_path: Path) -> None:
     spec_dir = tmp_path / "specs"
     spec_dir.mkdir()

@@ -97,7 +97,7 @@ class GPURegistry:
         spec_id = self._keys.get(normalize_name(name))
         if spec_id is None:
             raise UnknownGPUError(name, self._specs, suggestions=suggest_gpus(self, name),
-                                  hint=accelsim_config_hint(name))
+                                  hint=mig_hint(self, name) or accelsim_config_hint(name))
         return self._specs[spec_id]
 
     __getitem__ = get
@@ -143,6 +143,25 @@ def _bare(key: str) -> str:
 
 
 _SM_PREFIX = re.compile(r"^sm\s?(\d+)\b")
+
+
+#: A MIG instance's device name, as the driver reports it: the whole GPU's name, then
+#: ``MIG <compute slices>g.<memory>gb`` (``NVIDIA A100-SXM4-40GB MIG 1g.5gb``).
+_MIG = re.compile(r"^(?P<gpu>.+?)\s+MIG\s+(?P<g>\d+)g\.(?P<mem>\d+)gb\b", re.IGNORECASE)
+
+
+def mig_hint(registry: GPURegistry, name: str) -> str:
+    """For a MIG instance's device name: the GPU it is a slice of, and why its times are not that
+    GPU's ('' for any other name)."""
+    hit = _MIG.match(name.strip())
+    if hit is None:
+        return ""
+    parent = registry.resolve(hit["gpu"])
+    whole = parent.id if parent is not None else repr(hit["gpu"])
+    return (f"a MIG instance of {whole}: {hit['g']} of its 7 compute slices and {hit['mem']} GB of its memory, with "
+            "the matching share of its L2 and DRAM bandwidth, so its kernels' times are not the whole GPU's and "
+            "no spec models a slice; capture the trace on a whole GPU (MIG off), or add the instance as a custom "
+            "spec (its SMs, memory and bandwidth) and name that")
 
 
 def accelsim_config_hint(name: str) -> str:

@@ -19,7 +19,7 @@ import msgspec
 from cascade import tableio
 from cascade.errors import TraceFormatError, UnknownGPUError, ValidationError
 from cascade.gpus import get_gpu
-from cascade.gpus.registry import GPURegistry, default_registry, suggest_gpus
+from cascade.gpus.registry import GPURegistry, default_registry, mig_hint, suggest_gpus
 from cascade.gpus.spec import GPUSpec
 from cascade.kerneltable import KernelTable
 from cascade.registry import Registry
@@ -274,10 +274,15 @@ def source_of_trace(registry: GPURegistry, given: str | None,
                 f"the trace was recorded on {named.id}{device} but {given!r} ({spec.id}) was "
                 f"given; drop {what} to use the trace's GPU, or pass {override_flag} to "
                 f"simulate it as captured on {spec.id}", field=what)
+        slice_of = mig_hint(registry, loaded.device) if named is None and loaded.device else ""
+        if slice_of and not override:  # a slice's times given as a whole GPU's: never silently
+            raise ValidationError(f"the trace was recorded on {loaded.device!r}, {slice_of}; pass "
+                                  f"{override_flag} to simulate it as captured on {spec.id} anyway", field=what)
         return spec
     if named is None and loaded.device:
         raise UnknownGPUError(loaded.device, registry.ids(),
                               suggestions=suggest_gpus(registry, loaded.device),
-                              hint=f"the trace names this GPU; pass {what} SPEC, or add its spec "
-                                   "(--specs DIR / POST /api/configs) with the name as an alias")
+                              hint=mig_hint(registry, loaded.device)
+                              or f"the trace names this GPU; pass {what} SPEC, or add its spec "
+                                 "(--specs DIR / POST /api/configs) with the name as an alias")
     return named

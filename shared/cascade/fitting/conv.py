@@ -377,13 +377,14 @@ def _choose(train: Sequence[_Sized]) -> tuple[float | None, float]:
         rest = [g for g in train if g.gpu != held.gpu]
         base_fit = _size_fit(rest)
         deviation = {g.gpu: g.log_ns - _log_model(base_fit, g) for g in rest}
+        common = {g.gpu: np.intersect1d(g.keys, held.keys, return_indices=True)[1:] for g in rest}
         for sc in SIZE_SCALES:
             fit = msgspec.structs.replace(base_fit, scale=sc)
             target = _log_model(fit, held)
             for b in SIZE_BETAS:
                 per_source = []
                 for g in rest:
-                    _, si, ti = np.intersect1d(g.keys, held.keys, return_indices=True)
+                    si, ti = common[g.gpu]
                     pred = target[ti] + b * deviation[g.gpu][si]
                     per_source.append(float(np.mean(np.abs(np.exp(pred - held.log_ns[ti]) - 1.0))))
                 score[(sc, b)].append(float(np.mean(per_source)))

@@ -74,7 +74,7 @@ def test_step_model_memoises_estimates() -> None:
     assert dsm.estimate(64, 4) is not dsm.estimate(64, 4, token_budget=16)
 
 
-@pytest.mark.slow  # 72 whole simulations (about 9 s): `make test` runs it, `make test-unit` leaves it out
+@pytest.mark.slow  # 72 whole simulations (about 7 s): `make test` runs it, `make test-unit` leaves it out
 @pytest.mark.parametrize("name", sorted(EXAMPLE_CONFIGS))
 def test_every_bundled_model_on_every_kind_of_board_answers_or_says_why(name: str) -> None:
     """No run fails: each bundled model on a Hopper, a Blackwell and an Ada board, at TP 1 and 8, in

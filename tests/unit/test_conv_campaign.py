@@ -264,6 +264,15 @@ def test_only_times_of_the_campaigns_kind_are_moved_by_the_size_model() -> None:
     sized = convmath.sized_conv_ns(w, rows, table["duration_ns"], src, tgt, cal, conv.CONV_MEASUREMENT)
     assert sized is not None and 0 < sized[0] < 1.0e6
     assert convmath.sized_conv_ns(w, rows, table["duration_ns"], src, tgt, cal, "kernel") is None
+    # a prediction says which rows the size model moved (an extrapolation reason of their own)
+    from cascade.engine import extrapolation
+
+    moved = predict(table, tgt.id, source=src.id, model="scaled", calibration=cal, config=conv.conv_config("scaled"),
+                    registry=reg)
+    assert moved.flags is not None and moved.flags[0] & extrapolation.CONV_SIZED
+    assert moved.predicted_ns[0] == pytest.approx(sized[0], rel=1e-9) or moved.predicted_ns[0] > sized[0]
+    kept = predict(table, tgt.id, source=src.id, model="scaled", calibration=cal, registry=reg)
+    assert kept.flags is not None and not kept.flags[0] & extrapolation.CONV_SIZED
 
 
 @pytest.mark.slow  # a refit or a real capture: `make test` runs it, `make test-unit` leaves it out

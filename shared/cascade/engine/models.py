@@ -241,10 +241,12 @@ class ScaledModel:
         with np.errstate(invalid="ignore", divide="ignore"):
             pred = mt.total_ns * (t_src / ms.total_ns) ** alpha
         pred = np.where(np.isfinite(pred), pred, mt.total_ns)
+        by_size = np.zeros(len(w), dtype=bool)
         if src.sm_version != target.sm_version:  # FP32 convolutions by the campaign's size model
             sized = convmath.sized_conv_ns(w, algo, t_src, src, target, cal, cfg.measurement)
             if sized is not None:
-                pred = np.where(algo & np.isfinite(sized), sized, pred)
+                by_size = algo & np.isfinite(sized)
+                pred = np.where(by_size, sized, pred)
         if src.id != target.id:  # a few blocks in flight: the clock ratio, not the bandwidth's
             single = table["kernels"] <= 1
             slow = crossgpu.starved(w_src, inferred, single, t_src, fs, ms)
@@ -262,6 +264,7 @@ class ScaledModel:
         if src.id != target.id:  # (a window kernel, any convolution: the target's own algorithm, quoted as such)
             window = (windows > 0) | convmath.convolution_kernels(w, names)
             flags |= inferred | tf32 | np.where(window, extrapolation.WINDOW, 0).astype(extrapolation.FLAGS_DTYPE)
+            flags |= np.where(by_size, extrapolation.CONV_SIZED, 0).astype(extrapolation.FLAGS_DTYPE)
         measured = np.isfinite(t_src) & (t_src > 0)
         bracket = None
         if src.id == target.id:  # identity: the measured times, exactly

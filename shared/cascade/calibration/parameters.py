@@ -195,6 +195,9 @@ class ConvSize(msgspec.Struct, frozen=True, kw_only=True):
     """A GPU not fitted weights a fitted GPU's table by exp(-|ln(SM ratio)| / scale); None: equally."""
     beta: float = 0.5
     """Share of the source's measured deviation from this model that carries to the target."""
+    blend: float = 1.0
+    """Share of this model in the geometric mean with the engine's algorithm-cost prediction (1: this
+    model alone; chosen by leaving each training GPU out in turn)."""
     measurement: str = "neusight-conv"
     """The kind of time it was fitted on (a harness's time per call: its floor is the harness's);
     only times of that kind are predicted by it."""

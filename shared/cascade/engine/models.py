@@ -246,7 +246,10 @@ class ScaledModel:
             sized = convmath.sized_conv_ns(w, algo, t_src, src, target, cal, cfg.measurement)
             if sized is not None:
                 by_size = algo & np.isfinite(sized)
-                pred = np.where(by_size, sized, pred)
+                share = cal.conv_algos.size.blend if cal.conv_algos and cal.conv_algos.size else 1.0
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    blended = np.exp(share * np.log(sized) + (1.0 - share) * np.log(pred))
+                pred = np.where(by_size & np.isfinite(blended), blended, pred)
         if src.id != target.id:  # a few blocks in flight: the clock ratio, not the bandwidth's
             single = table["kernels"] <= 1
             slow = crossgpu.starved(w_src, inferred, single, t_src, fs, ms)

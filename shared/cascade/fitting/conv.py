@@ -403,10 +403,13 @@ def fit_conv_size(sets: Sequence[ConvSet], *, leave_out: str | None = None) -> C
 
 
 def fit_conv_algos(sets: Sequence[ConvSet], cal: Calibration, reg: GPURegistry, *, leave_out: str | None = None,
-                   width: float = 1.0, alpha: float = CONV_ALPHA, size: bool = True) -> ConvAlgos:
+                   width: float = 1.0, alpha: float = CONV_ALPHA, size: bool = True, blend: bool = True
+                   ) -> ConvAlgos:
     """Fit each algorithm's cost (median over every row that ran it of measured work / the direct
     implicit GEMM's model work on that GPU) and each architecture's expected cost per shape cell,
-    on every set but ``leave_out``'s GPU."""
+    on every set but ``leave_out``'s GPU; with ``size`` the size model too (:func:`fit_conv_size`)
+    and, with ``blend`` and three GPUs or more, its share in the blend with the engine's prediction
+    (:func:`_choose_blend`)."""
     logs: list[np.ndarray] = []
     codes: list[np.ndarray] = []
     cells: list[np.ndarray] = []
@@ -437,8 +440,48 @@ def fit_conv_algos(sets: Sequence[ConvSet], cal: Calibration, reg: GPURegistry, 
         sums = np.bincount(inv, weights=log_cost[sel], minlength=len(keys))
         counts = np.bincount(inv, minlength=len(keys))
         choice[group] = {str(k): float(v / c) for k, v, c in zip(keys.tolist(), sums, counts, strict=True)}
-    return ConvAlgos(cost=cost, choice=choice, width=width, alpha=alpha, gpus=gpus,
-                     size=fit_conv_size(sets, leave_out=leave_out) if size else None)
+    fitted = ConvAlgos(cost=cost, choice=choice, width=width, alpha=alpha, gpus=gpus,
+                       size=fit_conv_size(sets, leave_out=leave_out) if size else None)
+    if fitted.size is None or not blend or len(gpus) < 3:
+        return fitted
+    train = [s for s in sets if s.spec.id != leave_out]
+    share = _choose_blend(train, cal, reg, width=width, alpha=alpha)
+    return msgspec.structs.replace(fitted, size=msgspec.structs.replace(fitted.size, blend=share))
+
+
+#: Shares of the size model in its geometric blend with the engine's algorithm-cost prediction,
+#: chosen by leaving each training GPU out in turn (:func:`_choose_blend`).
+BLEND_SHARES: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def _choose_blend(train: Sequence[ConvSet], cal: Calibration, reg: GPURegistry, *, width: float,
+                  alpha: float) -> float:
+    """The :data:`BLEND_SHARES` share with the least mean MAPE over the training GPUs, each
+    predicted from the others with both models fitted without it: the two err apart (the engine's
+    per-GPU physics, the size model's shape cells), so their geometric mean can beat either."""
+    cfg = conv_config("scaled")
+    score: dict[float, list[float]] = {w: [] for w in BLEND_SHARES}
+    for held in train:
+        rest = [s for s in train if s.spec.id != held.spec.id]
+        inner = fit_conv_algos(rest, cal, reg, width=width, alpha=alpha, blend=False)
+        if inner.size is None:
+            continue
+        sized = msgspec.structs.replace(cal, conv_algos=msgspec.structs.replace(
+            inner, size=msgspec.structs.replace(inner.size, blend=1.0)))
+        engine = msgspec.structs.replace(cal, conv_algos=msgspec.structs.replace(inner, size=None))
+        per_source: dict[float, list[float]] = {w: [] for w in BLEND_SHARES}
+        for src in rest:
+            si, ti = _common(src, held)
+            table, measured = src.table.take(si), held.table["duration_ns"][ti]
+            a = np.log(predict(table, held.spec, source=src.spec, model="scaled", calibration=sized, config=cfg,
+                               registry=reg).predicted_ns)
+            b = np.log(predict(table, held.spec, source=src.spec, model="scaled", calibration=engine, config=cfg,
+                               registry=reg).predicted_ns)
+            for w in BLEND_SHARES:
+                per_source[w].append(float(np.mean(np.abs(np.exp(w * a + (1.0 - w) * b) / measured - 1.0))))
+        for w in BLEND_SHARES:
+            score[w].append(float(np.mean(per_source[w])))
+    return min(BLEND_SHARES, key=lambda w: float(np.mean(score[w])) if score[w] else float("inf"))
 
 
 def fit_campaign(root: str | Path, cal: Calibration, reg: GPURegistry,
@@ -456,14 +499,14 @@ def fit_campaign(root: str | Path, cal: Calibration, reg: GPURegistry,
 
 
 def left_out_calibrations(sets: Sequence[ConvSet], cal: Calibration, reg: GPURegistry, *,
-                          width: float = 1.0, alpha: float = CONV_ALPHA, size: bool = True
+                          width: float = 1.0, alpha: float = CONV_ALPHA, size: bool = True, blend: bool = True
                           ) -> Callable[[str], Calibration]:
     """Per target GPU, ``cal`` with the convolution algorithm model fitted on every other GPU."""
     cache: dict[str, Calibration] = {}
 
     def get(gpu: str) -> Calibration:
         if gpu not in cache:
-            fit = fit_conv_algos(sets, cal, reg, leave_out=gpu, width=width, alpha=alpha, size=size)
+            fit = fit_conv_algos(sets, cal, reg, leave_out=gpu, width=width, alpha=alpha, size=size, blend=blend)
             cache[gpu] = msgspec.structs.replace(cal, conv_algos=fit)
         return cache[gpu]
 

@@ -51,8 +51,8 @@ EXTRAPOLATION_REASONS: tuple[tuple[int, str], ...] = (
             "no Ampere data: 25%)")),
     (2048, ("FP8 / FP4 kernel on a GPU without those tensor cores: run as its software runs it there, on "
             "its BF16 / FP16 tensor cores (weight-only Marlin GEMMs, FlashAttention 2 over a BF16 cache)")),
-    (4096, ("FP32 convolution on another GPU by the convolution campaign's size model (cuDNN harness times "
-            "per call; into a GPU left out of its fit: 19.1% mean, worst 22.8%)")),
+    (4096, ("FP32 convolution on another GPU by the convolution campaign's size model blended with the engine's "
+            "(cuDNN harness times per call; into a GPU left out of its fit: 16.8% mean, worst 19.4%)")),
 )
 (TARGET_UNCALIBRATED, SOURCE_UNCALIBRATED, SHAPE_OUTSIDE, BOUND_ONLY, NOT_SIMULATED,
  INFERRED_FROM_NAME, INFERRED_BLEND, TF32_CONV, OFF_TENSOR, WINDOW, UNSEEN_TILES, SOFTWARE_FALLBACK,

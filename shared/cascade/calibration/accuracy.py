@@ -234,11 +234,33 @@ def widen_total(cal: Calibration, est: AccuracyEstimate, share: float, window_sh
                                    total_basis=f"{est.total_basis}; widened by " + " and by ".join(parts))
 
 
+#: :func:`expected_accuracy`'s answers for the calibrations asked about last, by identity (each entry
+#: holds its calibration, so an id is not reused while it is here; a calibration is a value): a fit
+#: predicts thousands of times with one calibration and reads the same figure each time.
+_EXPECTED: dict[int, tuple[Calibration, dict[tuple[Any, ...], AccuracyEstimate]]] = {}
+_EXPECTED_KEPT = 8
+
+
 def expected_accuracy(cal: Calibration, source_id: str | None, target_id: str,
                       measurement: str | None = "kernel", model: str = "scaled",
                       specs: Mapping[str, GPUSpec] | None = None) -> AccuracyEstimate:
     """The per-kernel figure of :func:`kernel_accuracy` with the whole-trace figure of
     :func:`whole_accuracy` beside it."""
+    if specs:  # custom specs decide an uncalibrated target's sibling: not kept
+        return _expected_accuracy(cal, source_id, target_id, measurement, model, specs)
+    held = _EXPECTED.get(id(cal))
+    if held is None or held[0] is not cal:
+        if len(_EXPECTED) >= _EXPECTED_KEPT:
+            _EXPECTED.pop(next(iter(_EXPECTED)))
+        held = _EXPECTED[id(cal)] = (cal, {})
+    key = (source_id, target_id, measurement, model)
+    if key not in held[1]:
+        held[1][key] = _expected_accuracy(cal, source_id, target_id, measurement, model, None)
+    return held[1][key]
+
+
+def _expected_accuracy(cal: Calibration, source_id: str | None, target_id: str, measurement: str | None,
+                       model: str, specs: Mapping[str, GPUSpec] | None) -> AccuracyEstimate:
     est = kernel_accuracy(cal, source_id, target_id, measurement, model, specs)
     if source_id and source_id == target_id and est.mape_pct == 0.0:
         return msgspec.structs.replace(est, total_pct=0.0, total_worst_pct=0.0,

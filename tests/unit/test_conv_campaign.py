@@ -301,3 +301,20 @@ def test_an_unseen_t4_is_predicted_better_than_by_the_ratio_roofline() -> None:
                                 calibration_for=held, bounds=False)
     into = {s.model: s.mape_pct for s in scores if s.target == "SM75_T4"}
     assert into["scaled"] < into["roofline"] and into["scaled"] < 17.0  # 14.5 (session 23: 32.2)
+
+
+def test_a_calibration_written_before_the_size_model_still_loads_and_predicts_as_then() -> None:
+    """A calibration file without ``conv_algos.size`` (or a size model without ``blend``) loads: the
+    engine's algorithm costs alone, or the size model alone."""
+    import json
+
+    from cascade.calibration import Calibration
+
+    doc = json.loads(msgspec.json.encode(load_calibration()))
+    size = doc["conv_algos"].pop("size")
+    old = msgspec.json.decode(json.dumps(doc), type=Calibration)
+    assert old.conv_algos is not None and old.conv_algos.size is None
+    size.pop("blend")
+    doc["conv_algos"]["size"] = size
+    alone = msgspec.json.decode(json.dumps(doc), type=Calibration)
+    assert alone.conv_algos is not None and alone.conv_algos.size is not None and alone.conv_algos.size.blend == 1.0

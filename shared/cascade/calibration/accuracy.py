@@ -33,6 +33,7 @@ from typing import Any
 import msgspec
 
 from cascade.calibration import Calibration, measurement_context, measurement_of
+from cascade.calibration.calibration import PerCalibration
 from cascade.calibration.family import sibling
 from cascade.gpus.spec import GPUSpec
 
@@ -234,11 +235,8 @@ def widen_total(cal: Calibration, est: AccuracyEstimate, share: float, window_sh
                                    total_basis=f"{est.total_basis}; widened by " + " and by ".join(parts))
 
 
-#: :func:`expected_accuracy`'s answers for the calibrations asked about last, by identity (each entry
-#: holds its calibration, so an id is not reused while it is here; a calibration is a value): a fit
-#: predicts thousands of times with one calibration and reads the same figure each time.
-_EXPECTED: dict[int, tuple[Calibration, dict[tuple[Any, ...], AccuracyEstimate]]] = {}
-_EXPECTED_KEPT = 8
+#: :func:`expected_accuracy`'s answers per calibration: a fit reads the same figure thousands of times.
+_EXPECTED: PerCalibration[dict[tuple[Any, ...], AccuracyEstimate]] = PerCalibration(lambda _cal: {}, kept=8)
 
 
 def expected_accuracy(cal: Calibration, source_id: str | None, target_id: str,
@@ -248,15 +246,11 @@ def expected_accuracy(cal: Calibration, source_id: str | None, target_id: str,
     :func:`whole_accuracy` beside it."""
     if specs:  # custom specs decide an uncalibrated target's sibling: not kept
         return _expected_accuracy(cal, source_id, target_id, measurement, model, specs)
-    held = _EXPECTED.get(id(cal))
-    if held is None or held[0] is not cal:
-        if len(_EXPECTED) >= _EXPECTED_KEPT:
-            _EXPECTED.pop(next(iter(_EXPECTED)))
-        held = _EXPECTED[id(cal)] = (cal, {})
+    answers = _EXPECTED(cal)
     key = (source_id, target_id, measurement, model)
-    if key not in held[1]:
-        held[1][key] = _expected_accuracy(cal, source_id, target_id, measurement, model, None)
-    return held[1][key]
+    if key not in answers:
+        answers[key] = _expected_accuracy(cal, source_id, target_id, measurement, model, None)
+    return answers[key]
 
 
 def _expected_accuracy(cal: Calibration, source_id: str | None, target_id: str, measurement: str | None,

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import statistics
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Generic, TypeVar
 
 import msgspec
 
@@ -23,11 +24,36 @@ from cascade.calibration.parameters import (
 )
 from cascade.gpus.spec import GPUSpec
 
-#: The digests of the calibrations hashed last, by identity (each entry holds its calibration, so
-#: an id is not reused while it is here): a calibration is a value (frozen, never changed in place)
-#: and a fit's inner loop predicts with the same one thousands of times.
-_DIGESTS: dict[int, tuple[Calibration, str]] = {}
-_DIGESTS_KEPT = 16
+T = TypeVar("T")
+
+
+class PerCalibration(Generic[T]):
+    """A value derived from a calibration, kept for the calibrations asked about last, by identity
+    (each entry holds its calibration, so an id is not reused while it is here): a calibration is a
+    value (frozen, never changed in place) and a fit's inner loop predicts with one thousands of
+    times, hashing it or reading its metrics each time otherwise."""
+
+    def __init__(self, make: Callable[[Calibration], T], kept: int = 16) -> None:
+        self._make = make
+        self._kept = kept
+        self._held: dict[int, tuple[Calibration, T]] = {}
+
+    def __call__(self, cal: Calibration) -> T:
+        hit = self._held.get(id(cal))
+        if hit is not None and hit[0] is cal:
+            return hit[1]
+        value = self._make(cal)
+        if len(self._held) >= self._kept:
+            self._held.pop(next(iter(self._held)))
+        self._held[id(cal)] = (cal, value)
+        return value
+
+
+def _digest(cal: Calibration) -> str:
+    return hashlib.sha256(msgspec.json.encode(cal)).hexdigest()[:16]
+
+
+_DIGEST: PerCalibration[str] = PerCalibration(_digest)
 
 
 class Calibration(msgspec.Struct, frozen=True, kw_only=True):
@@ -80,14 +106,7 @@ class Calibration(msgspec.Struct, frozen=True, kw_only=True):
 
     def digest(self) -> str:
         """Short content hash (provenance of predictions)."""
-        hit = _DIGESTS.get(id(self))
-        if hit is not None and hit[0] is self:
-            return hit[1]
-        digest = hashlib.sha256(msgspec.json.encode(self)).hexdigest()[:16]
-        if len(_DIGESTS) >= _DIGESTS_KEPT:
-            _DIGESTS.pop(next(iter(_DIGESTS)))
-        _DIGESTS[id(self)] = (self, digest)
-        return digest
+        return _DIGEST(self)
 
     # ---- parameter resolution -----------------------------------------------------
     def _ratio(self, spec: GPUSpec, field: str, archs: dict[str, str], among: set[str] | None) -> float | None:

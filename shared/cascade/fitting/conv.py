@@ -364,9 +364,8 @@ def _size_fit(train: Sequence[_Sized], scale: float | None = None, beta: float =
 
 
 def _log_model(fit: ConvSize, g: _Sized) -> np.ndarray:
-    base = convalgo.size_log_ns(g.m, g.n, g.k, g.nbytes, sms=g.sms, fp32_flops=g.flops, bandwidth=g.bandwidth,
-                                floor_ns=fit.floor_ns, eff=fit.eff, knee_flops=fit.knee_flops, bw_eff=fit.bw_eff)
-    return base + convalgo.cell_log(g.cells, convalgo.cell_weights(g.gpu, g.sms, fit), fit)
+    return convalgo.size_model_log_ns(g.m, g.n, g.k, g.nbytes, g.gpu, sms=g.sms, fp32_flops=g.flops,
+                                      bandwidth=g.bandwidth, fit=fit)
 
 
 def _choose(train: Sequence[_Sized]) -> tuple[float | None, float]:
@@ -396,9 +395,10 @@ def fit_conv_size(sets: Sequence[ConvSet], *, leave_out: str | None = None) -> C
     chosen by leaving each of those GPUs out in turn (three or more; else all alike and 0.5).
     None with fewer than two GPUs."""
     train = [_sized(s) for s in sets if s.spec.id != leave_out]
-    if len({g.gpu for g in train}) < 2:
+    gpus = len({g.gpu for g in train})
+    if gpus < 2:
         return None
-    scale, beta = _choose(train) if len(train) >= 3 else (None, 0.5)
+    scale, beta = _choose(train) if gpus >= 3 else (None, 0.5)
     return _size_fit(train, scale=scale, beta=beta)
 
 

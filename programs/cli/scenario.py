@@ -71,7 +71,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         "finished (vllm bench serve --max-concurrency N); --arrival/--rate are ignored")
     g.add_argument("--warmup", type=int, default=None, metavar="N",
                    help="requests simulated first and left out of every figure, as a benchmark's warm-up "
-                        "(default: 2 x --concurrency in a closed loop, else 0)")
+                        "(default: 2 x --concurrency in a closed loop, else 0); in a closed loop they run to their "
+                        "end, then the clients start together again, as aiperf and vllm bench serve run it")
     g.add_argument("--clients-start", choices=["together", "staggered"], default="together",
                    help="with --concurrency: together (default), every client's first request at t=0 as a "
                         "serving benchmark starts them; staggered, each client at its own phase")

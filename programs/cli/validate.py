@@ -53,8 +53,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    help="with --serving: backends to predict (default vllm; also sglang, trtllm: reported apart)")
     p.add_argument("--serving-every", type=int, default=1, metavar="K",
                    help="with --serving: subsample, every K-th row of each (backend, model, GPU) group")
-    p.add_argument("--serving-requests", type=int, default=5, metavar="R",
-                   help="with --serving: requests per closed-loop client (default 5: 5 x concurrency requests)")
+    p.add_argument("--serving-requests", type=int, default=None, metavar="R",
+                   help="with --serving: measured requests per closed-loop client (default 10: 10 x concurrency "
+                        "requests, as concurrency sweeps send them, after 2 x concurrency warm-up requests run to "
+                        "their end)")
     p.add_argument("--conv", action="store_true",
                    help="convolution protocol instead: DIR laid out like measured/neusight-conv/ (one <GPU>.csv[.gz] "
                         "of FP32 Conv2d latencies with the cuDNN kernels each launched): each GPU predicted from each "
@@ -284,14 +286,15 @@ def _serving(args: argparse.Namespace, reg: object) -> int:
     configs = serving.parse_configs(serving.read_model_map((cfg_dir / "model_map.csv").read_text()),
                                     lambda name: (cfg_dir / name).read_text())
     backends = tuple(b.strip() for b in args.serving_backends.split(",") if b.strip())
-    report = serving.evaluate(rows, configs, reg, cal, backends=backends, requests_per_client=args.serving_requests,
+    per_client = args.serving_requests or serving.REQUESTS_PER_CLIENT
+    report = serving.evaluate(rows, configs, reg, cal, backends=backends, requests_per_client=per_client,
                               left_out=args.serving_left_out, clients_start=args.serving_clients_start,
                               engine=args.serving_engine,
                               every=max(1, args.serving_every))
     for message in report.skipped:
         print(f"cascade validate: skipped {message}", file=sys.stderr)
     if args.json:
-        doc = {"calibration": describe(cal), "data": str(root), "requests_per_client": args.serving_requests,
+        doc = {"calibration": describe(cal), "data": str(root), "requests_per_client": per_client,
                "clients_start": args.serving_clients_start, "engine": args.serving_engine,
                "every": args.serving_every, "serving": msgspec.to_builtins(report.scores),
                "rows": msgspec.to_builtins(report.rows), "skipped": report.skipped}

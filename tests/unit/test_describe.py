@@ -317,26 +317,46 @@ def test_closed_loop_first_wave_is_in_time_order_and_disorder_is_refused() -> No
         simulate(resolve(sc), synthetic_step_model(), kv, workload=shuffled)
 
 
-def test_the_warm_up_is_simulated_and_left_out_of_every_figure() -> None:
+def test_the_warm_up_runs_to_its_end_then_the_measured_clients_start_together() -> None:
+    """A closed loop's warm-up as aiperf and `vllm bench serve` run it: every warm-up request
+    finishes, then the measured clients send together to an idle engine, so the measured run
+    is the same as a run without a warm-up, shifted to the instant the warm-up drained."""
     kv = KVConfig(model=MODEL_SHAPES["llama-2-7b"], gpu_memory_bytes=80 << 30)
     base = Scenario(concurrency=8, n_requests=40, prompt=Fixed(tokens=512), output=Fixed(tokens=16))
-    whole = simulate(resolve(msgspec.structs.replace(base, warmup_requests=0, n_requests=56)), synthetic_step_model(), kv)
-    # default: 2 x concurrency warm-up requests first, the same 56 simulated, the last 40 measured
-    measured = simulate(resolve(base), synthetic_step_model(), kv)
+    n = 56  # default: 2 x concurrency warm-up requests first, then the 40 measured
+
+    def drawn(count: int) -> DrawnRequests:  # no client gaps: the two runs' sends comparable exactly
+        return DrawnRequests(np.zeros(count), np.full(count, 512), np.full(count, 16), np.zeros(count))
+
+    fresh = simulate(resolve(msgspec.structs.replace(base, warmup_requests=0)), synthetic_step_model(), kv,
+                     workload=drawn(40))
+    measured = simulate(resolve(base), synthetic_step_model(), kv, workload=drawn(n))
     assert len(measured.arrival_ns) == 40
-    assert np.array_equal(measured.arrival_ns, whole.arrival_ns[16:])
-    assert np.array_equal(measured.first_token_ns, whole.first_token_ns[16:])
+    drain = float(measured.arrival_ns[0])
+    # the first measured wave: every client at the instant the warm-up's last request finished,
+    # two closed-loop rounds of the warm-up after the start
+    assert np.all(measured.arrival_ns[:8] == drain) and drain >= 2 * float(np.max(fresh.finished_ns[:8]))
+    ns = {"rtol": 0, "atol": 1.0}  # to the nanosecond (the times are absolute floats)
+    np.testing.assert_allclose(measured.arrival_ns - drain, fresh.arrival_ns, **ns)
+    np.testing.assert_allclose(measured.first_token_ns - drain, fresh.first_token_ns, **ns)
     # every measured request's 15 gaps, none of the warm-up's
-    assert len(measured.itl_ns) == 40 * 15 and len(whole.itl_ns) == 56 * 15
-    assert np.array_equal(measured.token_times_ns(0), whole.token_times_ns(16))
+    assert len(measured.itl_ns) == 40 * 15
+    np.testing.assert_allclose(measured.token_times_ns(0) - drain, fresh.token_times_ns(0), **ns)
     res = run_scenario(base, synthetic_step_model(), kv)
     assert res.completed == 40 and res.scenario["warmup_requests"] == 16  # the answer says what it left out
     # the replicas' busy time and KV area are over the whole run they were accumulated over
     assert 0 < res.replicas[0].busy_fraction <= 1.0 and 0 < res.kv_cache.mean_utilisation <= 1.0
-    # the figures are the measured requests' alone
-    ttft = (whole.first_token_ns - whole.arrival_ns) / 1e6
-    assert res.ttft_ms.mean == pytest.approx(float(np.mean(ttft[16:])))
-    assert res.ttft_ms.mean != pytest.approx(float(np.mean(ttft)))
+    # the figures are the measured requests' alone, their first wave (all 8 prompts at once) included
+    ttft = (fresh.first_token_ns - fresh.arrival_ns) / 1e6
+    np.testing.assert_allclose((measured.first_token_ns - measured.arrival_ns) / 1e6, ttft, rtol=1e-9)
+    # an open loop's warm-up is its stream's first requests (nothing to drain: arrivals are fixed)
+    open_loop = Scenario(n_requests=40, arrival={"kind": "constant", "rate": 50.0}, prompt=Fixed(tokens=512),
+                         output=Fixed(tokens=16), warmup_requests=10)
+    whole = simulate(resolve(msgspec.structs.replace(open_loop, warmup_requests=0, n_requests=50)),
+                     synthetic_step_model(), kv)
+    part = simulate(resolve(open_loop), synthetic_step_model(), kv)
+    assert np.array_equal(part.arrival_ns, whole.arrival_ns[10:])
+    assert np.array_equal(part.first_token_ns, whole.first_token_ns[10:])
     with pytest.raises(ValidationError) as err:
         run_scenario(Scenario(n_requests=None, duration_s=0.5, arrival={"kind": "constant", "rate": 4.0},
                               warmup_requests=50), synthetic_step_model(), kv)

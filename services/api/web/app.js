@@ -824,7 +824,7 @@ function servePage() {
       <label data-load="rate">Rate (req/s) <input name="rate" type="number" step="any" min="0" value="2"></label>
       <label data-load="rate">Burstiness cv (gamma) <input name="cv" type="number" step="any" min="0" value="2"></label>
       <label data-load="concurrency">Concurrent clients <input name="concurrency" type="number" min="1" max="4096" value="16"></label>
-      <label data-load="concurrency" title="together: every client's first request at t=0, as vllm bench serve and aiperf start them (2 warm-up requests per client left out); staggered: each client at its own phase">Clients start <select name="clients_start"><option value="together">together (a benchmark)</option><option value="staggered">staggered (own phase)</option></select></label>
+      <label data-load="concurrency" title="together: every client's first request at once, as vllm bench serve and aiperf start them (after 2 warm-up requests per client, run to their end and left out); staggered: each client at its own phase">Clients start <select name="clients_start"><option value="together">together (a benchmark)</option><option value="staggered">staggered (own phase)</option></select></label>
       <label>Requests <input name="n" type="number" min="1" max="20000" value="300"></label></div></fieldset>
     <div class="cols">${lengthFields("prompt", "Prompt", 6)}${lengthFields("output", "Output", 32)}</div>
     <fieldset><legend>Serving</legend>

@@ -20,8 +20,10 @@ Each aggregated (``mode`` = ``agg``) row becomes one closed-loop scenario:
   (:func:`~cascade.serving.description.data_parallel`), each rank the row's engine limits;
 - load: ``silicon_concurrency=N`` of ``silicon_data_source`` (else ``batch_size``) clients in
   a closed loop, each request ``isl`` tokens in and ``osl`` out, ``requests_per_client`` x N
-  requests, the clients started together as a benchmark starts them (``clients_start``;
-  ``staggered``: each at its own phase), after 2 x N warm-up requests left out;
+  measured requests (10 N, the sweeps' request count), the clients started together as a
+  benchmark starts them (``clients_start``; ``staggered``: each at its own phase), after 2 x N
+  warm-up requests run to their end and left out (the measured clients then start together
+  on an idle engine, as aiperf and `vllm bench serve` run a warm-up);
 - engine limits (``engine``): ``aiconfigurator`` (default), the deployment as AIConfigurator's
   generator configures an aggregated vLLM or TensorRT-LLM engine for a benchmark
   (``rule_plugin/benchmark/{vllm,trtllm}.rule``: ``max_num_tokens = max_batch_size + isl +
@@ -85,8 +87,11 @@ AIC_TOKEN_MARGIN = 1500
 #: Backends whose aggregated engines that rule sizes.
 AIC_BUDGET_BACKENDS = ("vllm", "trtllm")
 EngineLimits = Literal["aiconfigurator", "defaults"]
-#: Requests each closed-loop client sends by default (the whole run: this x concurrency).
-REQUESTS_PER_CLIENT = 5
+#: Measured requests each closed-loop client sends by default (the whole run: this x
+#: concurrency, after the drained warm-up): the ``--request-count 10N`` / ``--num-prompts 10N``
+#: of the concurrency sweeps' scripts (aiperf / GenAI-Perf, InferenceMAX), so the first wave,
+#: every client's prompt at once on an idle engine, is a tenth of the figures.
+REQUESTS_PER_CLIENT = 10
 #: First vLLM release whose engine resolves an unset ``async_scheduling`` to on (vLLM PR #27614,
 #: the last item of its async-scheduling plan, issue #27679); the 0.11 / 0.12 series schedule
 #: synchronously unless told otherwise.

@@ -208,7 +208,8 @@ class ScenarioRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     n_requests defaults to 10 x concurrency."""
     warmup_requests: Annotated[int, msgspec.Meta(ge=0, le=MAX_REQUESTS)] | None = None
     """Requests simulated before the measured ones and left out of every figure (a benchmark's
-    warm-up); default 2 x concurrency in a closed loop, else none."""
+    warm-up); default 2 x concurrency in a closed loop, else none. In a closed loop they run to
+    their end first, then the measured clients start together (aiperf, `vllm bench serve`)."""
     clients_start: ClientsStart = "together"
     """Closed loop: ``together`` (every client's first request at t=0, as a serving benchmark
     starts) or ``staggered`` (each client at its own phase)."""

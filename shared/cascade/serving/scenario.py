@@ -45,9 +45,11 @@ MAX_REQUESTS = 2_000_000
 #: sending at t=0, is a tenth of the run).
 REQUESTS_PER_CLIENT = 10
 #: Closed loop without warmup_requests: warm-up requests per client, simulated first and left out
-#: of every figure (aiperf's ``--warmup-request-count 2N`` in concurrency sweeps, AIConfigurator's
-#: and GenAI-Perf's benchmark scripts among them): the first wave, every request prefilled at
-#: once, is not what the benchmark reports.
+#: of every figure (aiperf's ``--warmup-request-count 2N`` and ``vllm bench serve --num-warmups
+#: 2N`` in concurrency sweeps: AIConfigurator's, GenAI-Perf's and InferenceMAX's scripts). Both
+#: tools run the warm-up to its end before the measured requests start (aiperf waits for every
+#: warm-up response; `vllm bench serve` gathers the warm-up tasks), so the measured run starts
+#: from an idle engine with every client sending at once: that first wave is in the figures.
 WARMUP_PER_CLIENT = 2
 #: Closed loop: a benchmark client's own time between a response's last token and its next
 #: request reaching the server (HTTP round trip, stream parsing, tokenising the next prompt: a few
@@ -93,7 +95,9 @@ class Scenario(msgspec.Struct, frozen=True, kw_only=True):
     warmup_requests: Annotated[int, msgspec.Meta(ge=0)] | None = None
     """Requests simulated before the ``n_requests`` measured ones and left out of every figure
     (a benchmark's warm-up); default :data:`WARMUP_PER_CLIENT` x concurrency in a closed loop,
-    else none."""
+    else none. In a closed loop the warm-up runs to its end first (drained, as benchmarks run
+    it), then the measured clients start together; in an open loop it is the stream's first
+    requests."""
     clients_start: ClientsStart = "together"
     """Closed loop: ``together``, every client sends its first request at t=0, as a serving
     benchmark's clients do (``vllm bench serve --max-concurrency N``, ``aiperf --concurrency N``):

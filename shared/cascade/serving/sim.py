@@ -16,6 +16,9 @@ Closed loop (``concurrency`` N, as ``vllm bench serve --max-concurrency N`` with
 request queued at t=0, or aiperf's concurrency mode): N clients each send their next
 request the moment their previous one finishes, so never more than N are in flight; a
 request's arrival time is the time it was sent, so TTFT leaves out the client-side wait.
+A closed loop's warm-up is a phase of its own, as both tools run it: the warm-up requests
+are sent, every one of them finishes, and only then do the N clients send their first
+measured requests, together again, to an idle engine; that first wave is in the figures.
 """
 
 from __future__ import annotations
@@ -179,7 +182,8 @@ class Simulation:
             raise SimulationInvariantError(f"warmup must be >= 0, got {warmup}")
         self.warmup = min(warmup, n)
         """The first requests (in index order) are simulated and left out of the outcome: a
-        benchmark's warm-up."""
+        benchmark's warm-up (in a closed loop run to the end before the measured requests
+        start, as a benchmark runs it)."""
         self.arrival = np.asarray(arrival_ns, dtype=float).tolist()
         self.prompt = np.asarray(prompt_tokens, dtype=np.int64).tolist()
         self.target = np.asarray(output_tokens, dtype=np.int64).tolist()
@@ -210,8 +214,13 @@ class Simulation:
             raise SimulationInvariantError(f"concurrency must be >= 1, got {concurrency}")
         self.concurrency = concurrency
         # closed loop: the first `concurrency` requests are sent at their drawn times; each
-        # later one when a request finishes (its time unknown until then: +inf)
-        self._released = n if concurrency is None else min(concurrency, n)
+        # later one when a request finishes (its time unknown until then: +inf). With a warm-up,
+        # as `vllm bench serve --num-warmups` and aiperf's --warmup-request-count run it: the
+        # warm-up requests alone, every one of them finished (drained), then the measured
+        # requests' first wave sent as the first wave was (the same offsets from that instant)
+        self._wave = [] if concurrency is None else self.arrival[:min(concurrency, n)]
+        self._drain = self.warmup if concurrency is not None and 0 < self.warmup < n else 0
+        self._released = n if concurrency is None else min(concurrency, self._drain or n, n)
         self._gap = (np.zeros(n) if client_gap_ns is None else np.asarray(client_gap_ns, dtype=float)).tolist()
         for rid in range(self._released, n):
             self.arrival[rid] = math.inf
@@ -233,7 +242,12 @@ class Simulation:
         self.finish[rid] = t
         self.outstanding[self.req_replica[rid]] -= 1
         self.done += 1
-        if self._released < self.n:  # closed loop: that client sends its next request, after its own gap
+        if self._released == self._drain and self._drain:  # the warm-up's phase
+            if self.done == self._drain:  # drained: the measured clients start together again
+                for j in range(min(len(self._wave), self.n - self._drain)):
+                    self.arrival[self._drain + j] = t + self._wave[j]
+                    self._released += 1
+        elif self._released < self.n:  # closed loop: that client sends its next request, after its own gap
             # (arrivals are taken in index order: never before the one released before it)
             prev = self.arrival[self._released - 1] if self._released else 0.0
             self.arrival[self._released] = max(t + self._gap[self._released], prev)

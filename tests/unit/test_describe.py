@@ -349,6 +349,11 @@ def test_the_warm_up_runs_to_its_end_then_the_measured_clients_start_together() 
     # the figures are the measured requests' alone, their first wave (all 8 prompts at once) included
     ttft = (fresh.first_token_ns - fresh.arrival_ns) / 1e6
     np.testing.assert_allclose((measured.first_token_ns - measured.arrival_ns) / 1e6, ttft, rtol=1e-9)
+    # a warm-up smaller than one wave: those requests alone, then every client at once
+    small = simulate(resolve(msgspec.structs.replace(base, warmup_requests=3)), synthetic_step_model(), kv,
+                     workload=drawn(43))
+    assert np.all(small.arrival_ns[:8] == small.arrival_ns[0]) and small.arrival_ns[0] > 0
+    np.testing.assert_allclose(small.first_token_ns - small.arrival_ns[0], fresh.first_token_ns, **ns)
     # an open loop's warm-up is its stream's first requests (nothing to drain: arrivals are fixed)
     open_loop = Scenario(n_requests=40, arrival={"kind": "constant", "rate": 50.0}, prompt=Fixed(tokens=512),
                          output=Fixed(tokens=16), warmup_requests=10)

@@ -6,7 +6,10 @@ temporary data directory on free ports (the testbed's
 and streams created), a stop, and a warm start on the same data. After the
 warm start it lets the stack idle for ``--settle`` seconds, then sums
 resident memory (RSS, and PSS which counts shared pages once) over the
-whole process tree, per process. Then it uses the stack as a user would
+whole process tree, per process, and the CPU each process of the idle stack
+uses over the next ``--idle-cpu`` seconds (after the cold start as well: a fresh
+stack idling, what `make run` leaves running). ``--set NAME=VALUE`` gives the
+stack a setting of its own (it inherits no ``CASCADE_*`` variable). Then it uses the stack as a user would
 (``--imports`` uploads of a generated instruction-trace folder through the real
 ``cascade import``, and a run of three GPUs x two replicas on the last one),
 lets it idle again and measures again: what a stack holds after work, not only
@@ -16,6 +19,7 @@ after a start.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -35,6 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``cascade bench platform``."""
     parser.add_argument("--settle", type=float, default=5.0,
                         help="seconds to let the stack idle before measuring memory (default 5)")
+    parser.add_argument("--idle-cpu", type=float, default=20.0, metavar="SECONDS",
+                        help="then measure the idle stack's CPU over this many seconds (default 20)")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting of the stack's own (e.g. embedded_go_memory_mib=128: the stack "
+                             "inherits no CASCADE_* variable); repeatable")
     parser.add_argument("--timeout", type=float, default=120.0,
                         help="give up when /readyz is not 200 after this many seconds (default 120)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary data directory")
@@ -95,6 +104,39 @@ def memory(root: int) -> tuple[int, int, list[tuple[str, int]]]:
     return rss, pss, rows
 
 
+def _setting(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise SystemExit(f"cascade bench platform: --set takes NAME=VALUE (a setting's name without "
+                         f"CASCADE_, e.g. embedded_go_memory_mib=128), got {text!r}")
+    return name.strip().lower().removeprefix("cascade_"), value
+
+
+def cpu_ticks(root: int) -> dict[int, tuple[str, int]]:
+    """Per process of ``root``'s tree: (command, user + system CPU clock ticks so far)."""
+    out = {}
+    for pid in _tree(root):
+        proc = Path(f"/proc/{pid}")
+        try:
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        except OSError:
+            continue
+        out[pid] = (cmd[:70], int(fields[11]) + int(fields[12]))  # utime, stime
+    return out
+
+
+def _print_cpu(title: str, before: dict[int, tuple[str, int]], after: dict[int, tuple[str, int]],
+               seconds: float) -> None:
+    """CPU each process used between two :func:`cpu_ticks` readings, in % of one core."""
+    hz = os.sysconf("SC_CLK_TCK")
+    rows = [(cmd, (ticks - before[pid][1]) / hz / seconds * 100) for pid, (cmd, ticks) in after.items()
+            if pid in before]
+    print(f"{title}: {sum(r for _c, r in rows):5.1f}% of one core")
+    for cmd, r in sorted(rows, key=lambda x: -x[1]):
+        print(f"    {r:5.1f}%  {cmd}")
+
+
 def _print_memory(title: str, rss: int, pss: int, rows: list[tuple[str, int]]) -> None:
     print(f"{title} ({len(rows)} processes)")
     print(f"  RSS sum : {rss / 1024:7.1f} MiB")
@@ -153,13 +195,22 @@ def run(args: argparse.Namespace) -> int:
 
     workdir = Path(tempfile.mkdtemp(prefix="cascade-bench-platform-"))
     try:
-        with UpStack(workdir) as bed:  # stopped on the way out, also when a step raises
+        settings = dict(_setting(text) for text in args.set)
+        with UpStack(workdir, **settings) as bed:  # stopped on the way out, also when a step raises
             cold = bed.start(args.timeout)
+            assert bed.proc is not None
+            time.sleep(args.settle)
+            ticks = cpu_ticks(bed.proc.pid)  # a fresh stack idling: what `make run` leaves running
+            time.sleep(args.idle_cpu)
+            cold_cpu = (ticks, cpu_ticks(bed.proc.pid))
             code1, stop1 = _stop(bed)
             warm = bed.start(args.timeout)
             assert bed.proc is not None
             time.sleep(args.settle)
             idle = memory(bed.proc.pid)
+            ticks = cpu_ticks(bed.proc.pid)  # what the idle stack burns: polling, collectors
+            time.sleep(args.idle_cpu)
+            idle_cpu = (ticks, cpu_ticks(bed.proc.pid))
             worked = None
             summary = ""
             if args.imports > 0:
@@ -174,7 +225,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"  cold start (new data dir) : {cold:6.2f} s   (target < 15 s)")
     print(f"  warm start (same data)    : {warm:6.2f} s")
     print(f"  stop (SIGTERM -> exit)    : {stop1:6.2f} s, {stop2:6.2f} s  (exit codes {code1}, {code2})")
+    _print_cpu(f"idle CPU of the fresh stack, {args.settle:g}-{args.settle + args.idle_cpu:g} s after its cold start",
+               *cold_cpu, args.idle_cpu)
     _print_memory(f"idle stack memory after {args.settle:g} s", *idle)
+    _print_cpu(f"idle CPU after the warm start, over the next {args.idle_cpu:g} s", *idle_cpu, args.idle_cpu)
     if worked is not None:
         print(summary)
         _print_memory(f"stack memory {args.settle:g} s after that work", *worked)

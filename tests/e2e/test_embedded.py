@@ -295,7 +295,7 @@ def test_go_servers_get_the_memory_settings() -> None:
     from programs.embedded.stack import go_environment
 
     env = go_environment(load_settings(), {"PATH": "/bin"})
-    assert env == {"PATH": "/bin", "GOMEMLIMIT": "128MiB", "GOGC": "50"}
+    assert env == {"PATH": "/bin", "GOMEMLIMIT": "384MiB", "GOGC": "50"}
     off = go_environment(load_settings(embedded_go_memory_mib=0, embedded_go_gc=0), {})
     assert "GOMEMLIMIT" not in off and "GOGC" not in off
 

@@ -145,8 +145,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     samples: Annotated[bool, _doc("Load the bundled sample runs at startup")] = True
     embedded_go_memory_mib: Annotated[
         int, _doc("Soft memory limit (Go GOMEMLIMIT, MiB) of the embedded nats-server and "
-                  "SeaweedFS; 0 leaves Go's default (no limit)", ge=0)
-    ] = 128
+                  "SeaweedFS; 0 leaves Go's default (no limit). Below SeaweedFS's working heap "
+                  "(about 200 MiB under uploads) its collector runs without pause", ge=0)
+    ] = 384
     embedded_go_gc: Annotated[
         int, _doc("Go GOGC (heap growth, percent) of the embedded nats-server and SeaweedFS; "
                   "0 leaves Go's default (100)", ge=0, le=1000)

@@ -274,6 +274,7 @@ def _serving(args: argparse.Namespace, reg: object) -> int:
     from cascade.fitting import serving
     from cascade.gpus import GPURegistry
     from cascade.llm.model import describe, load_llm_calibration
+    from cascade.serving.scenario import REQUESTS_PER_CLIENT
 
     assert isinstance(reg, GPURegistry)
     root = Path(args.data)
@@ -286,7 +287,7 @@ def _serving(args: argparse.Namespace, reg: object) -> int:
     configs = serving.parse_configs(serving.read_model_map((cfg_dir / "model_map.csv").read_text()),
                                     lambda name: (cfg_dir / name).read_text())
     backends = tuple(b.strip() for b in args.serving_backends.split(",") if b.strip())
-    per_client = args.serving_requests or serving.REQUESTS_PER_CLIENT
+    per_client = args.serving_requests or REQUESTS_PER_CLIENT
     report = serving.evaluate(rows, configs, reg, cal, backends=backends, requests_per_client=per_client,
                               left_out=args.serving_left_out, clients_start=args.serving_clients_start,
                               engine=args.serving_engine,

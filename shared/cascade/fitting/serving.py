@@ -75,7 +75,7 @@ from cascade.llm.model import COLLECTOR_DEFAULT, LlmCalibration, without_gpus
 from cascade.serving.arrivals import Fixed
 from cascade.serving.described import DescribedStepCost, described_kv, group_kv
 from cascade.serving.description import data_parallel
-from cascade.serving.scenario import ClientsStart, Scenario, run_scenario
+from cascade.serving.scenario import REQUESTS_PER_CLIENT, ClientsStart, Scenario, run_scenario
 from cascade.serving.schedulers import LARGE_GPU_DEFAULTS, Vllm, device_of, vllm_batch_defaults
 
 #: ``system`` column -> GPU spec id.
@@ -87,11 +87,6 @@ AIC_TOKEN_MARGIN = 1500
 #: Backends whose aggregated engines that rule sizes.
 AIC_BUDGET_BACKENDS = ("vllm", "trtllm")
 EngineLimits = Literal["aiconfigurator", "defaults"]
-#: Measured requests each closed-loop client sends by default (the whole run: this x
-#: concurrency, after the drained warm-up): the ``--request-count 10N`` / ``--num-prompts 10N``
-#: of the concurrency sweeps' scripts (aiperf / GenAI-Perf, InferenceMAX), so the first wave,
-#: every client's prompt at once on an idle engine, is a tenth of the figures.
-REQUESTS_PER_CLIENT = 10
 #: First vLLM release whose engine resolves an unset ``async_scheduling`` to on (vLLM PR #27614,
 #: the last item of its async-scheduling plan, issue #27679); the 0.11 / 0.12 series schedule
 #: synchronously unless told otherwise.

@@ -40,9 +40,10 @@ from cascade.serving.stepmodel import OutOfRange, StepTimeModel, StepTimeSource,
 
 MAX_REPLICAS = 4096
 MAX_REQUESTS = 2_000_000
-#: Closed loop without n_requests: requests per client (num_prompts = 10 x concurrency, what
-#: concurrency sweeps of `vllm bench serve` commonly send, so the first wave, every client
-#: sending at t=0, is a tenth of the run).
+#: Closed loop without n_requests: measured requests per client (``--num-prompts 10N`` /
+#: ``--request-count 10N``, what the concurrency sweeps of `vllm bench serve` and aiperf send,
+#: InferenceMAX's and AIConfigurator's among them, so the first wave, every client sending at
+#: once on an idle engine, is a tenth of the figures); `cascade validate --serving` sends as many.
 REQUESTS_PER_CLIENT = 10
 #: Closed loop without warmup_requests: warm-up requests per client, simulated first and left out
 #: of every figure (aiperf's ``--warmup-request-count 2N`` and ``vllm bench serve --num-warmups

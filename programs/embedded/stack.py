@@ -135,8 +135,8 @@ def go_environment(settings: Settings, base: Mapping[str, str] | None = None) ->
     """Environment for the Go servers (nats-server, SeaweedFS): ``base`` with the memory
     settings as GOMEMLIMIT / GOGC, so an idle or lightly used stack gives memory back
     (SeaweedFS otherwise keeps about 400 MiB after a few imports). The limit stays above
-    SeaweedFS's working heap: at 128 MiB its garbage collector ran without pause, 8% of a core
-    on an idle stack and 3.6x the CPU of an upload (`cascade bench platform` prints both)."""
+    SeaweedFS's working heap: at 128 MiB its garbage collector ran without pause, 10-19% of a
+    core on an idle stack and 3.6x the CPU of an upload (`cascade bench platform` prints both)."""
     env = dict(base if base is not None else os.environ)
     if settings.embedded_go_memory_mib:
         env["GOMEMLIMIT"] = f"{settings.embedded_go_memory_mib}MiB"

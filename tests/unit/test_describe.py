@@ -354,6 +354,14 @@ def test_the_warm_up_runs_to_its_end_then_the_measured_clients_start_together() 
                      workload=drawn(43))
     assert np.all(small.arrival_ns[:8] == small.arrival_ns[0]) and small.arrival_ns[0] > 0
     np.testing.assert_allclose(small.first_token_ns - small.arrival_ns[0], fresh.first_token_ns, **ns)
+    # behind a router of two replicas the warm-up drains on both before any measured request is sent
+    two = msgspec.structs.replace(base, replicas=2)
+    fresh2 = simulate(resolve(msgspec.structs.replace(two, warmup_requests=0)), synthetic_step_model(), kv,
+                      workload=drawn(40))
+    both = simulate(resolve(two), synthetic_step_model(), kv, workload=drawn(n))
+    drain2 = float(both.arrival_ns[0])
+    assert np.all(both.arrival_ns[:8] == drain2) and set(both.replica.tolist()) == {0, 1}
+    np.testing.assert_allclose(both.first_token_ns - drain2, fresh2.first_token_ns, **ns)
     # an open loop's warm-up is its stream's first requests (nothing to drain: arrivals are fixed)
     open_loop = Scenario(n_requests=40, arrival={"kind": "constant", "rate": 50.0}, prompt=Fixed(tokens=512),
                          output=Fixed(tokens=16), warmup_requests=10)

@@ -125,6 +125,50 @@ def test_a_fit_carries_each_gpus_measured_efficiency_and_relatives_borrow_it() -
     assert left and left[0].mape_pct > 5
 
 
+def _gemm_run(ms: list[int], times_us: list[float], impl: str = "torch") -> tuple[KernelTable, np.ndarray]:
+    t = KernelTable.from_rows([_gemm(m, 6144, 5120, impl=impl) for m in ms])
+    return t, np.asarray(times_us, dtype=float) * 1e3
+
+
+def test_an_isolated_spike_along_the_rows_is_found_and_a_kernel_regime_is_not() -> None:
+    ms = [1024, 2048, 4096, 8192]
+    # vLLM 0.14's H100 BF16 GEMM 6144 x 5120: m=4096 at 183 TFLOPS between 785 and 754
+    t, lat = _gemm_run(ms, [84.6, 164.1, 1405.5, 683.8])
+    assert fit_llm.spikes("gemm.parquet", t, lat).tolist() == [False, False, True, False]
+    # slower than the bigger size but no slower than twice the smaller: a kernel change, kept
+    t, lat = _gemm_run(ms, [84.6, 164.1, 320.0, 300.0])
+    assert not fit_llm.spikes("gemm.parquet", t, lat).any()
+    # a regime that stays slow (every bigger size slower still) is kept whole
+    t, lat = _gemm_run(ms, [84.6, 164.1, 1405.5, 2800.0])
+    assert not fit_llm.spikes("gemm.parquet", t, lat).any()
+    # the ends of a run have one neighbour: kept; another kernel's rows are another run
+    t, lat = _gemm_run(ms, [900.0, 164.1, 320.0, 9000.0])
+    assert not fit_llm.spikes("gemm.parquet", t, lat).any()
+    rows = [_gemm(m, 6144, 5120, impl=i) for m in ms for i in ("a", "b")]
+    lat = np.asarray([[84.6, 90.0], [164.1, 170.0], [1405.5, 330.0], [683.8, 690.0]]).reshape(-1) * 1e3
+    assert fit_llm.spikes("gemm.parquet", KernelTable.from_rows(rows), lat).tolist() == [
+        False, False, False, False, True, False, False, False]
+    # repeats of a size count as their mean: one slow repeat of two is no spike
+    t, lat = _gemm_run([1024, 2048, 4096, 4096, 8192], [84.6, 164.1, 1405.5, 320.0, 683.8])
+    assert not fit_llm.spikes("gemm.parquet", t, lat).any()
+    # files without a size axis are left alone
+    assert not fit_llm.spikes("other.parquet", *_gemm_run(ms, [84.6, 164.1, 1405.5, 683.8])).any()
+
+
+def test_a_spike_is_left_out_of_the_surface_and_the_neighbours_carry_the_shape() -> None:
+    ms = [1024, 2048, 4096, 8192]
+    t, lat = _gemm_run(ms, [84.6, 164.1, 1405.5, 683.8])
+    keys = np.asarray([f"gemm|bf16|{m}|6144|5120" for m in ms], dtype=object)
+    s = fit_llm.LlmSet("gemm.parquet", H100, "vllm-0.14", t, lat, keys, np.full(4, "gemm", dtype=object),
+                       np.full(4, "bf16", dtype=object))
+    cal = fit_llm.fit([s], heldout_fraction=0.0)
+    at = llm_model.model_times(KernelTable.from_rows([_gemm(m, 6144, 5120) for m in (4096, 5604)]), H100, cal,
+                               collector="vllm-0.14").model_ns
+    # between 2048 and 8192 at their throughput (~780 TFLOPS), not the spike's fifth of it
+    flops = np.asarray([2.0 * m * 6144 * 5120 for m in (4096, 5604)])
+    assert np.all(flops / at / 1e3 > 600), flops / at / 1e3
+
+
 def test_predict_sends_llm_rows_to_the_llm_model_with_its_provenance() -> None:
     rows = [_gemm(8, 8192, 8192, "fp8", duration_ns=30000.0), _gemm(4096, 8192, 8192, "bf16", duration_ns=800000.0),
             _decode(128, 4096, "fp8", duration_ns=420000.0),

@@ -233,14 +233,59 @@ def heldout(keys: np.ndarray, fraction: float) -> np.ndarray:
 #: Fixed floor under the roofline, as a fraction of a surface's smallest measured time.
 FIXED_FRACTION = 0.6
 
+#: Per file, the axis along which an operator's work only grows (GEMM rows, MoE tokens, the
+#: attention's batch, a collective's bytes), the rest of its shape and its kernel held.
+SIZE_AXIS: dict[str, str] = {"gemm.parquet": "m", "moe.parquet": "tokens", "attention_context.parquet": "batch",
+                             "attention_generation.parquet": "batch", "nccl.parquet": "comm_bytes",
+                             "allreduce_custom.parquet": "comm_bytes"}
+#: A measured time over both bounds of its neighbours along the size axis by this factor is a
+#: spike (:func:`spikes`).
+SPIKE = 1.5
+
+
+def spikes(file: str, table: KernelTable, latency_ns: np.ndarray) -> np.ndarray:
+    """True for rows that time an isolated spike: slower by :data:`SPIKE` than the next bigger
+    size of the same operator, shape and kernel (which could run it padded) and than as many
+    runs of the next smaller size as cover it (which could run it split). Such a point breaks
+    both bounds no kernel choice explains (vLLM 0.14's H100 collector timed BF16 GEMMs of 2,048
+    and 4,096 rows at a fifth of their neighbours' throughput, 17 points, where 0.24 measured
+    the same shapes at theirs); a surface fitted through it carries the spike to every shape
+    near it. Repeats of one size count as their mean; the ends of a run are kept."""
+    n = len(table)
+    out = np.zeros(n, dtype=bool)
+    axis = SIZE_AXIS.get(file)
+    if axis is None or axis not in table or n < 3:
+        return out
+    size = np.asarray(table[axis], dtype=np.float64)
+    group = np.full(n, "", dtype=object)
+    for c in (*_SHAPE_COLUMNS, "impl"):
+        if c in table and c != axis:
+            group = group + "|" + np.asarray(table[c]).astype(str).astype(object)
+    order = np.lexsort((size, group))
+    g, s, t = group[order], size[order], np.asarray(latency_ns, dtype=np.float64)[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    for a, b in zip(starts, np.r_[starts[1:], n], strict=True):
+        sizes, inv = np.unique(s[a:b], return_inverse=True)
+        if len(sizes) < 3:
+            continue
+        mean = np.bincount(inv, weights=t[a:b]) / np.bincount(inv)
+        mid = mean[1:-1]
+        split = np.ceil(sizes[1:-1] / np.maximum(sizes[:-2], 1.0)) * mean[:-2]
+        bad = np.zeros(len(sizes), dtype=bool)
+        bad[1:-1] = (mid > SPIKE * mean[2:]) & (mid > SPIKE * split)
+        out[order[a:b]] = bad[inv]
+    return out
+
 
 def fit(sets: Iterable[LlmSet], *, heldout_fraction: float = 0.2, source: str = "",
         version: str = "") -> llm_model.LlmCalibration:
-    """Surfaces per (GPU, collector, operator key) from the sets' rows outside the held-out split."""
+    """Surfaces per (GPU, collector, operator key) from the sets' rows outside the held-out split,
+    isolated spikes (:func:`spikes`) left out of the fit (the protocol still scores them)."""
     surfaces: list[llm_model.SurfaceInfo] = []
     arrays: dict[str, np.ndarray] = {}
     for s in sets:
         keep = ~heldout(s.shape_keys, heldout_fraction) if heldout_fraction > 0 else np.ones(len(s.table), bool)
+        keep &= ~spikes(s.file, s.table, s.latency_ns)
         table = s.table.take(np.flatnonzero(keep))
         lat = s.latency_ns[keep]
         sub = work.substitute(table, s.gpu)

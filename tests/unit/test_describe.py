@@ -3,6 +3,8 @@ closed-loop serving that answers 'N users, ISL in / OSL out: what TTFT and TPOT?
 
 from __future__ import annotations
 
+import json
+from importlib import resources
 from typing import Any
 
 import msgspec
@@ -271,9 +273,6 @@ def test_a_prefill_step_of_more_tokens_never_takes_less_time_on_the_shipped_kern
     collector's kernels: more tokens never run more than 8% faster (before measured spikes were
     left out of the surfaces, 4,608 tokens at TP 8 on the 0.14 kernels took 1.23x the time of
     more; a kernel's tile steps still leave a few percent)."""
-    import json
-    from importlib import resources
-
     config = json.loads(resources.files("cascade.serving").joinpath("model_configs/qwen3-32b.json").read_text())
     spec, cal = default_registry().get("SM90_H100"), load_llm_calibration()
     tokens = np.arange(512, 8193, 128)

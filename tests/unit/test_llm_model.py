@@ -135,8 +135,8 @@ def test_an_isolated_spike_along_the_rows_is_found_and_a_kernel_regime_is_not() 
     # vLLM 0.14's H100 BF16 GEMM 6144 x 5120: m=4096 at 183 TFLOPS between 785 and 754
     t, lat = _gemm_run(ms, [84.6, 164.1, 1405.5, 683.8])
     assert fit_llm.spikes("gemm.parquet", t, lat).tolist() == [False, False, True, False]
-    # slower than the bigger size but no slower than twice the smaller: a kernel change, kept
-    t, lat = _gemm_run(ms, [84.6, 164.1, 320.0, 300.0])
+    # 1.6x the bigger size's time but within twice the smaller's: one bound broken is kernel choice, kept
+    t, lat = _gemm_run(ms, [84.6, 164.1, 450.0, 280.0])
     assert not fit_llm.spikes("gemm.parquet", t, lat).any()
     # a regime that stays slow (every bigger size slower still) is kept whole
     t, lat = _gemm_run(ms, [84.6, 164.1, 1405.5, 2800.0])

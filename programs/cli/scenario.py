@@ -19,7 +19,7 @@ from cascade.serving.metrics import Slo, records_csv
 from cascade.serving.report import format_summary
 from cascade.serving.routers import ROUTERS
 from cascade.serving.scenario import Scenario, ScenarioResult, run_scenario
-from cascade.serving.schedulers import Static, Vllm
+from cascade.serving.schedulers import Sglang, Static, Vllm
 from cascade.serving.stepmodel import StepTimeModel, records_from_table
 from cascade.serving.synthetic import synthetic_step_model
 from cascade.tableio import read_table
@@ -88,7 +88,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     s = p.add_argument_group("serving")
     s.add_argument("--replicas", type=int, default=1)
     s.add_argument("--router", choices=ROUTERS.names(), default="round_robin")
-    s.add_argument("--scheduler", choices=["vllm", "static"], default="vllm")
+    s.add_argument("--scheduler", choices=["vllm", "sglang", "static"], default="vllm",
+                   help="vllm: mixed chunked-prefill steps; sglang: SGLang's passes (prefill first, never "
+                        "beside a decode; admission reserving output room; its KV sizing with --hf-config); "
+                        "static: fixed batches")
+    s.add_argument("--chunked-prefill-size", type=int, default=None, metavar="TOKENS",
+                   help="sglang: prompt tokens one prefill pass takes (default 8192)")
     s.add_argument("--max-num-batched-tokens", type=int, default=None, metavar="TOKENS",
                    help="token budget of one step (default: vLLM's for the GPU, 8192 on GPUs of 70 GiB and "
                         "more but A100s, else 2048)")
@@ -150,11 +155,16 @@ def build_scenario(args: argparse.Namespace) -> Scenario:
     else:
         arrival = {"poisson": Poisson(rate=args.rate), "gamma": Gamma(rate=args.rate, cv=args.cv),
                    "constant": Constant(rate=args.rate), "burst": Burst()}[args.arrival]
-    scheduler: Any = (Static(batch_size=args.batch_size) if args.scheduler == "static" else
-                      Vllm(max_num_batched_tokens=args.max_num_batched_tokens,
-                           max_num_seqs=args.max_num_seqs,
-                           enable_chunked_prefill=not args.no_chunked_prefill,
-                           async_scheduling=not args.no_async_scheduling))
+    scheduler: Any
+    if args.scheduler == "static":
+        scheduler = Static(batch_size=args.batch_size)
+    elif args.scheduler == "sglang":
+        scheduler = Sglang(**({"chunked_prefill_size": args.chunked_prefill_size} if args.chunked_prefill_size else {}),
+                           max_running_requests=args.max_num_seqs)
+    else:
+        scheduler = Vllm(max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
+                         enable_chunked_prefill=not args.no_chunked_prefill,
+                         async_scheduling=not args.no_async_scheduling)
     n = args.requests
     if n is None and args.duration is None and not args.trace and args.concurrency is None:
         n = 1000
@@ -231,7 +241,7 @@ def described(args: argparse.Namespace, scenario: Scenario) -> tuple[DescribedSt
         max_num_batched_tokens=tokens, max_num_seqs=seqs,
         gpu_memory_utilization=args.gpu_memory_utilization, block_size=args.block_size,
         num_gpu_blocks_override=args.num_gpu_blocks, label=str(path),
-        async_scheduling=args.scheduler != "vllm" or not args.no_async_scheduling)
+        async_scheduling=args.scheduler != "vllm" or not args.no_async_scheduling, engine=args.scheduler)
     return served.cost, served.kv, data_parallel(scenario, args.dp)
 
 

@@ -13,6 +13,7 @@ no browser is downloaded). Skipped without them, and the terminal summary then s
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 from collections.abc import AsyncIterator
@@ -356,6 +357,18 @@ async def test_request_simulator_described_model(stack: UIStack, browser: Any, t
     assert "2 data-parallel engines per replica" in await text_of(p, "#sc-basis")
     await shot(p, "serve-described-dp-1280")
     await _describe(p, "llama-3.1-8b", "SM90_H100")
+    # served by SGLang: its scheduler, and its KV cache sized as SGLang sizes it (mem_fraction_static
+    # 0.835 of an 80 GB H100 at TP 1, against vLLM's 0.9 less activations)
+    await p.page.select_option("select[name=scheduler]", "sglang")
+    await p.page.click("#serve button[type=submit]")
+    await p.page.locator("#sc-basis.described", has_text="SM90_H100").wait_for(timeout=60_000)
+    await p.page.locator("#ch-ttft path.line").wait_for(timeout=30_000)
+    sglang_kv = re.search(r"KV cache\s*([\d.]+ ?[kMG]?) tokens", await text_of(p, "#sc-basis"))
+    vllm_kv = re.search(r"KV cache\s*([\d.]+ ?[kMG]?) tokens", text)
+    assert sglang_kv and vllm_kv and sglang_kv.group(1) != vllm_kv.group(1), (sglang_kv, vllm_kv)
+    assert "(SGLang's rule)" in await text_of(p, "#sc-basis") and "(vLLM's rule)" in text
+    await shot(p, "serve-described-sglang-1280")
+    await p.page.select_option("select[name=scheduler]", "vllm")
     # the same model from a config.json file
     configs = (await stack.get_json("/api/model-configs"))["configs"]
     llama = next(c["config"] for c in configs if c["name"] == "llama-3.1-8b")

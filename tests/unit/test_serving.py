@@ -26,6 +26,7 @@ from cascade.serving import (
     Poisson,
     RoundRobin,
     Scenario,
+    Sglang,
     Slo,
     Static,
     StepTimeModel,
@@ -64,7 +65,10 @@ scenarios = st.builds(
         st.builds(Vllm, max_num_batched_tokens=st.integers(16, 600),
                   max_num_seqs=st.integers(1, 12), enable_chunked_prefill=st.just(True),
                   long_prefill_token_threshold=st.sampled_from([0, 0, 64]), async_scheduling=st.booleans()),
-        st.builds(Static, batch_size=st.integers(1, 6), drop_finished=st.booleans())),
+        st.builds(Static, batch_size=st.integers(1, 6), drop_finished=st.booleans()),
+        st.builds(Sglang, chunked_prefill_size=st.integers(16, 600), max_prefill_tokens=st.integers(16, 1200),
+                  max_running_requests=st.one_of(st.none(), st.integers(1, 12)),
+                  clip_max_new_tokens=st.sampled_from([4096, 8]), overlap_schedule=st.booleans())),
     router=st.sampled_from([RoundRobin(), LeastOutstanding()]),
     seed=st.integers(0, 2**32 - 1),
 )
@@ -96,6 +100,9 @@ def test_invariants(sc: Scenario, blocks: int) -> None:
         if isinstance(sched, Vllm):
             assert np.all(log[:, 2] <= sched.max_num_batched_tokens)
             assert np.all(log[:, 3] <= sched.max_num_seqs)
+        elif isinstance(sched, Sglang):
+            if sched.max_running_requests:
+                assert np.all(log[:, 3] <= sched.max_running_requests)
         else:
             assert np.all(log[:, 3] <= sched.batch_size)
         assert rep.free == kv.num_blocks()  # everything released at the end
@@ -106,7 +113,7 @@ def test_invariants(sc: Scenario, blocks: int) -> None:
 
 
 @settings(max_examples=25, deadline=None)
-@given(sc=scenarios.filter(lambda s: isinstance(s.scheduler, Vllm)), blocks=st.integers(40, 200))
+@given(sc=scenarios.filter(lambda s: isinstance(s.scheduler, Vllm | Sglang)), blocks=st.integers(40, 200))
 def test_fast_forward_matches_single_stepping(sc: Scenario, blocks: int) -> None:
     rs = resolve(sc)
     kv = kv_blocks(blocks)

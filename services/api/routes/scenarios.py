@@ -64,6 +64,7 @@ from cascade.serving.description import (
     describe_serving,
     example_config,
     example_configs,
+    kv_engine,
     traced_basis,
 )
 from cascade.serving.jobs import STALE_AFTER_S, JobRecord, JobView, job_view
@@ -178,7 +179,8 @@ async def _described(request: web.Request, req: ScenarioRequest, scenario: Scena
             gpu_memory_utilization=kv.gpu_memory_utilization,  # type: ignore[attr-defined]
             block_size=kv.block_size, num_gpu_blocks_override=kv.num_gpu_blocks_override,  # type: ignore[attr-defined]
             label=name or "inline config", typical_prompt=prompt if isinstance(prompt, int) else 1024,
-            typical_batch=req.concurrency or 64, async_scheduling=async_scheduling(req))
+            typical_batch=req.concurrency or 64, async_scheduling=async_scheduling(req),
+            engine=kv_engine(scenario.scheduler))
         scenario = served.serve(scenario)
     except ValidationError as exc:
         raise _description_field(exc) from None

@@ -830,7 +830,7 @@ function servePage() {
     <fieldset><legend>Serving</legend>
       <label>Replicas <input name="replicas" type="number" min="1" value="1"></label>
       <label>Router <select name="router"><option value="round_robin">round robin</option><option value="least_outstanding">least outstanding</option></select></label>
-      <label>Scheduler <select name="scheduler"><option>vllm</option><option>static</option></select></label></fieldset>
+      <label title="vllm: continuous batching, prompts chunked into steps beside the decodes; sglang: SGLang's passes, a prefill first and never beside a decode, admission reserving output room, its KV cache sized as SGLang sizes it; static: fixed batches run to completion">Scheduler <select name="scheduler"><option>vllm</option><option>sglang</option><option>static</option></select></label></fieldset>
     <fieldset><legend>SLOs (ms; empty = not checked)</legend>
       <label>TTFT <input name="ttft" type="number" step="any" min="0" value="200"></label>
       <label>TPOT <input name="tpot" type="number" step="any" min="0" value="50"></label>
@@ -1013,7 +1013,7 @@ function servePage() {
         <dt>GPU</dt><dd>${esc(b.gpu)}${b.gpu_name ? ` (${esc(b.gpu_name)}${b.gpu_memory_gb ? `, ${fmtNum(b.gpu_memory_gb)} GB` : ""})` : ""}</dd>
         <dt>Expected error</dt><dd id="sc-expected-error">${errText}</dd>
         <dt>LLM calibration</dt><dd>${cal}</dd>
-        <dt>KV cache</dt><dd>${b.kv_cache_tokens != null ? fmtNum(b.kv_cache_tokens) + (b.data_parallel > 1 ? ` tokens per engine, ${fmtNum(b.data_parallel)} data-parallel engines per replica` : " tokens per replica") : "—"}${b.weights_gib_per_gpu != null ? ` · weights ${fmtNum(b.weights_gib_per_gpu)} GiB per GPU` : ""}${b.context_tokens ? ` · context ${fmtNum(b.context_tokens)} tokens` : ""}</dd>
+        <dt>KV cache</dt><dd${b.kv_cache_sizing ? ` title="${esc(b.kv_cache_sizing)}"` : ""}>${b.kv_cache_tokens != null ? fmtNum(b.kv_cache_tokens) + (b.data_parallel > 1 ? ` tokens per engine, ${fmtNum(b.data_parallel)} data-parallel engines per replica` : " tokens per replica") : "—"}${b.kv_cache_sizing ? ` (${esc(b.kv_cache_sizing.split(":")[0])} rule)` : ""}${b.weights_gib_per_gpu != null ? ` · weights ${fmtNum(b.weights_gib_per_gpu)} GiB per GPU` : ""}${b.context_tokens ? ` · context ${fmtNum(b.context_tokens)} tokens` : ""}</dd>
       </dl></div>`;
   }
 

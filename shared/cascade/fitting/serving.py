@@ -73,10 +73,16 @@ from cascade.llm import work
 from cascade.llm.describe import ModelDescription, describe_model
 from cascade.llm.model import COLLECTOR_DEFAULT, LlmCalibration, without_gpus
 from cascade.serving.arrivals import Fixed
-from cascade.serving.described import DescribedStepCost, described_kv, group_kv
+from cascade.serving.described import DescribedStepCost, described_kv, group_kv, sglang_kv
 from cascade.serving.description import data_parallel
 from cascade.serving.scenario import REQUESTS_PER_CLIENT, ClientsStart, Scenario, run_scenario
-from cascade.serving.schedulers import LARGE_GPU_DEFAULTS, Vllm, device_of, vllm_batch_defaults
+from cascade.serving.schedulers import (
+    LARGE_GPU_DEFAULTS,
+    Sglang,
+    Vllm,
+    device_of,
+    vllm_batch_defaults,
+)
 
 #: ``system`` column -> GPU spec id.
 SYSTEMS: dict[str, str] = {"h100_sxm": "SM90_H100", "h200_sxm": "SM90_H200", "b200_sxm": "SM100_B200"}
@@ -218,6 +224,11 @@ def _version(text: str | None) -> tuple[int, int] | None:
     return (int(found.group(1)), int(found.group(2))) if found else None
 
 
+def _release(text: str | None) -> tuple[int, int, int] | None:
+    found = re.match(r"\s*(\d+)\.(\d+)\.(\d+)", text or "")
+    return (int(found.group(1)), int(found.group(2)), int(found.group(3))) if found else None
+
+
 def collector_of(row: Mapping[str, str], cal: LlmCalibration) -> str:
     """Whose kernel measurements time a vLLM row first: the calibration's vLLM collector
     (``vllm-0.14``, ``vllm-0.24``) nearest the row's ``backend_version`` (the newer on a tie;
@@ -348,11 +359,16 @@ def evaluate(rows: list[dict[str, str]], configs: Mapping[str, Mapping[str, Any]
                                        calibration_digest=digest, async_scheduling=overlap, collector=collector)
             sources[key] = source
         try:
-            kv = group_kv(described_kv(desc, spec, max_num_batched_tokens=budget, max_num_seqs=seqs), dp)
+            sched: Vllm | Sglang
+            if row["backend"] == "sglang":  # SGLang's own scheduler and memory rule
+                kv = group_kv(sglang_kv(desc, spec, version=_release(row.get("backend_version"))), dp)
+                sched = Sglang()
+            else:
+                kv = group_kv(described_kv(desc, spec, max_num_batched_tokens=budget, max_num_seqs=seqs), dp)
+                sched = Vllm(max_num_batched_tokens=budget, max_num_seqs=seqs, async_scheduling=overlap)
             sc = data_parallel(Scenario(
                 concurrency=n, n_requests=requests_per_client * n, prompt=Fixed(tokens=isl),
-                clients_start=clients_start, output=Fixed(tokens=osl),
-                scheduler=Vllm(max_num_batched_tokens=budget, max_num_seqs=seqs, async_scheduling=overlap)), dp)
+                clients_start=clients_start, output=Fixed(tokens=osl), scheduler=sched), dp)
             res = run_scenario(sc, source, kv)
         except ValidationError as exc:
             skipped.append(f"{rid}: {exc}")

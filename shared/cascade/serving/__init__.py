@@ -25,7 +25,7 @@ from cascade.serving.metrics import LatencyStats, RequestRecord, Slo
 from cascade.serving.reshape import reshape_kernels, roofline_predictor
 from cascade.serving.routers import ROUTERS, LeastOutstanding, RoundRobin
 from cascade.serving.scenario import Scenario, ScenarioResult, run_scenario
-from cascade.serving.schedulers import Static, Vllm
+from cascade.serving.schedulers import Sglang, Static, Vllm
 from cascade.serving.sim import SCHEDULERS
 from cascade.serving.stepmodel import (
     CalibrationRange,
@@ -42,7 +42,7 @@ __all__ = [
     "ARRIVALS", "LENGTHS", "MODEL_SHAPES", "ROUTERS", "SCHEDULERS", "Burst", "CalibrationRange",
     "Constant", "Fixed", "FromTrace", "Gamma", "KVConfig", "KernelExtrapolator", "LatencyStats",
     "Law", "LeastOutstanding", "LogNormal", "ModelShape", "OutOfRange", "Poisson",
-    "RequestRecord", "RoundRobin", "Scenario", "ScenarioResult", "Slo", "Static", "StepEstimate",
+    "RequestRecord", "RoundRobin", "Scenario", "Sglang", "ScenarioResult", "Slo", "Static", "StepEstimate",
     "StepRecord", "StepTimeModel", "Trace", "Uniform", "Vllm", "records_from_table",
     "reshape_kernels", "roofline_predictor", "run_scenario",
 ]

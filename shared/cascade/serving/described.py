@@ -298,3 +298,20 @@ def described_kv(desc: d.ModelDescription, spec: GPUSpec, *, gpu_memory_utilizat
                     activation_reserve_bytes=desc.activation_reserve_bytes(
                         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs),
                     num_gpu_blocks_override=num_gpu_blocks_override)
+
+
+def sglang_kv(desc: d.ModelDescription, spec: GPUSpec, *, mem_fraction_static: float | None = None,
+              version: tuple[int, int, int] | None = None) -> KVConfig:
+    """KV-cache sizing of one GPU of an SGLang engine: the memory x ``mem_fraction_static`` (by
+    default SGLang's own for the GPU and TP degree, :func:`~cascade.serving.schedulers.
+    sglang_mem_fraction_static`; ``version`` picks the rule of releases before 0.5.3) less the
+    weights on the GPU, in pages of one token (SGLang's default page size). What the fraction
+    leaves out already holds activations and CUDA graphs: nothing else is reserved."""
+    from cascade.serving.schedulers import sglang_mem_fraction_static
+
+    frac = mem_fraction_static or sglang_mem_fraction_static(spec.memory_gb, desc.tp, version)
+    shape = ModelShape(name=desc.model_type, layers=desc.kv_layers, kv_heads=desc.kv_heads_per_gpu,
+                       head_dim=desc.cache_head_dim, kv_dtype_bytes=int(work.KV_BYTES[desc.kv_dtype]),
+                       weights_bytes=desc.weight_bytes_per_gpu())
+    return KVConfig(model=shape, gpu_memory_bytes=int(spec.memory_gb * d.GiB), gpu_memory_utilization=frac,
+                    block_size=1)

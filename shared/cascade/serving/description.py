@@ -29,10 +29,10 @@ import numpy as np
 
 from cascade.errors import NotFoundError, TooLargeError, ValidationError
 from cascade.gpus.spec import GPUSpec
-from cascade.serving.described import DescribedStepCost, described_kv, group_kv
+from cascade.serving.described import DescribedStepCost, described_kv, group_kv, sglang_kv
 from cascade.serving.kvcache import KVConfig
 from cascade.serving.scenario import Scenario
-from cascade.serving.schedulers import Static, Vllm
+from cascade.serving.schedulers import Sglang, Static, Vllm
 from cascade.serving.sim import SCHEDULERS
 
 #: Largest model config accepted inline (bytes of its JSON): a real config.json is a few KB.
@@ -197,6 +197,9 @@ class ServingBasis(msgspec.Struct, frozen=True, kw_only=True):
     """Null for traced answers (their error is the simulated run's)."""
     kv_cache_tokens: int | None = None
     """Tokens the KV cache of one replica holds."""
+    kv_cache_sizing: str | None = None
+    """How it was sized: vLLM's rule (memory x gpu_memory_utilization - weights - activations),
+    SGLang's (memory x mem_fraction_static - weights), or a given block count."""
     weights_gib_per_gpu: float | None = None
     context_tokens: int | None = None
     """The model's context window (max_position_embeddings), when known."""
@@ -228,13 +231,16 @@ def describe_serving(config: dict[str, Any], spec: GPUSpec, *, quant: str | None
                      gpu_memory_utilization: float = 0.9, block_size: int = 16,
                      num_gpu_blocks_override: int | None = None, label: str = "",
                      typical_prompt: int = 1024, typical_batch: int = 64,
-                     async_scheduling: bool = True) -> DescribedServing:
+                     async_scheduling: bool = True, engine: str = "vllm") -> DescribedServing:
     """The step-time source, KV cache and basis of ``config`` on ``spec``.
 
     ``quant`` None: the precision the checkpoint's ``quantization_config`` names
     (:func:`checkpoint_quant`, bf16 without one; ``moe_quant`` then its experts' unless given).
     ``typical_prompt`` / ``typical_batch`` shape the step whose rows the expected kernel error
     is weighted over (a prefill of that many tokens beside a decode batch of that size).
+    ``engine`` ``sglang`` (:func:`kv_engine`): the KV cache sized as SGLang sizes it
+    (:func:`~cascade.serving.described.sglang_kv`, ``gpu_memory_utilization`` and ``block_size``
+    unused) unless ``num_gpu_blocks_override`` fixes it.
     ValidationError names the config field or setting that is wrong."""
     from cascade.llm.describe import describe_model, step_table
     from cascade.llm.model import expected_error, load_llm_calibration
@@ -253,9 +259,16 @@ def describe_serving(config: dict[str, Any], spec: GPUSpec, *, quant: str | None
                              async_scheduling=async_scheduling)
     if label:
         cost.basis["config"] = label
-    kv = described_kv(desc, spec, gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
-                      max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-                      num_gpu_blocks_override=num_gpu_blocks_override)
+    if engine == "sglang" and num_gpu_blocks_override is None:
+        kv = sglang_kv(desc, spec)
+        sizing = f"SGLang's: mem_fraction_static {kv.gpu_memory_utilization:g} of {spec.memory_gb:g} GB less the weights"
+    else:
+        kv = described_kv(desc, spec, gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
+                          max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+                          num_gpu_blocks_override=num_gpu_blocks_override)
+        sizing = (f"given: {num_gpu_blocks_override} blocks of {block_size} tokens" if num_gpu_blocks_override
+                  else f"vLLM's: gpu_memory_utilization {gpu_memory_utilization:g} of {spec.memory_gb:g} GB less "
+                       "the weights and activations")
     kv_tokens = kv.num_blocks() * kv.block_size
     weights = round(desc.weight_bytes_per_gpu() / (1 << 30), 2)
     cost.basis["kv_cache_tokens"] = kv_tokens
@@ -272,8 +285,15 @@ def describe_serving(config: dict[str, Any], spec: GPUSpec, *, quant: str | None
                                        digest=str(cost.basis["llm_calibration"]["digest"])),
         expected_kernel_error=ExpectedKernelError(mape_pct=err.mape_pct, worst_pct=err.worst_pct,
                                                   cells=err.cells, basis=err.basis),
-        kv_cache_tokens=kv_tokens, weights_gib_per_gpu=weights, context_tokens=context_tokens, data_parallel=dp)
+        kv_cache_tokens=kv_tokens, kv_cache_sizing=sizing, weights_gib_per_gpu=weights, context_tokens=context_tokens,
+        data_parallel=dp)
     return DescribedServing(cost=cost, kv=group_kv(kv, dp), context_tokens=context_tokens, basis=basis)
+
+
+def kv_engine(scheduler: Any) -> str:
+    """Whose rule sizes the KV cache under ``scheduler`` (a name, dict or config): ``sglang``
+    for SGLang's scheduler, else ``vllm``."""
+    return "sglang" if isinstance(SCHEDULERS.resolve(scheduler, "scheduler"), Sglang) else "vllm"
 
 
 def data_parallel(scenario: Scenario, dp: int) -> Scenario:
@@ -291,6 +311,10 @@ def data_parallel(scenario: Scenario, dp: int) -> Scenario:
         sched = msgspec.structs.replace(
             sched, max_num_batched_tokens=budget * dp, max_num_seqs=seqs * dp,
             long_prefill_token_threshold=min(sched.long_prefill_token_threshold or budget, budget))
+    elif isinstance(sched, Sglang):
+        sched = msgspec.structs.replace(
+            sched, chunked_prefill_size=sched.chunked_prefill_size * dp, max_prefill_tokens=sched.max_prefill_tokens * dp,
+            max_running_requests=sched.max_running_requests and sched.max_running_requests * dp)
     elif isinstance(sched, Static):
         sched = msgspec.structs.replace(sched, batch_size=sched.batch_size * dp)
     return msgspec.structs.replace(scenario, scheduler=sched)

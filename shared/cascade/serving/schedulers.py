@@ -101,4 +101,55 @@ class Static(msgspec.Struct, frozen=True, kw_only=True, tag="static", tag_field=
     as in padded static batching)."""
 
 
-SchedulerConfig = Vllm | Static
+class Sglang(msgspec.Struct, frozen=True, kw_only=True, tag="sglang", tag_field="kind"):
+    """SGLang's scheduler (0.5.x, its defaults on 80-160 GB GPUs): each pass is all prefill or
+    all decode, never both (``--enable-mixed-chunk`` off), and a prefill runs first whenever
+    one can be formed.
+
+    A prefill pass takes the request whose prompt is being chunked first (one at a time, its
+    chunks back to back), then waiting requests in FCFS order while the chunk budget lasts and
+    each fits the KV room left after reservations: every running request's remaining output
+    (clipped to :attr:`clip_max_new_tokens`) x the new-token ratio, and each request admitted
+    to this pass's prompt plus clipped output at full weight. A request that does not fit stops
+    admission (head of line) and latches the batch full: no prefill is tried again until a
+    request finishes or is retracted. A prompt longer than the chunk budget left is cut to it.
+    Its first token comes at the end of the pass holding its last chunk. A decode pass runs
+    every running request; where the KV room cannot take one more token each, requests are
+    retracted (fewest output tokens first, the longest prompt on ties) to the queue's tail
+    and later recompute prompt and output. The new-token ratio starts at
+    :attr:`init_new_token_ratio`, falls linearly to its floor over
+    :attr:`new_token_ratio_decay_steps` decode passes, is set after a retraction to what the
+    survivors have decoded and is reset when the engine idles."""
+
+    chunked_prefill_size: PosI = 8192
+    """Prompt tokens one prefill pass takes (SGLang's default on GPUs of 90-160 GiB)."""
+    max_prefill_tokens: PosI = 16384
+    """Prompt tokens admitted to one pass (the first request may exceed it)."""
+    max_running_requests: PosI | None = None
+    """Most requests in the running batch; None: half the KV tokens, at most 4096 (SGLang's
+    ``min(max_total_num_tokens // 2, req_to_token_pool size)``)."""
+    init_new_token_ratio: Annotated[float, msgspec.Meta(gt=0, le=1)] = 0.7
+    min_new_token_ratio_factor: Annotated[float, msgspec.Meta(gt=0, le=1)] = 0.14
+    new_token_ratio_decay_steps: PosI = 600
+    clip_max_new_tokens: PosI = 4096
+    """An output's reservation is clipped to this many tokens."""
+    overlap_schedule: bool = True
+    """SGLang's overlap scheduler (on by default): the next pass is built while this one runs,
+    so a request arriving during a pass joins the pass after the next."""
+
+
+def sglang_mem_fraction_static(memory_gib: float, tp: int = 1, version: tuple[int, int, int] | None = None) -> float:
+    """``mem_fraction_static`` that SGLang 0.5.x sets on a GPU of ``memory_gib`` (as nvidia-smi
+    reports it) at tensor parallelism ``tp`` (``ServerArgs._handle_gpu_memory_settings``): from
+    0.5.3 on, MiB reserved = max(512 + chunked prefill 8192 x 1.5 + CUDA-graph batch (256 below
+    tp 4, else 512) x 2 + tp / 8 x 1024, 10240); before, ``9.5 + tp / 2`` GiB under 90 GiB and
+    ``12 + tp / 2`` GiB up to 160 GiB. Rounded to 3 places as SGLang rounds it."""
+    mib = memory_gib * 1024
+    if version is not None and version < (0, 5, 3):
+        reserved = ((9.5 if memory_gib < 90 else 12.0) + tp / 2) * 1024
+    else:
+        reserved = max(512 + 8192 * 1.5 + (256 if tp < 4 else 512) * 2 + tp / 8 * 1024, 10240)
+    return round((mib - reserved) / mib, 3)
+
+
+SchedulerConfig = Vllm | Static | Sglang

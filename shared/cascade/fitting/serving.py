@@ -29,7 +29,10 @@ Each aggregated (``mode`` = ``agg``) row becomes one closed-loop scenario:
   (``rule_plugin/benchmark/{vllm,trtllm}.rule``: ``max_num_tokens = max_batch_size + isl +
   1500``, mapped to vLLM's ``--max-num-batched-tokens``, and ``max_batch_size`` to
   ``--max-num-seqs``; ``batch_size`` is the row's, at least its clients): the token budget of a step and the
-  sequences it holds; SGLang rows (whose rule sets no such budget) keep the defaults;
+  sequences it holds; SGLang rows (whose rule sets no such budget) run SGLang's own scheduler
+  with its defaults (:class:`~cascade.serving.schedulers.Sglang`: passes all prefill or all
+  decode, admission reserving output room) and its KV sizing (:func:`~cascade.serving.described.
+  sglang_kv`: ``mem_fraction_static`` for the GPU, TP degree and the row's release);
   ``defaults``: vLLM's API-server defaults for the row's GPU for every row
   (max_num_batched_tokens 8192, max_num_seqs 1024 on GPUs of 70 GiB and more but A100s; 2048 /
   256 on others);
@@ -51,7 +54,7 @@ Baselines beside (both need nothing measured of the row itself):
   (leave-one-out).
 
 vLLM rows are what the model is for (its operator times are vLLM's); SGLang and TRT-LLM rows
-are predicted the same way and reported apart, per backend.
+are predicted on the same kernels (SGLang's with its scheduler) and reported apart, per backend.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ import pytest
 from cascade.serving import MODEL_SHAPES, KVConfig, Scenario, Sglang, Vllm, run_scenario
 from cascade.serving.scenario import DrawnRequests, resolve, simulate
 from cascade.serving.schedulers import sglang_mem_fraction_static
-from cascade.serving.sim import SglangScheduler, SimOutcome, Simulation
+from cascade.serving.sglang import SglangScheduler
+from cascade.serving.sim import SimOutcome, Simulation
 from cascade.serving.synthetic import synthetic_step_model
 
 GiB = 1 << 30

@@ -26,7 +26,6 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -36,8 +35,10 @@ import numpy as np
 
 from cascade.errors import CascadeError
 from cascade.registry import Registry
+from cascade.serving.passes import Plan, Replica, advance, cdiv, decode_run, log_steps, retire
 from cascade.serving.routers import Router
 from cascade.serving.schedulers import Sglang, Static, Vllm
+from cascade.serving.sglang import SglangScheduler
 from cascade.serving.stepmodel import StepCostModel
 
 PRIO_END = 0
@@ -53,63 +54,6 @@ Progress = Callable[[int, int], None]
 
 class SimulationInvariantError(CascadeError, RuntimeError):
     """The simulator's own bookkeeping went wrong (a bug, never bad input)."""
-
-
-class _Plan:
-    __slots__ = ("chunk", "comps", "ends", "k", "sched", "starts", "used_start")
-
-    def __init__(self, sched: list[tuple[int, int]], starts: list[float], ends: list[float],
-                 chunk: bool, used_start: int, comps: list[int] | None = None) -> None:
-        self.sched = sched
-        self.k = len(ends)
-        self.starts = starts
-        self.ends = ends
-        self.chunk = chunk
-        self.used_start = used_start
-        self.comps = comps
-
-
-class Replica:
-    """State of one replica (engine) during a simulation."""
-
-    __slots__ = (
-        "busy",
-        "busy_ns",
-        "ends",
-        "free",
-        "index",
-        "kv_area",
-        "kv_max",
-        "last_end",
-        "last_start",
-        "num_blocks",
-        "plan",
-        "preemptions",
-        "running",
-        "steps_log",
-        "version",
-        "waiting",
-    )
-
-    def __init__(self, index: int, num_blocks: int) -> None:
-        self.index = index
-        self.num_blocks = num_blocks
-        self.free = num_blocks
-        self.running: list[int] = []
-        self.waiting: deque[int] = deque()
-        self.busy = False
-        self.plan: _Plan | None = None
-        self.version = 0
-        self.ends: list[float] = []
-        self.kv_area = 0.0
-        self.kv_max = 0
-        self.busy_ns = 0.0
-        self.preemptions = 0
-        self.steps_log: list[tuple[float, float, int, int, int]] = []
-        self.last_start = -math.inf
-        """Start and end of the replica's last finished step (async scheduling: a request that
-        arrived between them came after the next step was already built)."""
-        self.last_end = -math.inf
 
 
 @dataclass
@@ -161,9 +105,9 @@ class SchedulerImpl(Protocol):
     """The next step is built while this one runs (vLLM's async scheduling): a request that
     arrives during a step joins the step after the next."""
 
-    def schedule(self, rep: Replica, t: float) -> _Plan | None: ...
+    def schedule(self, rep: Replica, t: float) -> Plan | None: ...
 
-    def complete(self, rep: Replica, plan: _Plan, t: float) -> None: ...
+    def complete(self, rep: Replica, plan: Plan, t: float) -> None: ...
 
 
 class Simulation:
@@ -335,7 +279,7 @@ class Simulation:
             rg.append(first)
             rg.append(last)
 
-    def account(self, rep: Replica, plan: _Plan, used_end: int) -> None:
+    def account(self, rep: Replica, plan: Plan, used_end: int) -> None:
         dt = plan.ends[plan.k - 1] - plan.starts[0]
         rep.busy_ns += dt
         rep.kv_area += 0.5 * (plan.used_start + used_end) * dt
@@ -390,122 +334,6 @@ class Simulation:
             run_span_ns=(max(self.finish) - min(self.arrival)) if self.n else 0.0)
 
 
-#: Decode steps of headroom per running request that SGLang's ratio keeps after a retraction
-#: (``SGLANG_RETRACT_DECODE_STEPS``).
-RETRACT_DECODE_STEPS = 20
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _decode_run(sim: Simulation, rep: Replica, t: float, sched: list[tuple[int, int]], nb: int, bctx: int,
-                used: int) -> _Plan:
-    """A pure decode of every running request (``sched``: each with one token), extended over
-    as many steps as nothing can change in: no request finishes before the last and every
-    request's next blocks fit the free ones."""
-    comp, held, out, target = sim.comp, sim.held, sim.out, sim.target
-    bs = sim.bs
-    running = rep.running
-    cost = sim.cost
-    ext = sim.extents
-    free = rep.free
-    k_fin = min(target[rid] - out[rid] for rid in running)
-    comps = [comp[rid] for rid in running]
-    k = 1
-    if k_fin > 1:
-        held_now = sum(held[rid] for rid in running)
-        lo, hi = 1, k_fin
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            extra = sum(_cdiv(c + mid, bs) for c in comps) - held_now
-            if extra <= free:
-                lo = mid
-            else:
-                hi = mid - 1
-        k = lo
-    if k == 1:
-        d = cost.mixed_step_ns((), nb, bctx)
-        return _Plan(sched, [t], [t + d], True, used, comps)
-    durs = cost.decode_steps_ns(np.full(k, nb, dtype=float),
-                                bctx + nb * np.arange(k, dtype=float))
-    ends = t + np.cumsum(durs)
-    starts = np.concatenate(([t], ends[:-1]))
-    top = max(comps) + k
-    ext.decode_context[1] = max(ext.decode_context[1], top)
-    return _Plan(sched, starts.tolist(), ends.tolist(), True, used, comps)
-
-
-def _advance(sim: Simulation, rep: Replica, plan: _Plan) -> list[int]:
-    """Apply a finished plan's steps to its requests (computed tokens, output tokens, blocks
-    held, emitted token steps); the requests that produced their last token."""
-    comp, ntok, held, out, target = sim.comp, sim.ntok, sim.held, sim.out, sim.target
-    bs = sim.bs
-    k = plan.k
-    idx0 = len(rep.ends)
-    rep.ends.extend(plan.ends[:k])
-    finished: list[int] = []
-    if plan.chunk:
-        free = rep.free
-        for rid, _ in plan.sched:
-            c = comp[rid] + k
-            comp[rid] = c
-            out[rid] += k
-            ntok[rid] += k
-            nh = _cdiv(c, bs)
-            free -= nh - held[rid]
-            held[rid] = nh
-            sim.emit(rid, idx0, idx0 + k - 1)
-            if out[rid] == target[rid]:
-                finished.append(rid)
-        rep.free = free
-    else:
-        ranges = sim.ranges
-        prev = idx0 - 1
-        for rid, nt in plan.sched:
-            c = comp[rid] + nt
-            comp[rid] = c
-            if c >= ntok[rid]:
-                o = out[rid] + 1
-                out[rid] = o
-                ntok[rid] += 1
-                rg = ranges[rid]
-                if rg and rg[-1] == prev:
-                    rg[-1] = idx0
-                else:
-                    rg.append(idx0)
-                    rg.append(idx0)
-                if o == target[rid]:
-                    finished.append(rid)
-    return finished
-
-
-def _retire(sim: Simulation, rep: Replica, plan: _Plan, finished: list[int], t: float) -> None:
-    """Account a finished plan's busy time and KV area; free the finished requests' blocks."""
-    sim.account(rep, plan, rep.num_blocks - rep.free)
-    if finished:
-        gone = set(finished)
-        rep.running = [r for r in rep.running if r not in gone]
-        for rid in finished:
-            rep.free += sim.held[rid]
-            sim.held[rid] = 0
-            sim.finish_request(rid, t)
-
-
-def _log_steps(sim: Simulation, rep: Replica, plan: _Plan, idx0: int) -> None:
-    """Record a finished plan's steps (start, end, tokens, sequences, blocks in use)."""
-    bs = sim.bs
-    if plan.chunk and plan.comps is not None:
-        for j in range(plan.k):
-            used = sum(_cdiv(c + j + 1, bs) for c in plan.comps)
-            rep.steps_log.append((plan.starts[j], plan.ends[j], len(plan.comps),
-                                  len(plan.comps), used))
-    else:
-        toks = sum(nt for _, nt in plan.sched)
-        rep.steps_log.append((plan.starts[0], plan.ends[0], toks, len(plan.sched),
-                              rep.num_blocks - rep.free))
-
-
 class VllmScheduler:
     """vLLM v1 continuous batching (see :class:`cascade.serving.schedulers.Vllm`)."""
 
@@ -517,7 +345,7 @@ class VllmScheduler:
         self.sim = sim
         self.lookahead = cfg.async_scheduling
 
-    def schedule(self, rep: Replica, t: float) -> _Plan | None:
+    def schedule(self, rep: Replica, t: float) -> Plan | None:
         sim = self.sim
         cfg = self.cfg
         bs = sim.bs
@@ -588,7 +416,7 @@ class VllmScheduler:
                 if thr and nt > thr:
                     nt = thr
                 nt = min(nt, budget)
-                need = _cdiv(comp[rid] + nt, bs) - held[rid]
+                need = cdiv(comp[rid] + nt, bs) - held[rid]
                 if need > free:
                     break
                 waiting.popleft()
@@ -627,173 +455,15 @@ class VllmScheduler:
         used = rep.num_blocks - free
         if preempted or admitted or deferred or ptok or nb != len(running) or not sim.fast_forward:
             d = cost.mixed_step_ns(chunks, nb, bctx)
-            return _Plan(sched, [t], [t + d], False, used)
-        return _decode_run(sim, rep, t, sched, nb, bctx, used)
+            return Plan(sched, [t], [t + d], False, used)
+        return decode_run(sim, rep, t, sched, nb, bctx, used)
 
-    def complete(self, rep: Replica, plan: _Plan, t: float) -> None:
+    def complete(self, rep: Replica, plan: Plan, t: float) -> None:
         idx0 = len(rep.ends)
-        finished = _advance(self.sim, rep, plan)
+        finished = advance(self.sim, rep, plan)
         if self.sim.record_steps:
-            _log_steps(self.sim, rep, plan, idx0)
-        _retire(self.sim, rep, plan, finished, t)
-
-class SglangScheduler:
-    """SGLang's scheduler (see :class:`cascade.serving.schedulers.Sglang`): a pass is all
-    prefill or all decode, a prefill first whenever one can be formed."""
-
-    truncatable = True
-
-    def __init__(self, cfg: Sglang, sim: Simulation) -> None:
-        self.cfg = cfg
-        self.sim = sim
-        self.lookahead = cfg.overlap_schedule
-        self.min_ratio = cfg.init_new_token_ratio * cfg.min_new_token_ratio_factor
-        self.decay = (cfg.init_new_token_ratio - self.min_ratio) / cfg.new_token_ratio_decay_steps
-        n = len(sim.reps)
-        self.ratio = [cfg.init_new_token_ratio] * n
-        """Per replica, the share of a running request's remaining output its KV room reserves."""
-        self.full = [False] * n
-        """Per replica, admission stopped (a request did not fit) until one finishes or retracts."""
-        self.chunked = [-1] * n
-        """Per replica, the request whose prompt is being prefilled in chunks (-1: none)."""
-        self.max_running = cfg.max_running_requests or max(1, min(sim.num_blocks * sim.bs // 2, 4096))
-        self.deferred = False
-        """A waiting request arrived while this pass was being built: the pass is one step."""
-
-    def schedule(self, rep: Replica, t: float) -> _Plan | None:
-        i = rep.index
-        if not rep.running and not rep.waiting and self.chunked[i] < 0:
-            self.ratio[i] = self.cfg.init_new_token_ratio  # idle: the reservation starts afresh
-            return None
-        self.deferred = False
-        plan = self._prefill(rep, t)
-        if plan is None and rep.running:
-            plan = self._decode(rep, t)
-            if plan is None:  # every running request retracted: their prompts prefill again
-                plan = self._prefill(rep, t)
-        return plan
-
-    def _prefill(self, rep: Replica, t: float) -> _Plan | None:
-        sim, cfg, i = self.sim, self.cfg, rep.index
-        comp, ntok, held, out, target = sim.comp, sim.ntok, sim.held, sim.out, sim.target
-        bs, clip = sim.bs, cfg.clip_max_new_tokens
-        waiting, running = rep.waiting, rep.running
-        ch = self.chunked[i]
-        if ch < 0 and (not waiting or self.full[i]):
-            return None
-        free = rep.free
-        rem_total = free * bs - self.ratio[i] * sum(min(target[r] - out[r], clip) for r in running)
-        rem_chunk, rem_input = cfg.chunked_prefill_size, cfg.max_prefill_tokens
-        sched: list[tuple[int, int]] = []
-        if ch >= 0:  # the prompt being chunked goes on first, chunk after chunk
-            left = ntok[ch] - comp[ch]
-            nt = min(left, rem_chunk)
-            need = _cdiv(comp[ch] + nt, bs) - held[ch]
-            if need > free:
-                return None
-            free -= need
-            held[ch] += need
-            sched.append((ch, nt))
-            rem_chunk -= nt
-            rem_input -= nt
-            rem_total -= left + min(target[ch] - out[ch], clip)  # its whole prompt's room stays its own
-            if nt == left:
-                self.chunked[i] = -1
-        late = rep.last_start if self.lookahead and (running or sched) else math.inf
-        while waiting and rem_chunk > 0 and rem_input > 0 and self.chunked[i] < 0:
-            if len(running) + len(sched) >= self.max_running:
-                self.full[i] = True
-                break
-            rid = waiting[0]
-            if late < sim.arrival[rid] <= rep.last_end:
-                self.deferred = True  # arrived while this pass was being built (overlap schedule)
-                break
-            left = ntok[rid] - comp[rid]
-            reserve = min(target[rid] - out[rid], clip)
-            idle = not running and not sched
-            # an idle engine takes its head request whenever the whole prompt's blocks fit
-            if _cdiv(comp[rid] + left, bs) - held[rid] > free or (left + reserve >= rem_total and not idle):
-                self.full[i] = True
-                break
-            nt = min(left, rem_chunk)
-            need = _cdiv(comp[rid] + nt, bs) - held[rid]
-            waiting.popleft()
-            free -= need
-            held[rid] += need
-            sched.append((rid, nt))
-            rem_chunk -= nt
-            rem_input -= nt
-            if nt < left:
-                self.chunked[i] = rid
-            rem_total -= left + reserve
-            if sim.first_sched[rid] < 0:
-                sim.first_sched[rid] = t
-        if not sched:
-            return None
-        rep.free = free
-        ext = sim.extents
-        chunks = [(nt, comp[rid]) for rid, nt in sched]
-        for nt, _ in chunks:
-            ext.prefill_tokens[1] = max(ext.prefill_tokens[1], nt)
-            ext.prefill_tokens[0] = min(ext.prefill_tokens[0], nt)
-        d = sim.cost.mixed_step_ns(chunks, 0, 0)
-        return _Plan(sched, [t], [t + d], False, rep.num_blocks - free)
-
-    def _decode(self, rep: Replica, t: float) -> _Plan | None:
-        sim, i = self.sim, rep.index
-        comp, held, out, target = sim.comp, sim.held, sim.out, sim.target
-        bs = sim.bs
-        running = rep.running
-        need = sum(1 for r in running if comp[r] % bs == 0)
-        retracted = False
-        while need > rep.free and running:
-            # the request with the fewest output tokens goes, the longest prompt on ties
-            victim = min(running, key=lambda r: (out[r], -sim.prompt[r]))
-            running.remove(victim)
-            rep.free += held[victim]
-            held[victim] = 0
-            comp[victim] = 0
-            sim.npre[victim] += 1
-            rep.preemptions += 1
-            rep.waiting.append(victim)
-            retracted = True
-            need = sum(1 for r in running if comp[r] % bs == 0)
-        if retracted:
-            self.full[i] = False
-            self.ratio[i] = min(1.0, (sum(out[r] for r in running) + RETRACT_DECODE_STEPS * len(running))
-                                / (sum(target[r] for r in running) + 1))
-        if not running:
-            return None
-        sched = [(rid, 1) for rid in running]
-        nb = len(running)
-        bctx = sum(comp[r] + 1 for r in running)
-        ext = sim.extents
-        ext.decode_batch[1] = max(ext.decode_batch[1], nb)
-        ext.decode_batch[0] = min(ext.decode_batch[0], nb)
-        used = rep.num_blocks - rep.free
-        # one pass where the next could prefill (a deferred arrival; the queue unlatched by a
-        # retraction; a prompt mid-chunk); else every pass until something changes
-        if self.deferred or (rep.waiting and not self.full[i]) or self.chunked[i] >= 0 or not sim.fast_forward:
-            return _Plan(sched, [t], [t + sim.cost.mixed_step_ns((), nb, bctx)], True, used,
-                         [comp[r] for r in running])
-        return _decode_run(sim, rep, t, sched, nb, bctx, used)
-
-    def complete(self, rep: Replica, plan: _Plan, t: float) -> None:
-        sim, i = self.sim, rep.index
-        decode = plan.chunk
-        idx0 = len(rep.ends)
-        finished = _advance(sim, rep, plan)
-        if sim.record_steps:
-            _log_steps(sim, rep, plan, idx0)
-        if decode:
-            self.ratio[i] = max(self.min_ratio, self.ratio[i] - self.decay * plan.k)
-        else:  # prompts whose last chunk ran join the running batch with their first token
-            rep.running.extend(rid for rid, _ in plan.sched if sim.comp[rid] >= sim.ntok[rid] - 1
-                               and rid != self.chunked[i])
-        if finished:
-            self.full[i] = False
-        _retire(sim, rep, plan, finished, t)
-
+            log_steps(self.sim, rep, plan, idx0)
+        retire(self.sim, rep, plan, finished, t)
 
 class StaticScheduler:
     """Fixed batches run to completion (see :class:`cascade.serving.schedulers.Static`)."""
@@ -805,14 +475,14 @@ class StaticScheduler:
         self.cfg = cfg
         self.sim = sim
 
-    def schedule(self, rep: Replica, t: float) -> _Plan | None:
+    def schedule(self, rep: Replica, t: float) -> Plan | None:
         sim = self.sim
         waiting = rep.waiting
         batch: list[int] = []
         free = rep.free
         while waiting and len(batch) < self.cfg.batch_size:
             rid = waiting[0]
-            need = _cdiv(sim.prompt[rid] + sim.target[rid], sim.bs)
+            need = cdiv(sim.prompt[rid] + sim.target[rid], sim.bs)
             if need > free:
                 break
             waiting.popleft()
@@ -857,9 +527,9 @@ class StaticScheduler:
         for rid, oi in zip(batch, o.tolist(), strict=False):
             sim.push(endl[oi - 1], PRIO_END, _EV_FINISH, rid, 0)
         used = rep.num_blocks - free
-        return _Plan([(rid, 0) for rid in batch], starts.tolist(), endl, False, used)
+        return Plan([(rid, 0) for rid in batch], starts.tolist(), endl, False, used)
 
-    def complete(self, rep: Replica, plan: _Plan, t: float) -> None:
+    def complete(self, rep: Replica, plan: Plan, t: float) -> None:
         sim = self.sim
         idx0 = len(rep.ends)
         rep.ends.extend(plan.ends)

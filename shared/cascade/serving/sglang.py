@@ -155,7 +155,7 @@ class SglangScheduler:
         # retraction; a prompt mid-chunk); else every pass until something changes
         if self.deferred or (rep.waiting and not self.full[i]) or self.chunked[i] >= 0 or not sim.fast_forward:
             return Plan(sched, [t], [t + sim.cost.mixed_step_ns((), nb, bctx)], True, used,
-                         [comp[r] for r in running])
+                        [comp[r] for r in running])
         return decode_run(sim, rep, t, sched, nb, bctx, used)
 
     def complete(self, rep: Replica, plan: Plan, t: float) -> None:

@@ -99,7 +99,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         "more but A100s, else 2048)")
     s.add_argument("--max-num-seqs", type=int, default=None, metavar="N",
                    help="most requests running at once (default: vLLM's for the GPU, 1024 on GPUs of 70 GiB "
-                        "and more but A100s, else 256)")
+                        "and more but A100s, else 256; sglang: its max_running_requests, default half the KV "
+                        "tokens, at most 4096)")
     s.add_argument("--no-chunked-prefill", action="store_true")
     s.add_argument("--no-async-scheduling", action="store_true",
                    help="vLLM without async scheduling (the 0.12 series, or --no-async-scheduling there): a "

@@ -3,12 +3,19 @@ first, prompts chunked back to back, admission that reserves output room, retrac
 
 from __future__ import annotations
 
+import json
+from importlib import resources
 from typing import cast
 
+import msgspec
 import numpy as np
 import pytest
 
+from cascade.errors import ValidationError
+from cascade.gpus import default_registry
+from cascade.llm.describe import describe_model
 from cascade.serving import MODEL_SHAPES, KVConfig, Scenario, Sglang, Vllm, run_scenario
+from cascade.serving.described import described_kv, sglang_kv
 from cascade.serving.scenario import DrawnRequests, resolve, simulate
 from cascade.serving.schedulers import sglang_mem_fraction_static
 from cascade.serving.sglang import SglangScheduler
@@ -122,3 +129,17 @@ def _sim_stub() -> object:
 def test_sglang_sizes_its_static_memory_by_gpu_and_tp(gib: float, tp: int, version: tuple[int, int, int],
                                                       frac: float) -> None:
     assert sglang_mem_fraction_static(gib, tp, version) == pytest.approx(frac, abs=0.002)
+
+
+def test_sglang_kv_sizes_the_pool_as_sglang_and_refuses_a_board_its_rule_leaves_nothing() -> None:
+    config = json.loads(resources.files("cascade.serving").joinpath("model_configs/llama-3.1-8b.json").read_text())
+    desc = describe_model(config, quant="bf16", tp=1)
+    h100 = default_registry().get("SM90_H100")
+    kv = sglang_kv(desc, h100)
+    assert kv.block_size == 1 and kv.gpu_memory_utilization == pytest.approx(0.835, abs=0.002)
+    # SGLang keeps 0.835 of the memory to vLLM's 0.9 less activations: a smaller pool here
+    assert kv.num_blocks() < described_kv(desc, h100).num_blocks() * 16
+    small = msgspec.structs.replace(h100, memory_gb=8.0)
+    with pytest.raises(ValidationError, match="no static memory") as err:
+        sglang_kv(desc, small)
+    assert err.value.field == "kv"

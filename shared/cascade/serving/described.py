@@ -33,6 +33,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from cascade.errors import ValidationError
 from cascade.gpus.spec import GPUSpec
 from cascade.kerneltable import KernelTable
 from cascade.llm import describe as d
@@ -310,6 +311,10 @@ def sglang_kv(desc: d.ModelDescription, spec: GPUSpec, *, mem_fraction_static: f
     from cascade.serving.schedulers import sglang_mem_fraction_static
 
     frac = mem_fraction_static or sglang_mem_fraction_static(spec.memory_gb, desc.tp, version)
+    if not 0 < frac <= 1:
+        raise ValidationError(f"SGLang's rule leaves no static memory on {spec.id} ({spec.memory_gb:g} GB) at TP "
+                              f"{desc.tp} (mem_fraction_static {frac:g}): give the KV cache's size "
+                              "(num_gpu_blocks_override) or pick a GPU with more memory", field="kv")
     shape = ModelShape(name=desc.model_type, layers=desc.kv_layers, kv_heads=desc.kv_heads_per_gpu,
                        head_dim=desc.cache_head_dim, kv_dtype_bytes=int(work.KV_BYTES[desc.kv_dtype]),
                        weights_bytes=desc.weight_bytes_per_gpu())

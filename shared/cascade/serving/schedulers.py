@@ -143,7 +143,9 @@ def sglang_mem_fraction_static(memory_gib: float, tp: int = 1, version: tuple[in
     reports it) at tensor parallelism ``tp`` (``ServerArgs._handle_gpu_memory_settings``): from
     0.5.3 on, MiB reserved = max(512 + chunked prefill 8192 x 1.5 + CUDA-graph batch (256 below
     tp 4, else 512) x 2 + tp / 8 x 1024, 10240); before, ``9.5 + tp / 2`` GiB under 90 GiB and
-    ``12 + tp / 2`` GiB up to 160 GiB. Rounded to 3 places as SGLang rounds it."""
+    ``12 + tp / 2`` GiB up to 160 GiB. Rounded to 3 places as SGLang rounds it. These are
+    SGLang's rules for boards of 80-160 GB (H100, H200); other boards get the same, an
+    approximation (SGLang sizes smaller ones with a smaller chunk and reserve)."""
     mib = memory_gib * 1024
     if version is not None and version < (0, 5, 3):
         reserved = ((9.5 if memory_gib < 90 else 12.0) + tp / 2) * 1024

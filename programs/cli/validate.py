@@ -50,7 +50,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         "model's config alone (closed-loop simulation at the row's concurrency), MAPE per "
                         "(backend, model, GPU) beside a roofline and a leave-one-out group mean")
     p.add_argument("--serving-backends", default="vllm", metavar="NAME[,NAME...]",
-                   help="with --serving: backends to predict (default vllm; also sglang, trtllm: reported apart)")
+                   help="with --serving: backends to predict (default vllm; also sglang, trtllm: reported apart; "
+                        "sglang rows run SGLang's scheduler and KV sizing)")
     p.add_argument("--serving-every", type=int, default=1, metavar="K",
                    help="with --serving: subsample, every K-th row of each (backend, model, GPU) group")
     p.add_argument("--serving-requests", type=int, default=None, metavar="R",
@@ -69,7 +70,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--serving-engine", choices=["aiconfigurator", "defaults"], default="aiconfigurator",
                    help="with --serving: each engine's token budget and sequences as AIConfigurator's generator sets "
                         "them for a benchmark (default: batch_size + isl + 1500 tokens, batch_size sequences; vLLM and "
-                        "TRT-LLM rows) or vLLM's API-server defaults (8192, 1024)")
+                        "TRT-LLM rows) or vLLM's API-server defaults (8192, 1024); SGLang rows keep SGLang's own "
+                        "either way")
     p.add_argument("--serving-left-out", action="store_true",
                    help="with --serving: each row's GPU predicted with its own LLM-kernel surfaces removed (a GPU "
                         "never measured)")

@@ -40,6 +40,7 @@ from cascade.llm import describe as d
 from cascade.llm import work
 from cascade.llm.model import COLLECTOR_DEFAULT, LlmCalibration, model_times
 from cascade.serving.kvcache import KVConfig, ModelShape
+from cascade.serving.schedulers import sglang_mem_fraction_static
 
 _T_EXACT = 32
 _T_PER_OCTAVE = 12
@@ -308,8 +309,6 @@ def sglang_kv(desc: d.ModelDescription, spec: GPUSpec, *, mem_fraction_static: f
     sglang_mem_fraction_static`; ``version`` picks the rule of releases before 0.5.3) less the
     weights on the GPU, in pages of one token (SGLang's default page size). What the fraction
     leaves out already holds activations and CUDA graphs: nothing else is reserved."""
-    from cascade.serving.schedulers import sglang_mem_fraction_static
-
     frac = mem_fraction_static or sglang_mem_fraction_static(spec.memory_gb, desc.tp, version)
     if not 0 < frac <= 1:
         raise ValidationError(f"SGLang's rule leaves no static memory on {spec.id} ({spec.memory_gb:g} GB) at TP "
